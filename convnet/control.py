@@ -1,0 +1,425 @@
+"""The control-file language: lines -> typed commands that carry their file and line.
+
+One registry (``COMMANDS`` and ``PARAMETERS``) holds every keyword and its arguments, so parsing,
+``convnet check``, the suggestions in error messages and the keyword list in the docs all come from
+the same table.
+
+Syntax: one command per line, keywords case-insensitive, extra blanks ignored, ``//`` starts a
+comment, blank lines ignored, file names in double quotes, ``NAME = value`` with or without blanks.
+"""
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from .architecture import CONV, FC, LOCAL, POOLAVG, POOLMAX, LayerSpec
+from .errors import ConvnetError
+
+
+@dataclass
+class Command:
+    """One parsed control line.
+
+    name: the canonical keyword phrase (``"TRAIN"``, ``"READ MNIST IMAGE"``, ``"LAYER"``, ``"SET"``,
+    ``"SERIES MODE"`` ...); args: a dict of typed arguments; text: the line as written.
+    """
+
+    name: str
+    args: Dict[str, Any] = field(default_factory=dict)
+    file: Optional[str] = None
+    line: Optional[int] = None
+    text: str = ""
+
+    def error(self, message):
+        return ConvnetError(message, self.file, self.line)
+
+
+# ---------------------------------------------------------------------------------- argument types
+class Arg:
+    """One argument of a command: a name, a type and a range check."""
+
+    def __init__(self, name, kind, minimum=None, maximum=None, choices=None, optional=False,
+                 exclusive_min=False):
+        self.name, self.kind = name, kind
+        self.minimum, self.maximum, self.exclusive_min = minimum, maximum, exclusive_min
+        self.choices, self.optional = choices, optional
+
+    def describe(self):
+        if self.kind == "file":
+            return f'"{self.name}"'
+        if self.kind == "choice":
+            return " | ".join(self.choices)
+        return self.name
+
+    def convert(self, token, what):
+        """Convert one token; raise a message string (no location) when it does not fit."""
+        if self.kind == "file":
+            if not token.quoted:
+                raise ValueError(f"{what}: the file name must be in double quotes, e.g. \"{token.text}\"")
+            if not token.text:
+                raise ValueError(f"{what}: the file name is empty")
+            return token.text
+        if token.quoted:
+            raise ValueError(f"{what}: {self.name} must be a {self._type_word()}, not a quoted name")
+        text = token.text
+        if self.kind == "int":
+            if not re.fullmatch(r"[+-]?\d+", text):
+                raise ValueError(f"{what}: {self.name} must be a whole number, not '{text}'")
+            value = int(text)
+        elif self.kind == "float":
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(f"{what}: {self.name} must be a number, not '{text}'") from None
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ValueError(f"{what}: {self.name} must be a finite number, not '{text}'")
+        elif self.kind == "choice":
+            value = text.upper()
+            if value not in self.choices:
+                raise ValueError(f"{what}: {self.name} must be {' or '.join(self.choices)}, not '{text}'")
+            return value
+        else:  # pragma: no cover - registry error
+            raise AssertionError(self.kind)
+        if self.minimum is not None:
+            if self.exclusive_min and value <= self.minimum:
+                raise ValueError(f"{what}: {self.name} must be greater than {self.minimum}, not {text}")
+            if not self.exclusive_min and value < self.minimum:
+                raise ValueError(f"{what}: {self.name} must be at least {self.minimum}, not {text}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"{what}: {self.name} must be at most {self.maximum}, not {text}")
+        return value
+
+    def _type_word(self):
+        return {"int": "whole number", "float": "number", "choice": "keyword"}.get(self.kind, "value")
+
+
+def _int(name, minimum=None, maximum=None, optional=False):
+    return Arg(name, "int", minimum, maximum, optional=optional)
+
+
+def _float(name, minimum=None, maximum=None, exclusive_min=False):
+    return Arg(name, "float", minimum, maximum, exclusive_min=exclusive_min)
+
+
+def _file(name="FileName"):
+    return Arg(name, "file")
+
+
+@dataclass
+class CommandSpec:
+    """A command keyword phrase, its arguments, and a one-line description for the docs."""
+
+    phrase: str
+    args: Tuple[Arg, ...]
+    help: str
+    name: Optional[str] = None        # canonical command name (default: the phrase)
+    fixed: Dict[str, Any] = field(default_factory=dict)   # arguments implied by the phrase
+    flag_before_last: Optional[str] = None                 # optional keyword before the last argument
+
+    @property
+    def words(self):
+        return tuple(self.phrase.split())
+
+    @property
+    def command_name(self):
+        return self.name or self.phrase
+
+    def usage(self):
+        parts = [self.phrase] + [a.describe() for a in self.args]
+        if self.flag_before_last:
+            parts.insert(len(parts) - 1, f"[{self.flag_before_last}]")
+        return " ".join(parts)
+
+
+@dataclass
+class ParamSpec:
+    """A ``NAME = value`` parameter."""
+
+    name: str                 # canonical name
+    arg: Arg
+    help: str
+    aliases: Tuple[str, ...] = ()
+
+
+_LAYER_ARGS = (_int("Slices", 1), _int("hwV", 0), _int("hwH", 0), _int("padV", 0), _int("padH", 0),
+               _int("strideV", 1), _int("strideH", 1))
+_POOL_ARGS = (_int("widthV", 1), _int("widthH", 1), _int("strideV", 1), _int("strideH", 1))
+
+COMMANDS: List[CommandSpec] = [
+    # data (book p.151-155)
+    CommandSpec("MAKE IMAGE", (_int("Rows", 1), _int("Columns", 1), _int("Bands", 1),
+                               _int("Classes", 2), _int("Cases", 1)),
+                "random-tone test images, classes assigned at random"),
+    CommandSpec("READ MNIST IMAGE", (_file(),), "an MNIST (IDX) image file, plain or gzip"),
+    CommandSpec("READ MNIST LABELS", (_file(),), "the MNIST (IDX) label file for the images just read"),
+    CommandSpec("READ C10 IMAGE", (_file(),), "a CIFAR-10 binary batch; repeat to concatenate"),
+    CommandSpec("READ SERIES", (_file(),), "a time series turned into images by a moving window"),
+    CommandSpec("CLEAR", (), "erase the data, keep the trained model"),
+    CommandSpec("KEEP CASES", (_int("First", 1), _int("Last", 1)),
+                "keep cases First..Last (1-based, inclusive) of the current data"),
+    # series settings that are keywords rather than NAME = value
+    CommandSpec("SERIES RAWDATA", (), "use the values as read (default)", "SERIES TRANSFORM",
+                {"transform": "RAWDATA"}),
+    CommandSpec("SERIES RAWLOG", (), "use the log of the values", "SERIES TRANSFORM",
+                {"transform": "RAWLOG"}),
+    CommandSpec("SERIES DIFFDATA", (), "use differences of the values", "SERIES TRANSFORM",
+                {"transform": "DIFFDATA"}),
+    CommandSpec("SERIES DIFFLOG", (), "use differences of the logs", "SERIES TRANSFORM",
+                {"transform": "DIFFLOG"}),
+    CommandSpec("SERIES TARGET NO DIFF", (), "the target is the next value (default)",
+                "SERIES TARGET", {"target_diff": False}),
+    CommandSpec("SERIES TARGET DIFF", (), "the target is the next value minus the window's last",
+                "SERIES TARGET", {"target_diff": True}),
+    CommandSpec("SERIES CLASS ZERO", (), "2 classes split at zero (default)", "SERIES CLASS",
+                {"class_mode": "ZERO"}),
+    CommandSpec("SERIES CLASS MEDIAN", (), "2 classes split at the training median", "SERIES CLASS",
+                {"class_mode": "MEDIAN"}),
+    CommandSpec("SERIES CLASS THIRDS", (), "3 classes split at the training terciles", "SERIES CLASS",
+                {"class_mode": "THIRDS"}),
+    CommandSpec("SERIES NO HEADER", (), "the series file has no header line (default)",
+                "SERIES HEADER", {"header": False}),
+    CommandSpec("SERIES HEADER", (), "skip the first line of the series file", "SERIES HEADER",
+                {"header": True}),
+    # architecture (book p.155)
+    CommandSpec("FULLY CONNECTED LAYER", (_int("Slices", 1),), "a fully connected hidden layer",
+                "LAYER", {"kind": FC}),
+    CommandSpec("LOCAL LAYER", _LAYER_ARGS, "a locally connected hidden layer", "LAYER",
+                {"kind": LOCAL}),
+    CommandSpec("CONVOLUTIONAL LAYER", _LAYER_ARGS, "a convolutional hidden layer", "LAYER",
+                {"kind": CONV}),
+    CommandSpec("POOLED AVERAGE LAYER", _POOL_ARGS, "an average-pooling layer", "LAYER",
+                {"kind": POOLAVG}),
+    CommandSpec("POOLED MAX LAYER", _POOL_ARGS, "a max-pooling layer", "LAYER", {"kind": POOLMAX}),
+    # operations (book p.158-159) and ours
+    CommandSpec("TRAIN", (), "anneal, refine by conjugate gradients, report the confusion matrix"),
+    CommandSpec("TEST", (), "criterion and confusion matrix of the trained model on the current data"),
+    CommandSpec("PRINT WEIGHTS", (), "write every weight of the model to CONVNET.LOG"),
+    CommandSpec("SAVE MODEL", (_file(),), "save the trained model"),
+    CommandSpec("LOAD MODEL", (_file(),), "load a saved model"),
+    CommandSpec("DISPLAY TRAINING IMAGES",
+                (_int("First", 1), _int("Rows", 1), _int("Columns", 1), _file("File.png")),
+                "a grid of training images as a PNG"),
+    CommandSpec("DISPLAY FILTER IMAGES",
+                (_int("First", 1), _int("Rows", 1), _int("Columns", 1), _file("File.png")),
+                "the first layer's convolution filters as a PNG", flag_before_last="INDIVIDUAL"),
+    CommandSpec("DISPLAY ACTIVATION IMAGES",
+                (_int("First", 1), _int("Rows", 1), _int("Columns", 1), _int("Case", 1),
+                 _file("File.png")),
+                "the first hidden layer's activations for one case as a PNG"),
+]
+
+PARAMETERS: List[ParamSpec] = [
+    ParamSpec("MAX BATCH", _int("MAX BATCH", 1), "cases per device launch (default 100)"),
+    ParamSpec("MAX HID GRAD", _int("MAX HID GRAD", 1, 65535),
+              "hidden neurons per device gradient launch (default 65535)"),
+    ParamSpec("MAX MEM GRAD", _int("MAX MEM GRAD", 1, 2047),
+              "megabytes of device convolution-gradient scratch (default 2047)"),
+    ParamSpec("ANNEAL ITERS", _int("ANNEAL ITERS", 0), "annealing criterion evaluations (default 100)"),
+    ParamSpec("ANNEAL RANGE", _float("ANNEAL RANGE", 0.0, exclusive_min=True),
+              "size of the first random weights (default 0.1)"),
+    ParamSpec("MAXITERS", _int("MAXITERS", 0), "conjugate-gradient iterations at most (default 1000)",
+              aliases=("MAX ITERS",)),
+    ParamSpec("TOL", _float("TOL", 0.0, exclusive_min=True),
+              "relative improvement that ends refinement (default 0.00005)"),
+    ParamSpec("WPEN", _float("WPEN", 0.0), "weight penalty (default 0)"),
+    ParamSpec("CUDA", Arg("CUDA", "choice", choices=("YES", "NO", "AUTO")),
+              "use the GPU: YES, NO or AUTO (default AUTO)"),
+    ParamSpec("THREADS", _int("THREADS", 1), "host threads (default: all cores)"),
+    ParamSpec("RANDOM SEED", _int("RANDOM SEED", 0), "seed of every random choice"),
+    ParamSpec("SERIES COLUMN", _int("SERIES COLUMN", 1), "1-based column of the series (default 1)"),
+    ParamSpec("SERIES WINDOW", _int("SERIES WINDOW", 2), "window length = image width (default 16)"),
+    ParamSpec("SERIES RESOLUTION", _int("SERIES RESOLUTION", 2),
+              "image height (default 16)"),
+    ParamSpec("SERIES SHIFT", _int("SERIES SHIFT", 1), "records between windows (default 1)"),
+    ParamSpec("SERIES FRAC FULL", _float("SERIES FRAC FULL", 0.0, 1.0),
+              "fraction of windows scaled to full height (default 0.2)"),
+]
+
+DEFAULT_PARAMETERS = {
+    "MAX BATCH": 100, "MAX HID GRAD": 65535, "MAX MEM GRAD": 2047, "ANNEAL ITERS": 100,
+    "ANNEAL RANGE": 0.1, "MAXITERS": 1000, "TOL": 0.00005, "WPEN": 0.0, "CUDA": "AUTO",
+    "THREADS": None, "RANDOM SEED": None, "SERIES COLUMN": 1, "SERIES WINDOW": 16,
+    "SERIES RESOLUTION": 16, "SERIES SHIFT": 1, "SERIES FRAC FULL": 0.2,
+}
+
+_PARAM_BY_NAME: Dict[Tuple[str, ...], ParamSpec] = {}
+for _p in PARAMETERS:
+    for _n in (_p.name,) + _p.aliases:
+        _PARAM_BY_NAME[tuple(_n.split())] = _p
+# Longest phrases first so "SERIES TARGET NO DIFF" wins over "SERIES TARGET DIFF" style prefixes.
+_COMMANDS_BY_LENGTH = sorted(COMMANDS, key=lambda c: -len(c.words))
+
+
+def all_keywords():
+    """Every command phrase and parameter name, for suggestions and docs."""
+    return [c.phrase for c in COMMANDS] + [f"{p.name} =" for p in PARAMETERS] + \
+        [f"{a} =" for p in PARAMETERS for a in p.aliases]
+
+
+# ---------------------------------------------------------------------------------- the lexer
+@dataclass
+class Token:
+    text: str
+    quoted: bool = False
+
+
+_TOKEN = re.compile(r'\s*(?:"([^"]*)"|(=)|([^\s="]+)|("))')
+
+
+def tokenize(text):
+    """Split a line into words, '=' and quoted names. Raises ValueError on an unclosed quote."""
+    tokens = []
+    pos = 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m:
+            break
+        quoted, equals, word, stray = m.groups()
+        if stray is not None:
+            raise ValueError("a quoted file name is missing its closing double quote")
+        if quoted is not None:
+            tokens.append(Token(quoted, True))
+        elif equals is not None:
+            tokens.append(Token("="))
+        else:
+            tokens.append(Token(word))
+        pos = m.end()
+    return tokens
+
+
+def _suggest(words):
+    """The registry phrase closest to what was written, or None."""
+    written = " ".join(words).upper()
+    phrases = [c.phrase for c in COMMANDS] + [p.name for p in PARAMETERS]
+    phrases += [a for p in PARAMETERS for a in p.aliases]
+    best = difflib.get_close_matches(written, phrases, n=1, cutoff=0.5)
+    if not best:
+        # compare with the same number of leading words as each phrase has
+        scored = []
+        for ph in phrases:
+            n = len(ph.split())
+            cand = " ".join(words[:n]).upper()
+            r = difflib.SequenceMatcher(None, cand, ph).ratio()
+            scored.append((r, ph))
+        r, ph = max(scored)
+        if r >= 0.6:
+            best = [ph]
+    return best[0] if best else None
+
+
+def parse_line(text, file=None, line=None):
+    """Parse one control line. Returns a Command, or None for a blank or comment line."""
+    stripped = text.strip()
+    if not stripped or stripped.startswith("//"):
+        return None
+
+    def err(msg):
+        return ConvnetError(msg, file, line)
+
+    try:
+        tokens = tokenize(stripped)
+    except ValueError as e:
+        raise err(str(e)) from None
+    if not tokens:
+        return None
+
+    # NAME = value
+    if any(t.text == "=" and not t.quoted for t in tokens):
+        eq = next(i for i, t in enumerate(tokens) if t.text == "=" and not t.quoted)
+        name_words = tuple(t.text.upper() for t in tokens[:eq])
+        spec = _PARAM_BY_NAME.get(name_words)
+        if spec is None:
+            hint = _suggest([t.text for t in tokens[:eq]])
+            msg = f"unknown parameter '{' '.join(t.text for t in tokens[:eq])}'"
+            raise err(msg + (f" (did you mean {hint}?)" if hint else ""))
+        values = tokens[eq + 1:]
+        if len(values) != 1:
+            raise err(f"{spec.name} needs exactly one value: {spec.name} = {spec.arg.describe()}")
+        try:
+            value = spec.arg.convert(values[0], spec.name)
+        except ValueError as e:
+            raise err(str(e)) from None
+        return Command("SET", {"name": spec.name, "value": value}, file, line, stripped)
+
+    upper = [t.text.upper() if not t.quoted else None for t in tokens]
+    for spec in _COMMANDS_BY_LENGTH:
+        n = len(spec.words)
+        if tuple(upper[:n]) == spec.words:
+            return _parse_args(spec, tokens[n:], file, line, stripped)
+    hint = _suggest([t.text for t in tokens if not t.quoted])
+    msg = f"unknown command '{stripped}'"
+    raise err(msg + (f" (did you mean {hint}?)" if hint else ""))
+
+
+def _parse_args(spec, tokens, file, line, text):
+    def err(msg):
+        return ConvnetError(msg, file, line)
+
+    args = dict(spec.fixed)
+    if spec.flag_before_last and len(tokens) == len(spec.args) + 1:
+        flag = tokens[-2]
+        if flag.quoted or flag.text.upper() != spec.flag_before_last:
+            raise err(f"{spec.phrase}: expected {spec.flag_before_last} or the file name, "
+                      f"not '{flag.text}' (usage: {spec.usage()})")
+        args[spec.flag_before_last.lower()] = True
+        tokens = tokens[:-2] + tokens[-1:]
+    elif spec.flag_before_last:
+        args[spec.flag_before_last.lower()] = False
+    if len(tokens) != len(spec.args):
+        if spec.args:
+            got = "nothing" if not tokens else f"{len(tokens)}"
+            raise err(f"{spec.phrase} takes {len(spec.args)} argument"
+                      f"{'s' if len(spec.args) != 1 else ''}, got {got} (usage: {spec.usage()})")
+        raise err(f"{spec.phrase} takes no arguments, got '{' '.join(t.text for t in tokens)}'")
+    for arg, tok in zip(spec.args, tokens):
+        try:
+            args[arg.name.lower().replace(".png", "")] = arg.convert(tok, spec.phrase)
+        except ValueError as e:
+            raise err(str(e)) from None
+    if spec.command_name == "LAYER":
+        kind = args.pop("kind")
+        numbers = [args[a.name.lower()] for a in spec.args]
+        args = {"spec": LayerSpec.from_words(kind, numbers, file, line)}
+    elif spec.phrase == "KEEP CASES" and args["last"] < args["first"]:
+        raise err(f"KEEP CASES: Last ({args['last']}) is before First ({args['first']})")
+    return Command(spec.command_name, args, file, line, text)
+
+
+def parse_layer_line(text, file=None, line=None):
+    """Parse one layer line into a LayerSpec (raises ConvnetError for anything else)."""
+    cmd = parse_line(text, file, line)
+    if cmd is None or cmd.name != "LAYER":
+        raise ConvnetError(f"not a layer line: '{text.strip()}'", file, line)
+    return cmd.args["spec"]
+
+
+def resolve_input(path, control_path):
+    """Input file names resolve against the control file's own folder."""
+    if os.path.isabs(path) or control_path is None:
+        return path
+    return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(control_path)), path))
+
+
+def parse_file(path, display_name=None):
+    """Parse a whole control file; every syntax error is found before anything runs."""
+    name = display_name or path
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise ConvnetError("control file not found", name) from None
+    except IsADirectoryError:
+        raise ConvnetError("is a folder, not a control file", name) from None
+    except OSError as e:
+        raise ConvnetError(f"cannot read control file: {e.strerror}", name) from None
+    commands = []
+    for number, text in enumerate(lines, start=1):
+        cmd = parse_line(text, name, number)
+        if cmd is not None:
+            if "filename" in cmd.args and cmd.name not in ("SAVE MODEL",):
+                cmd.args["path"] = resolve_input(cmd.args["filename"], path)
+            commands.append(cmd)
+    return commands, lines

@@ -1,0 +1,35 @@
+"""User-facing errors: one line, naming the file and line where there is one."""
+
+
+class ConvnetError(Exception):
+    """A user error (bad control line, bad data file, impossible architecture).
+
+    The command line prints ``convnet: error: FILE:LINE: message`` and exits with status 2.
+    """
+
+    def __init__(self, message, file=None, line=None):
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.line = line
+
+    def located(self, file=None, line=None):
+        """Return this error with a file / line filled in where it had none."""
+        if self.file is None and file is not None:
+            self.file = file
+        if self.line is None and line is not None:
+            self.line = line
+        return self
+
+    def __str__(self):
+        where = ""
+        if self.file is not None:
+            where = f"{self.file}:"
+            if self.line is not None:
+                where += f"{self.line}:"
+            where += " "
+        return f"{where}{self.message}"
+
+
+class Interrupted(Exception):
+    """Raised when the user asks to end the run at once (a second Ctrl-C)."""
