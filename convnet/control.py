@@ -423,3 +423,25 @@ def parse_file(path, display_name=None):
                 cmd.args["path"] = resolve_input(cmd.args["filename"], path)
             commands.append(cmd)
     return commands, lines
+
+
+def keyword_reference():
+    """The control-language reference in Markdown, made from the registry (docs/control-language.md)."""
+    out = ["# Control-file language", "",
+           "Made from the keyword registry in `convnet/control.py` "
+           "(`python -m convnet.control > docs/control-language.md`).", "",
+           "One command per line; keywords are case-insensitive; `//` starts a comment; file names "
+           "are in double quotes. Input files resolve against the control file's folder, output "
+           "files (pictures, saved models) against `--out`.", "",
+           "## Commands", "", "| line | meaning |", "|---|---|"]
+    for spec in COMMANDS:
+        out.append(f"| `{spec.usage()}` | {spec.help} |")
+    out += ["", "## Parameters (`NAME = value`)", "", "| parameter | meaning |", "|---|---|"]
+    for p in PARAMETERS:
+        names = " or ".join(f"`{n} = {p.arg.describe()}`" for n in (p.name,) + p.aliases)
+        out.append(f"| {names} | {p.help} |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(keyword_reference(), end="")

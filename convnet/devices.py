@@ -1,0 +1,46 @@
+"""Is a CUDA device usable here, and what is there? (``convnet devices``, CUDA = AUTO)."""
+
+import os
+
+
+def cuda_status():
+    """(usable, reason): whether PyCUDA imports and finds a GPU; reason says why not."""
+    try:
+        import pycuda.driver as drv
+    except ImportError:
+        return False, "PyCUDA is not installed (pip install 'convnet[cuda]')"
+    except Exception as e:  # a broken CUDA installation raises all sorts of errors
+        return False, f"PyCUDA cannot load: {e}"
+    try:
+        drv.init()
+        count = drv.Device.count()
+    except Exception as e:
+        return False, f"no CUDA driver or device: {e}"
+    if count < 1:
+        return False, "no CUDA device found"
+    return True, f"{count} CUDA device{'s' if count > 1 else ''}"
+
+
+def host_threads():
+    """The host thread count a run uses by default: every core this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def report():
+    """Lines for ``convnet devices``: each GPU (name, memory, compute capability) or why none."""
+    usable, reason = cuda_status()
+    lines = []
+    if usable:
+        import pycuda.driver as drv
+        for i in range(drv.Device.count()):
+            dev = drv.Device(i)
+            major, minor = dev.compute_capability()
+            lines.append(f"CUDA device {i}: {dev.name()}, {dev.total_memory() // 2 ** 20} MiB, "
+                         f"compute capability {major}.{minor}")
+    else:
+        lines.append(f"No usable CUDA device: {reason}")
+    lines.append(f"Host threads: {host_threads()}")
+    return lines

@@ -1,0 +1,450 @@
+"""A session: executes control-file commands in order (data, parameters, layers, model, log).
+
+Data, model and parameters carry over from command to command and from file to file. Every line is
+echoed to CONVNET.LOG as it is reached, so the log shows exactly what ran up to any error or
+interruption.
+
+``check`` mode (``convnet check``) does everything except the expensive work: it parses, reads the
+data (which validates every header and record), builds each architecture and reports it, and checks
+that every command could run in its place (a TEST has a model whose shape matches the data, and so on).
+"""
+
+import os
+import signal
+import sys
+from contextlib import contextmanager
+
+import numpy as np
+
+from . import __version__
+from .architecture import Architecture, CONV
+from .control import DEFAULT_PARAMETERS, parse_file
+from .errors import ConvnetError, Interrupted
+from .logs.writer import LogWriter
+
+_SERIES_FLAG_COMMANDS = ("SERIES TRANSFORM", "SERIES TARGET", "SERIES CLASS", "SERIES HEADER")
+
+
+class Interrupt:
+    """Counts Ctrl-C presses: the first asks the running phase to move on, the second ends the run.
+
+    While ``active`` is False (no interruptible phase is running) the first press ends the run.
+    """
+
+    def __init__(self):
+        self.count = 0
+        self.active = False
+
+    def reset(self):
+        self.count = 0
+
+    def handler(self, signum, frame):
+        self.count += 1
+        if self.count >= 2 or not self.active:
+            raise Interrupted("run ended by the user (Ctrl-C)")
+
+    @contextmanager
+    def phase(self):
+        """An interruptible phase: a first Ctrl-C is left for the phase to notice."""
+        self.reset()
+        self.active = True
+        try:
+            yield self
+        finally:
+            self.active = False
+
+
+@contextmanager
+def _sigint(interrupt):
+    """Install the Ctrl-C handler while a session runs (main thread only)."""
+    try:
+        previous = signal.signal(signal.SIGINT, interrupt.handler)
+    except ValueError:           # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class Session:
+    """Executes commands; holds the data, the layer list, the parameters and the model."""
+
+    def __init__(self, out=".", device="auto", threads=None, seed=None, quiet=False,
+                 check_only=False, echo=None, log_name="CONVNET.LOG"):
+        self.out = out
+        self.device_option = device              # the command line's --device
+        self.threads_option = threads
+        self.quiet = quiet
+        self.check_only = check_only
+        self.echo = echo                         # callable(line) for `convnet check` output
+        self.params = dict(DEFAULT_PARAMETERS)
+        if threads is not None:
+            self.params["THREADS"] = threads
+        self.seed = seed if seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
+        self.seed_given = seed is not None
+        self.rng = np.random.default_rng(self.seed)
+        self.series_settings = {}                # SERIES keyword settings (transform, target, ...)
+        self.dataset = None
+        self.layer_specs = []                    # the layer list being built
+        self.layers_closed = False               # a TRAIN used the list; new layer lines start anew
+        self.model = None                        # the last trained or loaded Model
+        self.model_device = None                 # 'cpu' or 'cuda': where self.model computes
+        self.model_arch = None                   # its architecture (also set in check mode)
+        self.model_series = None                 # series scaling kept with the model
+        self.results = []                        # TrainResult / TestResult objects in order
+        self.interrupt = Interrupt()
+        self.device_note_written = False
+        self.log = None
+        if not check_only:
+            os.makedirs(out, exist_ok=True)
+            self.log = LogWriter(os.path.join(out, log_name))
+        else:
+            self.log = LogWriter(None)
+
+    # ------------------------------------------------------------------ running files
+    def run(self, paths):
+        """Parse every file first (a syntax error stops the run before any work), then execute."""
+        parsed = []
+        for path in paths:
+            commands, lines = parse_file(path, display_name=path)
+            parsed.append((path, commands, lines))
+        self.log.write(f"Session: convnet {__version__}; control files: {' '.join(paths)}")
+        self.log.write(f"Random seed = {self.seed}{'' if self.seed_given else ' (chosen at random)'}")
+        with _sigint(self.interrupt):
+            for path, commands, lines in parsed:
+                self.run_commands(path, commands, lines)
+        return self
+
+    def run_commands(self, path, commands, lines):
+        self.log.write(f"Control file {path}")
+        by_line = {c.line: c for c in commands}
+        for number, text in enumerate(lines, start=1):
+            if not text.strip():
+                continue
+            self.log.write(text.rstrip())
+            cmd = by_line.get(number)
+            if cmd is not None:
+                try:
+                    self.execute(cmd)
+                except ConvnetError as e:
+                    raise e.located(cmd.file, cmd.line)
+
+    def close(self):
+        if self.log is not None:
+            self.log.close()
+
+    # ------------------------------------------------------------------ dispatch
+    def execute(self, cmd):
+        name = cmd.name
+        if name == "SET":
+            return self._set(cmd)
+        if name in _SERIES_FLAG_COMMANDS:
+            self.series_settings.update(cmd.args)
+            return None
+        if name == "LAYER":
+            if self.layers_closed:
+                self.layer_specs = []
+                self.layers_closed = False
+            self.layer_specs.append(cmd.args["spec"])
+            return None
+        handler = getattr(self, "_cmd_" + name.lower().replace(" ", "_"))
+        return handler(cmd)
+
+    def _set(self, cmd):
+        name, value = cmd.args["name"], cmd.args["value"]
+        self.params[name] = value
+        if name == "RANDOM SEED":
+            self.seed = value
+            self.seed_given = True
+            self.rng = np.random.default_rng(value)
+        return None
+
+    # ------------------------------------------------------------------ data
+    def _need_no_data(self, cmd):
+        if self.dataset is not None:
+            raise cmd.error(f"{cmd.name}: data is already present (use CLEAR first)")
+
+    def _cmd_make_image(self, cmd):
+        from .data.synthetic import make_image
+        self._need_no_data(cmd)
+        a = cmd.args
+        self.dataset = make_image(a["rows"], a["columns"], a["bands"], a["classes"], a["cases"],
+                                  self.rng)
+        self._data_note(cmd)
+
+    def _cmd_read_mnist_image(self, cmd):
+        from .data import mnist
+        self._need_no_data(cmd)
+        self.dataset = mnist.read_images(cmd.args["path"])
+        self._data_note(cmd)
+
+    def _cmd_read_mnist_labels(self, cmd):
+        from .data import mnist
+        if self.dataset is None or self.dataset.kind != "MNIST":
+            raise cmd.error("READ MNIST LABELS must follow READ MNIST IMAGE")
+        if self.dataset.classes is not None:
+            raise cmd.error("MNIST labels were already read for these images (use CLEAR first)")
+        self.dataset = mnist.read_labels(cmd.args["path"], self.dataset)
+        self._data_note(cmd)
+
+    def _cmd_read_c10_image(self, cmd):
+        from .data import cifar
+        if self.dataset is not None and self.dataset.kind != "C10":
+            raise cmd.error("READ C10 IMAGE: other data is already present (use CLEAR first)")
+        self.dataset = cifar.read_c10(cmd.args["path"], existing=self.dataset)
+        self._data_note(cmd)
+
+    def _cmd_read_series(self, cmd):
+        from .data import series
+        self._need_no_data(cmd)
+        p = self.params
+        settings = series.SeriesSettings(
+            column=p["SERIES COLUMN"], window=p["SERIES WINDOW"], resolution=p["SERIES RESOLUTION"],
+            shift=p["SERIES SHIFT"], frac_full=p["SERIES FRAC FULL"], **self.series_settings)
+        self.dataset = series.read_series(cmd.args["path"], settings, scaling=self.model_series)
+        self._data_note(cmd)
+        if self.model_series is not None:
+            self.log.write("   (imaged and classed with the trained model's series scale and thresholds)")
+
+    def _cmd_clear(self, cmd):
+        self.dataset = None
+
+    def _cmd_keep_cases(self, cmd):
+        self._need_data(cmd, labels=False)
+        self.dataset = self.dataset.keep_cases(cmd.args["first"], cmd.args["last"])
+        self._data_note(cmd)
+
+    def _data_note(self, cmd):
+        d = self.dataset
+        labels = "" if d.classes is not None else " (labels not read yet)"
+        self.log.write(f"   Data: {d.n_cases} cases of {d.rows} rows, {d.cols} columns and {d.bands} "
+                       f"bands, {d.n_classes} classes{labels}")
+
+    def _need_data(self, cmd, labels=True):
+        if self.dataset is None:
+            raise cmd.error(f"{cmd.name} needs data: read or make data first")
+        if labels and self.dataset.classes is None:
+            raise cmd.error(f"{cmd.name}: the MNIST labels have not been read (READ MNIST LABELS)")
+        return self.dataset
+
+    # ------------------------------------------------------------------ model
+    def _need_model(self, cmd):
+        if self.model_arch is None:
+            raise cmd.error(f"{cmd.name} needs a model: TRAIN or LOAD MODEL first")
+
+    def current_device(self):
+        """The device the next TRAIN / TEST uses: the command line's --device, else CUDA =."""
+        opt = (self.device_option or "auto").lower()
+        if opt != "auto":
+            return opt
+        return {"YES": "cuda", "NO": "cpu", "AUTO": "auto"}[self.params["CUDA"]]
+
+    def _resolve_device(self, cmd):
+        """'cpu' or 'cuda'; AUTO falls back to the host path and says so in the log."""
+        wanted = self.current_device()
+        if wanted == "cpu":
+            return "cpu"
+        from .devices import cuda_status
+        usable, reason = cuda_status()
+        if wanted == "cuda":
+            if not usable:
+                raise cmd.error(f"CUDA was requested but is not usable: {reason}")
+            return "cuda"
+        if usable:
+            return "cuda"
+        if not self.device_note_written:
+            self.log.write(f"   CUDA not usable ({reason}); using the host path")
+            self.device_note_written = True
+        return "cpu"
+
+    def _threads(self):
+        return self.params["THREADS"]
+
+    def _make_model(self, arch, device):
+        from .model import Model
+        return Model(arch, device=device, threads=self._threads(), params=self.params)
+
+    def _cmd_train(self, cmd):
+        data = self._need_data(cmd)
+        if not self.layer_specs:
+            raise cmd.error("TRAIN needs at least one layer line before it")
+        arch = Architecture(self.layer_specs, data.rows, data.cols, data.bands, data.n_classes)
+        self.layers_closed = True
+        self.log.write(arch.report())
+        if self.echo:
+            for line in arch.report():
+                self.echo(line)
+        self.model_arch = arch
+        self.model_series = getattr(data, "series", None)
+        if self.check_only:
+            return None
+        device = self._resolve_device(cmd)
+        self.model = self._make_model(arch, device)
+        self.model_device = device
+        self._log_parameters(device)
+        from .train.trainer import train
+        with self.interrupt.phase():
+            result = train(self.model, data, self.params, self.log, self.interrupt, self.rng,
+                           progress=self._progress())
+        self.results.append(result)
+        self._after_train(result, device)
+        return result
+
+    def _log_parameters(self, device):
+        p = self.params
+        threads = p["THREADS"] or "all cores"
+        self.log.write(f"Training parameters: ANNEAL ITERS = {p['ANNEAL ITERS']}, ANNEAL RANGE = "
+                       f"{p['ANNEAL RANGE']}, MAXITERS = {p['MAXITERS']}, TOL = {p['TOL']}, "
+                       f"WPEN = {p['WPEN']}")
+        where = "CUDA device" if device == "cuda" else f"host ({threads} threads)"
+        self.log.write(f"Computing on the {where}")
+
+    def _progress(self):
+        """A live progress line on a terminal, or None."""
+        if self.quiet or self.check_only or not sys.stdout.isatty():
+            return None
+        try:
+            from .display import ProgressLine
+        except ImportError:
+            return None
+        return ProgressLine(sys.stdout)
+
+    def _after_train(self, result, device):
+        """Pictures and the device log that follow a TRAIN."""
+        try:
+            from .display import criterion_curve
+        except ImportError:
+            criterion_curve = None
+        if criterion_curve is not None:
+            criterion_curve(result, os.path.join(self.out, "criterion.png"))
+        if device == "cuda":
+            from .device.cuda_log import write_cuda_log
+            write_cuda_log(os.path.join(self.out, "CUDA.LOG"), self.model.backend, self.model.arch,
+                           self.params)
+
+    def _cmd_test(self, cmd):
+        data = self._need_data(cmd)
+        self._need_model(cmd)
+        data.check_matches(self.model_arch.rows, self.model_arch.cols, self.model_arch.bands,
+                           self.model_arch.n_classes)
+        if self.check_only:
+            return None
+        device = self._resolve_device(cmd)
+        if self.model_device != device:         # a trained model can be tested on either path
+            weights = self.model.weights.copy()
+            self.model = self._make_model(self.model_arch, device)
+            self.model.weights = weights
+            self.model_device = device
+        from .train.trainer import test
+        result = test(self.model, data, self.log)
+        self.results.append(result)
+        return result
+
+    def _cmd_print_weights(self, cmd):
+        self._need_model(cmd)
+        if self.check_only:
+            return
+        from .logs.weights import format_weights
+        self.log.write(format_weights(self.model.arch, self.model.weights))
+
+    def _output_path(self, name):
+        return name if os.path.isabs(name) else os.path.join(self.out, name)
+
+    def _cmd_save_model(self, cmd):
+        self._need_model(cmd)
+        if self.check_only:
+            return
+        from .modelfile import save_model
+        path = self._output_path(cmd.args["filename"])
+        save_model(path, self.model, series_info=self.model_series)
+        self.log.write(f"   Model saved to {path}")
+
+    def _cmd_load_model(self, cmd):
+        from .modelfile import load_model
+        path = cmd.args["path"]
+        if not os.path.exists(path) and not os.path.isabs(cmd.args["filename"]):
+            # a model saved earlier in this run lies under --out
+            alt = self._output_path(cmd.args["filename"])
+            if os.path.exists(alt):
+                path = alt
+        loaded = load_model(path)
+        self.model_arch = loaded.arch
+        self.model_series = loaded.series
+        self.layers_closed = True
+        self.log.write(f"   Model loaded from {path}")
+        self.log.write(loaded.arch.report())
+        if self.check_only:
+            return
+        self.model_device = self._resolve_device(cmd)
+        self.model = self._make_model(loaded.arch, self.model_device)
+        self.model.weights = loaded.weights
+
+    # ------------------------------------------------------------------ pictures
+    def _cmd_display_training_images(self, cmd):
+        data = self._need_data(cmd, labels=False)
+        if data.bands not in (1, 3):
+            raise cmd.error(f"DISPLAY TRAINING IMAGES shows 1 or 3 bands; these images have {data.bands}")
+        if self.check_only:
+            return
+        from .display import training_images
+        a = cmd.args
+        training_images(data, a["first"], a["rows"], a["columns"], self._output_path(a["file"]))
+
+    def _cmd_display_filter_images(self, cmd):
+        self._need_model(cmd)
+        arch = self.model_arch
+        if not arch.layers or arch.layers[0].kind != CONV:
+            raise cmd.error("DISPLAY FILTER IMAGES needs a model whose first hidden layer is convolutional")
+        if arch.bands not in (1, 3):
+            raise cmd.error(f"DISPLAY FILTER IMAGES shows 1 or 3 bands; the model's input has {arch.bands}")
+        if self.check_only:
+            return
+        from .display import filter_images
+        a = cmd.args
+        filter_images(self.model, a["first"], a["rows"], a["columns"], a["individual"],
+                      self._output_path(a["file"]))
+
+    def _cmd_display_activation_images(self, cmd):
+        self._need_model(cmd)
+        data = self._need_data(cmd, labels=False)
+        a = cmd.args
+        if not self.model_arch.layers:
+            raise cmd.error("DISPLAY ACTIVATION IMAGES needs a model with a hidden layer")
+        if a["case"] > data.n_cases:
+            raise cmd.error(f"DISPLAY ACTIVATION IMAGES: case {a['case']} is past the last case "
+                            f"({data.n_cases})")
+        data.check_matches(self.model_arch.rows, self.model_arch.cols, self.model_arch.bands,
+                           self.model_arch.n_classes)
+        if self.check_only:
+            return
+        from .display import activation_images
+        activation_images(self.model, data, a["first"], a["rows"], a["columns"], a["case"],
+                          self._output_path(a["file"]))
+
+
+def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True):
+    """Run control files like ``convnet run`` and return the finished Session."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [os.fspath(p) for p in paths]
+    session = Session(out=out, device=device, threads=threads, seed=seed, quiet=quiet)
+    try:
+        session.run(paths)
+    except ConvnetError as e:
+        session.log.write(f"ERROR: {e}")
+        raise
+    finally:
+        session.close()
+    return session
+
+
+def check(paths, echo=print):
+    """Validate control files without training (``convnet check``); returns the Session."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    session = Session(check_only=True, echo=echo)
+    session.run([os.fspath(p) for p in paths])
+    return session
+
