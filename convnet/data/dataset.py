@@ -1,0 +1,147 @@
+"""The data set every command works on: images, classes and, for a series, how it was imaged.
+
+A :class:`Dataset` is immutable in practice: every operation (``keep_cases``, reading MNIST labels)
+returns a new one.
+
+Errors
+------
+Every problem is a :class:`convnet.errors.ConvnetError`. Problems with the data set as a whole
+(a case range outside the data, a test set that does not fit the model) carry no file or line:
+the session that runs the control file fills in the control line that asked for them.
+"""
+
+import numpy as np
+
+from ..errors import ConvnetError
+
+KINDS = ("MAKE", "MNIST", "C10", "SERIES")
+
+_KIND_WORDS = {"MAKE": "MAKE IMAGE", "MNIST": "MNIST", "C10": "CIFAR-10", "SERIES": "series"}
+
+
+def _plural(n, word):
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+class Dataset:
+    """Images with their classes.
+
+    Parameters
+    ----------
+    inputs : array (n_cases, bands, rows, cols)
+        Stored as float64, C-contiguous.
+    classes : array (n_cases,) of 0-based class numbers, or None
+        None only for MNIST images whose labels have not been read yet.
+    n_classes : int
+        Number of classes (at least 2).
+    kind : str
+        Where the data came from: ``"MAKE"``, ``"MNIST"``, ``"C10"`` or ``"SERIES"``.
+    series : convnet.data.series.SeriesInfo or None
+        For series data: the scale and class thresholds these images were made with. This is what
+        a trained model keeps (and SAVE MODEL stores) to image and class a test series.
+    series_cases : convnet.data.series.SeriesCases or None
+        For series data: the windows and targets behind the images, so that KEEP CASES can image
+        the kept cases again with a scale and thresholds computed from them alone.
+    """
+
+    def __init__(self, inputs, classes, n_classes, kind, series=None, series_cases=None):
+        if kind not in KINDS:
+            raise ValueError(f"unknown data kind {kind!r}")
+        inputs = np.ascontiguousarray(inputs, dtype=np.float64)
+        if inputs.ndim != 4:
+            raise ValueError(f"inputs must be (cases, bands, rows, cols), not shape {inputs.shape}")
+        n_classes = int(n_classes)
+        if n_classes < 2:
+            raise ValueError(f"at least 2 classes are needed, not {n_classes}")
+        if classes is not None:
+            classes = np.ascontiguousarray(classes, dtype=np.int64)
+            if classes.shape != (inputs.shape[0],):
+                raise ValueError(f"classes must have shape ({inputs.shape[0]},), not {classes.shape}")
+            if classes.size and (classes.min() < 0 or classes.max() >= n_classes):
+                raise ValueError(f"classes must lie in 0..{n_classes - 1}")
+        self.inputs = inputs
+        self.classes = classes
+        self.n_classes = n_classes
+        self.kind = kind
+        self.series = series
+        self.series_cases = series_cases
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def n_cases(self):
+        """Number of images."""
+        return self.inputs.shape[0]
+
+    @property
+    def bands(self):
+        """Bands (colour planes) per image: 1 for gray and series images, 3 for CIFAR-10."""
+        return self.inputs.shape[1]
+
+    @property
+    def rows(self):
+        """Image height."""
+        return self.inputs.shape[2]
+
+    @property
+    def cols(self):
+        """Image width."""
+        return self.inputs.shape[3]
+
+    @property
+    def targets(self):
+        """For series data, each case's target value (the thing its class comes from); else None."""
+        return None if self.series_cases is None else self.series_cases.targets
+
+    def describe(self):
+        """One line for the log, e.g. ``MNIST: 3000 cases of 28 x 28, 1 band, 10 classes``."""
+        labels = "" if self.classes is not None else " (labels not read yet)"
+        return (f"{_KIND_WORDS[self.kind]}: {_plural(self.n_cases, 'case')} of {self.rows} x "
+                f"{self.cols}, {_plural(self.bands, 'band')}, {self.n_classes} classes{labels}")
+
+    def __repr__(self):
+        return f"<Dataset {self.describe()}>"
+
+    # ------------------------------------------------------------------ operations
+    def keep_cases(self, first, last):
+        """Return a new data set holding cases ``first``..``last`` (1-based, inclusive).
+
+        For series data the scale q and the class thresholds are computed again from the kept
+        cases, and the kept windows are imaged and classed with them, unless the images were made
+        with a trained model's scale and thresholds (a test series): those are kept as they are.
+        """
+        first, last = int(first), int(last)
+        if first < 1 or last < first or last > self.n_cases:
+            raise ConvnetError(
+                f"KEEP CASES {first} {last}: the data has {_plural(self.n_cases, 'case')}, "
+                f"so the range must lie within 1..{self.n_cases} with First <= Last")
+        if self.kind == "MNIST" and self.classes is None:
+            raise ConvnetError(f"KEEP CASES {first} {last}: read the MNIST labels first "
+                               "(READ MNIST LABELS), then keep cases")
+        if self.series_cases is not None:
+            from .series import image_cases
+            cases = self.series_cases.subset(first - 1, last)
+            scaling = None if cases.own_scaling else self.series
+            inputs, classes, info = image_cases(cases, scaling)
+            return Dataset(inputs, classes, info.n_classes, self.kind, info, cases)
+        classes = None if self.classes is None else self.classes[first - 1:last].copy()
+        return Dataset(self.inputs[first - 1:last].copy(), classes, self.n_classes, self.kind,
+                       self.series, None)
+
+    def check_matches(self, rows, cols, bands, n_classes):
+        """Raise ConvnetError unless these images fit a model made for the given shape and classes.
+
+        Used before testing a trained (or loaded) model on the current data.
+        """
+        mine = (self.rows, self.cols, self.bands, self.n_classes)
+        theirs = (int(rows), int(cols), int(bands), int(n_classes))
+        if mine == theirs:
+            return
+        differ = []
+        if mine[:2] != theirs[:2]:
+            differ.append(f"images are {self.rows} x {self.cols}, the model's are {rows} x {cols}")
+        if mine[2] != theirs[2]:
+            differ.append(f"images have {_plural(self.bands, 'band')}, the model's "
+                          f"{_plural(int(bands), 'band')}")
+        if mine[3] != theirs[3]:
+            differ.append(f"data has {self.n_classes} classes, the model {n_classes}")
+        raise ConvnetError("the data does not fit the trained model: " + "; ".join(differ))
