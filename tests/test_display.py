@@ -1,0 +1,254 @@
+"""PNG pictures: every file is decoded and its pixels checked against what it shows."""
+
+import math
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from convnet import display
+from convnet.architecture import Architecture
+from convnet.data.dataset import Dataset
+from convnet.errors import ConvnetError
+
+SEP = np.array(display.SEPARATOR_COLOUR, dtype=np.uint8)
+
+
+def tone(v):
+    """The byte a tone in [0, 1] becomes."""
+    return int(np.clip(np.rint(v * 255.0), 0, 255))
+
+
+def decode(path):
+    with Image.open(path) as im:
+        assert im.format == "PNG"
+        return np.asarray(im.convert("RGB"))
+
+
+def expected_size(tile_h, tile_w, rows, cols):
+    scale = max(1, math.ceil(display.MIN_CELL / max(tile_h, tile_w)))
+    return (cols * tile_w * scale + (cols + 1) * display.SEPARATOR,
+            rows * tile_h * scale + (rows + 1) * display.SEPARATOR), scale
+
+
+def cell(pixels, geom, k):
+    """The tile of cell k read back from the picture at its native size (one pixel per tile pixel)."""
+    x, y = geom.origin(k)
+    block = pixels[y:y + geom.cell_height, x:x + geom.cell_width]
+    small = block[::geom.scale, ::geom.scale]
+    # every enlarged block is uniform (nearest-neighbour scaling)
+    assert np.array_equal(np.repeat(np.repeat(small, geom.scale, 0), geom.scale, 1), block)
+    return small
+
+
+def assert_separators(pixels, geom):
+    """Every pixel outside the cells has the separator colour."""
+    mask = np.ones(pixels.shape[:2], dtype=bool)
+    for k in range(geom.rows * geom.cols):
+        x, y = geom.origin(k)
+        mask[y:y + geom.cell_height, x:x + geom.cell_width] = False
+    assert mask.any()
+    assert (pixels[mask] == SEP).all()
+
+
+# ----------------------------------------------------------------------------- training images
+def small_dataset(n, bands, rows=4, cols=6, seed=0):
+    rng = np.random.default_rng(seed)
+    inputs = rng.random((n, bands, rows, cols))
+    return Dataset(inputs, rng.integers(0, 2, n), 2, "MAKE")
+
+
+def test_training_images_gray_grid_wraps_and_keeps_tones(tmp_path):
+    data = small_dataset(5, 1)
+    path = tmp_path / "train.png"
+    geom = display.training_images(data, 3, 2, 4, str(path))
+    pixels = decode(path)
+    size, scale = expected_size(4, 6, 2, 4)
+    assert (pixels.shape[1], pixels.shape[0]) == size
+    assert geom.scale == scale and geom.cell_width >= display.MIN_CELL
+    assert_separators(pixels, geom)
+    # cases 3, 4, 5, 1, 2, 3, 4, 5: left to right, then down, wrapping past the fifth
+    for k, case in enumerate([3, 4, 5, 1, 2, 3, 4, 5]):
+        got = cell(pixels, geom, k)
+        want = np.vectorize(tone)(data.inputs[case - 1, 0])
+        assert np.array_equal(got[:, :, 0], want), (k, case)
+        assert np.array_equal(got[:, :, 0], got[:, :, 1]) and np.array_equal(got[:, :, 0], got[:, :, 2])
+
+
+def test_training_images_rgb_maps_bands_to_red_green_blue(tmp_path):
+    data = small_dataset(3, 3, rows=5, cols=5, seed=1)
+    path = tmp_path / "rgb.png"
+    geom = display.training_images(data, 1, 1, 3, str(path))
+    pixels = decode(path)
+    assert (pixels.shape[1], pixels.shape[0]) == expected_size(5, 5, 1, 3)[0]
+    for k in range(3):
+        got = cell(pixels, geom, k)
+        for band in range(3):
+            assert np.array_equal(got[:, :, band], np.vectorize(tone)(data.inputs[k, band]))
+
+
+def test_training_images_errors(tmp_path):
+    with pytest.raises(ConvnetError, match="1 or 3 bands"):
+        display.training_images(small_dataset(3, 2), 1, 1, 1, str(tmp_path / "x.png"))
+    with pytest.raises(ConvnetError, match=r"1\.\.3"):
+        display.training_images(small_dataset(3, 1), 4, 1, 1, str(tmp_path / "x.png"))
+    with pytest.raises(ConvnetError, match="cannot write"):
+        (tmp_path / "file").write_text("")
+        display.training_images(small_dataset(3, 1), 1, 1, 1, str(tmp_path / "file" / "x.png"))
+
+
+# ------------------------------------------------------------------------------------- filters
+class FakeModel:
+    """Just what the pictures use: an architecture, weights and first-layer activations."""
+
+    def __init__(self, arch, weights, activations=None):
+        self.arch = arch
+        self.weights = np.asarray(weights, dtype=np.float64)
+        self._activations = activations
+
+    def activations(self, inputs):
+        return [self._activations(inputs)]
+
+
+def conv_model(bands, slices, hw=2, seed=0, first_line=None):
+    arch = Architecture.from_lines([first_line or f"CONVOLUTIONAL LAYER {slices} {hw} {hw} 0 0 1 1"],
+                                   rows=8, cols=8, bands=bands, n_classes=3)
+    rng = np.random.default_rng(seed)
+    return FakeModel(arch, rng.normal(size=arch.n_weights))
+
+
+def filters_of(model):
+    layer = model.arch.layers[0]
+    w = model.weights[layer.weight_slice].reshape(layer.depth, layer.n_prior_weights)[:, :-1]
+    return w.reshape(layer.depth, layer.prior_depth, layer.spec.filter_v, layer.spec.filter_h)
+
+
+def test_filter_images_common_scale_brightest_is_largest_weight(tmp_path):
+    model = conv_model(1, 4)
+    layer = model.arch.layers[0]
+    # a huge bias must not take part in the scale
+    model.weights[layer.weight_offset + layer.n_prior_weights - 1] = 100.0
+    path = tmp_path / "filters.png"
+    geom = display.filter_images(model, 3, 2, 3, False, str(path))
+    pixels = decode(path)
+    size, scale = expected_size(5, 5, 2, 3)
+    assert (pixels.shape[1], pixels.shape[0]) == size and geom.cell_width == 50
+    assert_separators(pixels, geom)
+    f = filters_of(model)
+    order = [3, 4, 1, 2, 3, 4]                       # 1-based slices, wrapping
+    shown = np.array([f[s - 1, 0] for s in order])
+    lo, hi = shown.min(), shown.max()
+    cells = np.array([cell(pixels, geom, k)[:, :, 0] for k in range(6)])
+    for k in range(6):
+        assert np.array_equal(cells[k], np.vectorize(tone)((shown[k] - lo) / (hi - lo)))
+    # the brightest pixel is the largest weight, the darkest the smallest
+    assert np.unravel_index(np.argmax(cells), cells.shape)[1:] == np.unravel_index(
+        np.argmax(shown), shown.shape)[1:]
+    assert cells.max() == 255 and cells.min() == 0
+    k_hi = [k for k in range(6) if shown[k].max() == hi]
+    assert all(cells[k].max() == 255 for k in k_hi)
+
+
+def test_filter_images_individual_scales_each_slice_alone(tmp_path):
+    model = conv_model(1, 3, hw=1, seed=3)
+    model.weights[:10] *= 0.01                       # slice 1 is tiny: common scale makes it flat
+    path = tmp_path / "ind.png"
+    geom = display.filter_images(model, 1, 1, 3, True, str(path))
+    pixels = decode(path)
+    f = filters_of(model)
+    assert geom.scale == 16                          # a 3 x 3 filter becomes 48 x 48
+    for k in range(3):
+        got = cell(pixels, geom, k)[:, :, 0]
+        w = f[k, 0]
+        assert got.max() == 255 and got.min() == 0
+        assert np.array_equal(got, np.vectorize(tone)((w - w.min()) / (w.max() - w.min())))
+    common = tmp_path / "common.png"
+    display.filter_images(model, 1, 1, 3, False, str(common))
+    first = cell(decode(common), geom, 0)[:, :, 0]
+    assert first.max() - first.min() < 10            # the tiny slice is nearly one gray
+
+
+def test_filter_images_rgb_channels_follow_band_weights(tmp_path):
+    model = conv_model(3, 2, hw=2, seed=5)
+    layer = model.arch.layers[0]
+    n = layer.n_prior_weights
+    w = model.weights
+    w[:] = np.clip(w, -1.0, 1.0)
+    # slice 1, filter pixel (0, 0): red weight +3, green and blue -3 -> pure red
+    w[0 * 25 + 0] = 3.0
+    w[1 * 25 + 0] = -3.0
+    w[2 * 25 + 0] = -3.0
+    # slice 2, filter pixel (4, 4): all three bands +3 -> white; pixel (2, 2): all -3 -> black
+    for band in range(3):
+        w[n + band * 25 + 24] = 3.0
+        w[n + band * 25 + 12] = -3.0
+    path = tmp_path / "rgbf.png"
+    geom = display.filter_images(model, 1, 1, 2, False, str(path))
+    pixels = decode(path)
+    one, two = cell(pixels, geom, 0), cell(pixels, geom, 1)
+    assert tuple(one[0, 0]) == (255, 0, 0)
+    assert tuple(two[4, 4]) == (255, 255, 255)
+    assert tuple(two[2, 2]) == (0, 0, 0)
+    f = filters_of(model)
+    for band in range(3):                             # every channel follows its band's weights
+        assert np.array_equal(one[:, :, band], np.vectorize(tone)((f[0, band] + 3.0) / 6.0))
+
+
+def test_filter_images_refuses_non_convolutional_first_layer(tmp_path):
+    model = conv_model(1, 2, first_line="LOCAL LAYER 2 1 1 0 0 1 1")
+    with pytest.raises(ConvnetError, match="convolutional"):
+        display.filter_images(model, 1, 1, 1, False, str(tmp_path / "f.png"))
+    model = conv_model(2, 2)
+    with pytest.raises(ConvnetError, match="1 or 3 bands"):
+        display.filter_images(model, 1, 1, 1, False, str(tmp_path / "f.png"))
+    model = conv_model(1, 2)
+    with pytest.raises(ConvnetError, match=r"1\.\.2"):
+        display.filter_images(model, 3, 1, 1, False, str(tmp_path / "f.png"))
+
+
+# --------------------------------------------------------------------------------- activations
+def test_activation_images_black_is_minus_one_white_is_plus_one(tmp_path):
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 3 1 1 1 1 1 1"], rows=4, cols=5, bands=1,
+                                   n_classes=2)
+    layer = arch.layers[0]
+    seen = []
+
+    def acts(inputs):
+        seen.append(inputs.copy())
+        a = np.linspace(-1.0, 1.0, layer.n_neurons)
+        a[0], a[1] = -1.0, 1.0
+        return a.reshape(1, -1) * (1.0 + 0.0 * inputs.sum())
+    model = FakeModel(arch, np.zeros(arch.n_weights), acts)
+    data = small_dataset(4, 1, rows=4, cols=5)
+    path = tmp_path / "act.png"
+    geom = display.activation_images(model, data, 2, 2, 2, 3, str(path))
+    assert np.array_equal(seen[0], data.inputs[2:3])    # case 3 (1-based)
+    pixels = decode(path)
+    assert (pixels.shape[1], pixels.shape[0]) == expected_size(4, 5, 2, 2)[0]
+    a = np.linspace(-1.0, 1.0, layer.n_neurons)
+    a[0], a[1] = -1.0, 1.0
+    a = a.reshape(3, 4, 5)
+    for k, s in enumerate([2, 3, 1, 2]):
+        got = cell(pixels, geom, k)[:, :, 0]
+        assert np.array_equal(got, np.vectorize(tone)((a[s - 1] + 1.0) / 2.0))
+    first = cell(pixels, geom, 2)[:, :, 0]               # slice 1: its first neurons are -1, +1
+    assert first[0, 0] == 0 and first[0, 1] == 255
+
+
+def test_activation_images_pooling_first_layer_uses_input_range(tmp_path):
+    arch = Architecture.from_lines(["POOLED MAX LAYER 2 2 2 2"], rows=4, cols=4, bands=1, n_classes=2)
+    model = FakeModel(arch, np.zeros(arch.n_weights),
+                      lambda x: x[:, :, ::2, ::2].reshape(1, -1))
+    data = small_dataset(2, 1, rows=4, cols=4)
+    path = tmp_path / "pool.png"
+    geom = display.activation_images(model, data, 1, 1, 1, 2, str(path))
+    got = cell(decode(path), geom, 0)[:, :, 0]
+    assert np.array_equal(got, np.vectorize(tone)(data.inputs[1, 0, ::2, ::2]))
+
+
+def test_activation_images_case_out_of_range(tmp_path):
+    arch = Architecture.from_lines(["FULLY CONNECTED LAYER 2"], rows=2, cols=2, bands=1, n_classes=2)
+    model = FakeModel(arch, np.zeros(arch.n_weights), lambda x: np.zeros((1, 2)))
+    with pytest.raises(ConvnetError, match="case 3"):
+        display.activation_images(model, small_dataset(2, 1, 2, 2), 1, 1, 1, 3,
+                                  str(tmp_path / "a.png"))
