@@ -1,0 +1,89 @@
+"""The live progress line: rewritten in place, elapsed and remaining time, ended by close()."""
+
+import io
+
+from convnet.display import ProgressLine
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+def screen(text):
+    """The lines a terminal shows after ``text``: a carriage return moves back to column 0."""
+    lines, row, col = [[]], 0, 0
+    for ch in text:
+        if ch == "\r":
+            col = 0
+        elif ch == "\n":
+            lines.append([])
+            row, col = row + 1, 0
+        else:
+            line = lines[row]
+            if col < len(line):
+                line[col] = ch
+            else:
+                line.append(ch)
+            col += 1
+    return ["".join(line) for line in lines]
+
+
+def test_progress_line_rewrites_in_place_with_elapsed_and_remaining():
+    stream, clock = io.StringIO(), Clock()
+    progress = ProgressLine(stream, min_interval=0.0, clock=clock)
+    progress("annealing", 0, 0.9, 0.9, total=100)
+    clock.t += 10.0
+    progress("annealing", 10, 0.8, 0.7, total=100)
+    text = stream.getvalue()
+    assert "\n" not in text and text.count("\r") == 2
+    shown = screen(text)
+    assert len(shown) == 1
+    line = shown[0]
+    assert line.startswith("annealing  iteration 10/100  criterion 0.8  best 0.7")
+    assert "elapsed 0:10" in line
+    assert "remaining 1:30" in line                   # 1 s per evaluation, 90 to go
+    clock.t += 5.0
+    progress("refinement", 1, 0.5, 0.5, total=50)     # a new phase: no estimate yet
+    line = screen(stream.getvalue())[0]
+    assert line.startswith("refinement  iteration 1/50  criterion 0.5  best 0.5  elapsed 0:15")
+    assert "remaining" not in line
+    clock.t += 2.0
+    progress("refinement", 3, 0.4, 0.4, total=50)
+    line = screen(stream.getvalue())[0]
+    assert "remaining at most 0:47" in line           # 1 s per iteration, at most 47 more
+    progress.close()
+    assert stream.getvalue().endswith("\n")
+    shown = screen(stream.getvalue())
+    assert shown[-1] == "" and len(shown) == 2
+
+
+def test_progress_line_blanks_leftovers_of_a_longer_line():
+    stream, clock = io.StringIO(), Clock()
+    progress = ProgressLine(stream, min_interval=0.0, clock=clock)
+    progress("annealing", 5, 123456.789, 123456.789, total=1000)
+    progress("final", 1, None, None)
+    progress.close()
+    line = screen(stream.getvalue())[0]
+    assert line.rstrip() == "final  iteration 1  elapsed 0:00"
+
+
+def test_progress_line_throttles_but_close_shows_the_last_state():
+    stream, clock = io.StringIO(), Clock()
+    progress = ProgressLine(stream, min_interval=1.0, clock=clock)
+    for i in range(50):
+        clock.t += 0.01
+        progress("annealing", i, 1.0 / (i + 1), 1.0 / (i + 1), total=50)
+    assert stream.getvalue().count("\r") == 1          # only the first was shown so far
+    progress.close()
+    line = screen(stream.getvalue())[0]
+    assert "iteration 49/50" in line and "best 0.02" in line
+
+
+def test_progress_line_close_without_output_writes_nothing():
+    stream = io.StringIO()
+    ProgressLine(stream).close()
+    assert stream.getvalue() == ""
