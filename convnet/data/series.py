@@ -283,6 +283,8 @@ def read_values(path, column, header=False, log=False):
         if value is None or not math.isfinite(value):
             if not field:
                 msg = f"empty field in column {column}"
+            elif value is not None:
+                msg = f"value '{field}' in column {column} is not a finite number"
             else:
                 msg = f"non-numeric value '{field}' in column {column}"
             if number == 1 and not header:
