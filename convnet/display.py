@@ -349,7 +349,10 @@ def _draw_panel(image, box, panel, fonts):
             continue
         tw, th = _text_size(draw, s.label, small)
         x = px1 - 10 - tw
-        draw.rectangle((x - 22, y + th // 2 - 1, x - 6, y + th // 2 + 2), fill=s.colour)
+        if s.line:
+            draw.rectangle((x - 22, y + th // 2 - 1, x - 6, y + th // 2 + 2), fill=s.colour)
+        else:
+            draw.ellipse((x - 16, y + th // 2 - 3, x - 10, y + th // 2 + 3), fill=s.colour)
         draw.text((x, y - 2), s.label, fill=PLOT_INK, font=small)
         y += th + 6
     return (inner, (x_lo, x_hi, y_lo, y_hi))
@@ -449,3 +452,50 @@ class ProgressLine:
             self.stream.write("\n")
             self.stream.flush()
             self.width = 0
+
+
+# ----------------------------------------------------------------------- the criterion curve
+def _finite_points(points):
+    return [(float(x), float(y)) for x, y in points if y is not None and math.isfinite(y)]
+
+
+def curve_panels(annealing, refinement, annealing_result=None):
+    """The two panels of a criterion curve.
+
+    annealing: (evaluation, criterion) of every annealing evaluation (may be empty);
+    refinement: (iteration, criterion) of refinement, iteration 0 being its starting point;
+    annealing_result: the annealing criterion, shown when the evaluations themselves are unknown.
+    """
+    points = _finite_points(annealing)
+    best, low = [], math.inf            # best so far, drawn as steps
+    for x, y in points:
+        if y < low and best:
+            best.append((x, low))
+        low = min(low, y)
+        best.append((x, low))
+    note = "no annealing evaluations"
+    if annealing_result is not None and math.isfinite(annealing_result):
+        note = f"annealing result {annealing_result:.6g} (evaluations not recorded)"
+    anneal_panel = Panel(
+        "Simulated annealing", "evaluation", "criterion",
+        [Series("each evaluation", [p[0] for p in points], [p[1] for p in points], ANNEAL_POINTS,
+                line=False, points=True),
+         Series("best so far", [p[0] for p in best], [p[1] for p in best], ANNEAL_COLOUR)],
+        empty_note=note)
+    refine = _finite_points(refinement)
+    refine_panel = Panel(
+        "Conjugate-gradient refinement", "iteration", "criterion",
+        [Series("criterion", [p[0] for p in refine], [p[1] for p in refine], REFINE_COLOUR,
+                points=len(refine) <= 60)],
+        empty_note="no refinement iterations")
+    return [anneal_panel, refine_panel]
+
+
+def log_curve(run, path, title=None):
+    """``convnet log plot``: the criterion curve of a TRAIN read from CONVNET.LOG (a reader Run)."""
+    if run.kind != "TRAIN":
+        raise ConvnetError("only a TRAIN has a criterion curve")
+    if not run.annealing and not run.refinement and run.annealing_criterion is None:
+        raise ConvnetError(f"TRAIN {run.index} of the log records no criterion to plot")
+    return plot_panels(curve_panels(run.annealing, run.refinement, run.annealing_criterion), path,
+                       title=title)
