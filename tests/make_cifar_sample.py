@@ -1,15 +1,17 @@
 """Write data/cifar-format-sample.bin: small GENERATED images in the exact CIFAR-10 binary format.
 
 These are not CIFAR-10 pictures. Each record is one label byte (0-9) and 3072 pixel bytes (the red,
-green and blue 32 x 32 planes, each row by row). The class decides the shape drawn (0 horizontal bar,
-1 vertical bar, 2 square, 3 disc, 4 diagonal band, 5 cross, 6 ring, 7 checkerboard, 8 triangle,
+green and blue 32 x 32 planes, each row by row). The class decides the shape drawn (0 horizontal
+bar, 1 vertical bar, 2 square, 3 disc, 4 diagonal band, 5 cross, 6 ring, 7 checkerboard, 8 triangle,
 9 hollow frame); its position, size and colours and the background vary from image to image, with
 noise on every pixel. Labels cycle 0, 1, ..., 9, 0, 1, ...
 
 Everything comes from an integer hash of (image, pixel), not from a library random generator, so
 the file is the same byte for byte on every machine and numpy version.
 
-    python tests/make_cifar_sample.py [OUTPUT] [--images N]      (default data/cifar-format-sample.bin, 200)
+    python tests/make_cifar_sample.py [OUTPUT] [--images N]
+
+(defaults: data/cifar-format-sample.bin, 200 images)
 """
 
 import argparse

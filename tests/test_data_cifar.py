@@ -48,7 +48,8 @@ def test_several_files_are_concatenated(tmp_path):
     b = put(tmp_path, "b.bin", record(2, 40, 50, 60) + record(0, 70, 80, 90))
     d = read_c10(b, existing=read_c10(a))
     assert d.n_cases == 3 and d.classes.tolist() == [1, 2, 0]
-    np.testing.assert_allclose(d.inputs[:, :, 31, 31] * 255, [[10, 20, 30], [40, 50, 60], [70, 80, 90]])
+    np.testing.assert_allclose(d.inputs[:, :, 31, 31] * 255,
+                               [[10, 20, 30], [40, 50, 60], [70, 80, 90]])
 
 
 def test_generated_sample_matches_its_script():

@@ -97,7 +97,8 @@ def test_make_image():
     assert not np.array_equal(d.inputs, other.inputs)
 
 
-@pytest.mark.parametrize("args", [(0, 4, 1, 2, 5), (4, 4, 0, 2, 5), (4, 4, 1, 1, 5), (4, 4, 1, 2, 0)])
+@pytest.mark.parametrize("args", [(0, 4, 1, 2, 5), (4, 4, 0, 2, 5), (4, 4, 1, 1, 5),
+                                  (4, 4, 1, 2, 0)])
 def test_make_image_bad_sizes(args):
     with pytest.raises(ConvnetError, match="MAKE IMAGE"):
         make_image(*args, np.random.default_rng(0))

@@ -1,4 +1,4 @@
-"""READ MNIST IMAGE / LABELS: IDX files made by hand, the real sample in data/, and every bad file."""
+"""READ MNIST IMAGE / LABELS: hand-made IDX files, the real sample in data/, every bad file."""
 
 import gzip
 import os
@@ -116,8 +116,8 @@ def test_image_file_given_as_label_file(tmp_path):
     check_names_file(e, str(tmp_path / "images.idx"), "wrong magic number 0x00000803", "image file")
 
 
-@pytest.mark.parametrize("data", [b"PK\x03\x04 something else entirely", bytes([0, 0, 9, 3]) + b"\0" * 20,
-                                  b"\0\0"])
+@pytest.mark.parametrize("data", [b"PK\x03\x04 something else entirely",
+                                  bytes([0, 0, 9, 3]) + b"\0" * 20, b"\0\0"])
 def test_not_an_idx_file(tmp_path, data):
     path = put(tmp_path, "x", data)
     with pytest.raises(ConvnetError) as e:

@@ -1,4 +1,4 @@
-"""READ SERIES: every setting, on tiny files whose images, targets and classes are worked out by hand.
+"""READ SERIES: every setting, on tiny files whose images, targets and classes are worked by hand.
 
 Conventions being checked (see convnet/data/series.py): a window of w values is a case when a
 value follows it; the image is RESOLUTION rows (row 0 = highest values) by w columns; the vertical
@@ -369,7 +369,7 @@ def test_test_series_uses_the_training_scale_and_thresholds(tmp_path):
     d = read_series(test_path, settings, scaling=info)
     # windows [0 2] [2 1] [1 30], targets 1 30 25; with q = 8:
     # [0 2] from -3: bands 1 (1.875), 3 (3.125); [2 1] from -2.5: 2 (2.8125), 2 (2.1875);
-    # [1 30] range 29 > 8: full height. Classes at 22.5: 0 1 1 (its own median, 25, would give 0 1 0).
+    # [1 30] range 29 > 8: full height. Classes at 22.5: 0 1 1 (its own median 25 gives 0 1 0).
     assert d.series is info
     np.testing.assert_array_equal(d.classes, [0, 1, 1])
     np.testing.assert_array_equal(d.inputs, pictures([".. .. .#",

@@ -22,7 +22,7 @@ def read_bytes(path, what):
 
 
 def gunzip_if_gzip(data, path, what):
-    """Decompress ``data`` when it starts with the gzip magic bytes (1f 8b); else return it as is."""
+    """Decompress ``data`` when it starts with the gzip magic bytes (1f 8b), else return it."""
     if not data.startswith(GZIP_MAGIC):
         return data
     try:

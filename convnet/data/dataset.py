@@ -56,7 +56,8 @@ class Dataset:
         if classes is not None:
             classes = np.ascontiguousarray(classes, dtype=np.int64)
             if classes.shape != (inputs.shape[0],):
-                raise ValueError(f"classes must have shape ({inputs.shape[0]},), not {classes.shape}")
+                raise ValueError(f"classes must have shape ({inputs.shape[0]},), "
+                                 f"not {classes.shape}")
             if classes.size and (classes.min() < 0 or classes.max() >= n_classes):
                 raise ValueError(f"classes must lie in 0..{n_classes - 1}")
         self.inputs = inputs

@@ -110,7 +110,8 @@ class SeriesSettings:
         ]
         for name, value, least in checks:
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
-                raise ConvnetError(f"{name} must be a whole number of at least {least}, not {value!r}")
+                raise ConvnetError(f"{name} must be a whole number of at least {least}, "
+                                   f"not {value!r}")
         try:
             frac = float(self.frac_full)
         except (TypeError, ValueError):
@@ -135,7 +136,7 @@ class SeriesInfo:
     """
 
     transform: str
-    target_diff: bool            # effective: True only when a raw series is differenced for the target
+    target_diff: bool            # as applied: True only for a raw series with TARGET DIFF
     class_mode: str
     window: int
     resolution: int
@@ -169,7 +170,7 @@ class SeriesInfo:
 
     @classmethod
     def from_dict(cls, d):
-        """Rebuild from :meth:`to_dict`'s output; ConvnetError when something is missing or wrong."""
+        """Rebuild from :meth:`to_dict`'s output (ConvnetError when something is missing or bad)."""
         def get(key, kind):
             if key not in d:
                 raise ConvnetError(f"the saved series information has no '{key}'")
@@ -197,14 +198,16 @@ class SeriesInfo:
                                f"this program reads version {SERIES_INFO_VERSION}")
         transform, target, mode = get("transform", str), get("target", str), get("class_mode", str)
         if transform not in TRANSFORMS:
-            raise ConvnetError(f"the saved series information has an unknown transform {transform!r}")
+            raise ConvnetError(f"the saved series information has an unknown transform "
+                               f"{transform!r}")
         if target not in ("DIFF", "NO DIFF"):
             raise ConvnetError(f"the saved series information has an unknown target {target!r}")
         if mode not in CLASS_MODES:
             raise ConvnetError(f"the saved series information has an unknown class mode {mode!r}")
         n_thr = get("n_thresholds", int)
         if n_thr != N_CLASSES[mode] - 1:
-            raise ConvnetError(f"the saved series information has {n_thr} thresholds for CLASS {mode}")
+            raise ConvnetError(f"the saved series information has {n_thr} thresholds "
+                               f"for CLASS {mode}")
         thresholds = tuple(get(f"threshold_{k}", float) for k in range(1, n_thr + 1))
         return cls(transform=transform, target_diff=(target == "DIFF"), class_mode=mode,
                    window=get("window", int), resolution=get("resolution", int),
