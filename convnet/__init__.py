@@ -4,5 +4,6 @@ __version__ = "0.1.0"
 
 from .architecture import Architecture  # noqa: E402
 from .errors import ConvnetError  # noqa: E402
+from .model import Model  # noqa: E402
 
-__all__ = ["Architecture", "ConvnetError", "__version__"]
+__all__ = ["Architecture", "ConvnetError", "Model", "__version__"]

@@ -28,7 +28,8 @@ class ReferenceCase:
         self.bands, self.n_classes = int(a["bands"]), int(a["n_classes"])
         self.wpen = float(a["wpen"])
         self.inputs, self.classes, self.weights = a["inputs"], a["classes"], a["weights"]
-        self.outputs, self.criterion, self.gradient = a["outputs"], float(a["criterion"]), a["gradient"]
+        self.outputs, self.gradient = a["outputs"], a["gradient"]
+        self.criterion = float(a["criterion"])
         self.arch = Architecture.from_lines(self.lines, self.rows, self.cols, self.bands,
                                             self.n_classes)
 

@@ -237,7 +237,7 @@ def grad_local_conv(delta, prior, in_rows, in_cols, in_slices, height, width, de
 
 # ------------------------------------------------------------------------------ the model
 class ReferenceModel:
-    """Per-case activations, criterion and gradient of an :class:`~convnet.architecture.Architecture`."""
+    """Per-case activations, criterion and gradient of an Architecture."""
 
     def __init__(self, arch):
         self.arch = arch

@@ -1,0 +1,484 @@
+"""The host backend: criterion, gradient, outputs and activations on the CPU, float64.
+
+How the work is organised
+-------------------------
+The cases are cut into blocks of B cases. Worker threads take contiguous runs of blocks (the book's
+threads over cases), and every worker owns its work areas: activations, unrolled windows, deltas
+and a gradient accumulator sized for one block. Within a block each layer is a few matrix products
+(numpy, BLAS held to one thread per worker) and compiled loops that release the GIL
+(:mod:`~convnet.host.fc`, :mod:`~convnet.host.local_conv`, :mod:`~convnet.host.pool`,
+:mod:`~convnet.host.output`). At the end the workers' criterion sums and gradients are added in
+worker order, divided by n_cases * n_classes (Equation 1-13), and the weight penalty is added.
+
+So memory grows with threads x block size and not with the number of cases: B is chosen so that
+one worker's work areas stay near :data:`BLOCK_BYTES`, at most :data:`MAX_BLOCK` cases.
+
+Thread count: ``threads`` workers (default: Numba's configured thread count, which is every core
+unless NUMBA_NUM_THREADS says otherwise). Results do not depend on it beyond rounding: only the
+order in which the per-worker sums are added changes.
+
+Timings: every layer's forward pass, delta and weight gradient are timed per block (two clock
+reads each); :meth:`HostBackend.timings` reports calls (blocks) and seconds summed over workers.
+"""
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..architecture import CONV, FC, LOCAL, POOLMAX
+from ..errors import ConvnetError
+from .fc import FCLayer
+from .local_conv import LocalConvLayer
+from .output import softmax_block, tanh_backward
+from .pool import PoolLayer
+from .threads import default_threads, single_threaded_blas
+
+BLOCK_BYTES = 8 << 20     # target size of one worker's work areas
+MAX_BLOCK = 256           # most cases in a block
+
+FORWARD, DELTA, GRADIENT = 0, 1, 2
+ACTIVITIES = ("forward", "delta", "gradient")
+
+_NO_CLASSES = np.zeros(0, dtype=np.int64)
+_NO_IDS = np.zeros((1, 1), dtype=np.int32)
+
+
+# ---------------------------------------------------------------------------------- checks
+def check_inputs(arch, inputs):
+    """inputs as (n, bands, rows, cols) float64 C-contiguous, or ConvnetError."""
+    a = np.asarray(inputs)
+    want = (arch.bands, arch.rows, arch.cols)
+    if a.ndim != 4 or tuple(a.shape[1:]) != want:
+        raise ConvnetError(f"inputs must have shape (n_cases, {want[0]}, {want[1]}, {want[2]}) "
+                           f"(cases, bands, rows, cols) for this model, not {tuple(a.shape)}")
+    if a.shape[0] < 1:
+        raise ConvnetError("there are no cases")
+    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise ConvnetError(f"inputs must be numbers, not {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def check_classes(arch, classes, n_cases):
+    """classes as (n,) int64 in 0..n_classes-1, or ConvnetError."""
+    c = np.asarray(classes)
+    if c.ndim != 1 or c.shape[0] != n_cases:
+        raise ConvnetError(f"classes must have shape ({n_cases},), one per case, "
+                           f"not {tuple(c.shape)}")
+    if not np.issubdtype(c.dtype, np.integer):
+        if not np.issubdtype(c.dtype, np.floating) or not np.all(c == np.round(c)):
+            raise ConvnetError("classes must be whole numbers (0-based class numbers)")
+    c = np.ascontiguousarray(c, dtype=np.int64)
+    if c.size and (c.min() < 0 or c.max() >= arch.n_classes):
+        raise ConvnetError(f"classes must lie in 0..{arch.n_classes - 1} for this model, "
+                           f"found {int(c.min())}..{int(c.max())}")
+    return c
+
+
+def check_weights(arch, weights):
+    """weights as (n_weights,) float64 C-contiguous, or ConvnetError."""
+    w = np.asarray(weights)
+    if w.ndim != 1 or w.shape[0] != arch.n_weights:
+        raise ConvnetError(f"this model has {arch.n_weights} weights; got an array of shape "
+                           f"{tuple(w.shape)}")
+    return np.ascontiguousarray(w, dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------- work areas
+class _Work:
+    """One worker's work areas for blocks of up to ``capacity`` cases."""
+
+    def __init__(self, plan, capacity, gradient):
+        self.lock = threading.Lock()
+        self.capacity = capacity
+        self.gradient = gradient
+        layers = plan.layers
+        self.acts = [np.empty(capacity * L.n_out) for L in layers]
+        self.ids = [np.empty(capacity * L.n_out, dtype=np.int32) if plan.kinds[i] == POOLMAX
+                    else None for i, L in enumerate(layers)]
+        self.cols = [np.empty(capacity * L.kept_per_case()) if plan.kinds[i] in (LOCAL, CONV)
+                     else None for i, L in enumerate(layers)]
+        self.net = np.empty(capacity * plan.net_per_case)
+        self.logits = np.empty(capacity * plan.n_classes)
+        if gradient:
+            self.dacts = [np.empty(capacity * L.n_out) for L in layers]
+            self.dcols = np.empty(capacity * plan.dcols_per_case)
+            self.gtmp = np.empty(plan.grad_scratch)
+            self.grad = np.empty(plan.n_weights)
+        self.seconds = np.zeros((len(layers) + 1, 3))
+        self.calls = np.zeros((len(layers) + 1, 3), dtype=np.int64)
+
+
+def _view(flat, *shape):
+    return flat[:math.prod(shape)].reshape(shape)
+
+
+class _Plan:
+    """The layers of an architecture bound to their shapes, and the work-area sizes they need."""
+
+    def __init__(self, arch):
+        self.arch = arch
+        self.kinds = [L.kind for L in arch.layers]
+        self.layers = []
+        for L in arch.layers:
+            if L.kind == FC:
+                self.layers.append(FCLayer(L))
+            elif L.kind in (LOCAL, CONV):
+                self.layers.append(LocalConvLayer(L))
+            else:
+                self.layers.append(PoolLayer(L))
+        self.output = FCLayer(arch.output)
+        self.n_classes = arch.n_classes
+        self.n_weights = arch.n_weights
+        self.n_inputs = arch.n_inputs
+        self.slices = [L.weight_slice for L in arch.layers]
+        self.out_slice = arch.output.weight_slice
+        lc = [L for L in self.layers if isinstance(L, LocalConvLayer)]
+        self.net_per_case = max([L.P * L.depth for L in lc] + [1])
+        self.dcols_per_case = max([L.P * L.K for L in lc] + [1])
+        self.grad_scratch = max([L.grad_scratch() for L in self.layers
+                                 if isinstance(L, (FCLayer, LocalConvLayer))]
+                                + [self.output.grad_scratch(), 1])
+        self.labels = [f"Layer {i + 1} {k}" for i, k in enumerate(self.kinds)] + ["Output"]
+
+    def bytes_per_case(self, gradient):
+        floats = sum(L.n_out for L in self.layers) + self.net_per_case + self.n_classes
+        floats += sum(L.kept_per_case() for L in self.layers if isinstance(L, LocalConvLayer))
+        ints = sum(L.n_out for L, k in zip(self.layers, self.kinds) if k == POOLMAX)
+        if gradient:
+            floats += sum(L.n_out for L in self.layers) + self.dcols_per_case
+        return 8 * floats + 4 * ints
+
+    def fixed_bytes(self, gradient):
+        return 8 * (self.grad_scratch + self.n_weights) if gradient else 0
+
+
+# ---------------------------------------------------------------------------------- one block
+def _forward_block(plan, w, x, work, n, classes, want_delta):
+    """Forward pass of one block of n cases; returns the block's -log likelihood sum.
+    work.logits then holds the probabilities, or p - t when want_delta."""
+    prior = x
+    sec, calls = work.seconds, work.calls
+    for i, L in enumerate(plan.layers):
+        t0 = time.perf_counter()
+        out = _view(work.acts[i], n, L.n_out)
+        kind = plan.kinds[i]
+        if kind == FC:
+            L.forward(w[plan.slices[i]], prior, out)
+            np.tanh(out, out=out)
+        elif kind in (LOCAL, CONV):
+            L.forward(w[plan.slices[i]], prior, _view(work.cols[i], L.P, n, L.K),
+                      _view(work.net, L.P, n, L.depth), out)
+            np.tanh(out, out=out)
+        else:
+            ids = _view(work.ids[i], n, L.n_out) if kind == POOLMAX else _NO_IDS
+            L.forward(prior, out, ids)
+        sec[i, FORWARD] += time.perf_counter() - t0
+        calls[i, FORWARD] += 1
+        prior = out
+    t0 = time.perf_counter()
+    logits = _view(work.logits, n, plan.n_classes)
+    plan.output.forward(w[plan.out_slice], prior, logits)
+    total = softmax_block(logits, classes, want_delta)
+    sec[-1, FORWARD] += time.perf_counter() - t0
+    calls[-1, FORWARD] += 1
+    return total
+
+
+def _backward_block(plan, w, x, work, n):
+    """Backward pass of one block after :func:`_forward_block` with want_delta; adds the block's
+    (unnormalised) gradient into work.grad."""
+    g = work.grad
+    sec, calls = work.seconds, work.calls
+    nl = len(plan.layers)
+
+    def act(i):
+        return _view(work.acts[i], n, plan.layers[i].n_out) if i >= 0 else x
+
+    def dact(i):
+        return _view(work.dacts[i], n, plan.layers[i].n_out) if i >= 0 else None
+
+    dnet = _view(work.logits, n, plan.n_classes)
+    t0 = time.perf_counter()
+    plan.output.gradient(w[plan.out_slice], g[plan.out_slice], dnet, act(nl - 1), work.gtmp)
+    t1 = time.perf_counter()
+    sec[-1, GRADIENT] += t1 - t0
+    calls[-1, GRADIENT] += 1
+    if nl:
+        plan.output.delta(w[plan.out_slice], dnet, dact(nl - 1))
+        sec[nl - 1, DELTA] += time.perf_counter() - t1
+        calls[nl - 1, DELTA] += 1
+    for i in range(nl - 1, -1, -1):
+        L = plan.layers[i]
+        kind = plan.kinds[i]
+        d = dact(i)
+        t0 = time.perf_counter()
+        if kind in (FC, LOCAL, CONV):
+            tanh_backward(d, act(i))                      # now d criterion / d net input
+            sec[i, DELTA] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            wl, gl = w[plan.slices[i]], g[plan.slices[i]]
+            if kind == FC:
+                L.gradient(wl, gl, d, act(i - 1), work.gtmp)
+            else:
+                dnet_p = _view(work.net, L.P, n, L.depth)
+                L.gradient(wl, gl, d, _view(work.cols[i], L.P, n, L.K), dnet_p,
+                           _view(work.gtmp, L.P, L.depth, L.K) if kind == LOCAL else None)
+            t1 = time.perf_counter()
+            sec[i, GRADIENT] += t1 - t0
+            calls[i, GRADIENT] += 1
+            if i > 0:
+                if kind == FC:
+                    L.delta(wl, d, dact(i - 1))
+                else:
+                    L.delta(wl, dnet_p, _view(work.dcols, L.P, n, L.K), dact(i - 1))
+                sec[i - 1, DELTA] += time.perf_counter() - t1
+                calls[i - 1, DELTA] += 1
+        elif i > 0:
+            ids = _view(work.ids[i], n, L.n_out) if kind == POOLMAX else _NO_IDS
+            L.backward(d, ids, dact(i - 1))
+            sec[i - 1, DELTA] += time.perf_counter() - t0
+            calls[i - 1, DELTA] += 1
+
+
+# ---------------------------------------------------------------------------------- backend
+class HostBackend:
+    """CPU backend for one architecture.
+
+    Parameters
+    ----------
+    arch : convnet.architecture.Architecture
+    threads : int or None
+        Worker threads; None means Numba's configured thread count (every core by default).
+    """
+
+    def __init__(self, arch, threads=None):
+        self.arch = arch
+        self._plan = _Plan(arch)
+        self._threads = default_threads()
+        self.threads = threads
+        self._pool = None
+        self._pool_size = 0
+        self._works = {}                      # (worker, gradient) -> _Work
+        self._call_lock = threading.Lock()
+        n = len(arch.layers) + 1
+        self._seconds = np.zeros((n, 3))
+        self._calls = np.zeros((n, 3), dtype=np.int64)
+
+    # -- threads
+    @property
+    def threads(self):
+        return self._threads
+
+    @threads.setter
+    def threads(self, value):
+        if value is None:
+            value = default_threads()
+        try:
+            v = int(value)
+        except (TypeError, ValueError):
+            raise ConvnetError(f"the number of threads must be a whole number, not {value!r}") \
+                from None
+        if v != value or v < 1:
+            raise ConvnetError(f"the number of threads must be at least 1, not {value!r}")
+        self._threads = v
+
+    def _executor(self, workers):
+        if workers <= 0:
+            return None
+        if self._pool is None or self._pool_size < workers:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="convnet-host")
+            self._pool_size = workers
+        return self._pool
+
+    def block_size(self, n_cases, gradient=True, threads=None):
+        """Cases per block for a computation on n_cases cases."""
+        t = self._threads if threads is None else threads
+        plan = self._plan
+        b = (BLOCK_BYTES - plan.fixed_bytes(gradient)) // plan.bytes_per_case(gradient)
+        b = max(1, min(MAX_BLOCK, b))
+        return max(1, min(b, -(-n_cases // t)))
+
+    # -- the public interface
+    def evaluator(self, inputs, classes, wpen=0.0):
+        """Bind a data set: returns an object with criterion, gradient, outputs and n_cases."""
+        return HostEvaluator(self, inputs, classes, wpen)
+
+    def activations(self, weights, inputs):
+        """Hidden activations: a list of (n_cases, n_neurons) arrays in (depth, height, width)
+        order."""
+        w = check_weights(self.arch, weights)
+        x = check_inputs(self.arch, inputs)
+        res = [np.empty((x.shape[0], L.n_out)) for L in self._plan.layers]
+        self._run(w, x, _NO_CLASSES, "activations", res)
+        return res
+
+    def poolmax_winners(self, weights, inputs):
+        """For every max-pooling layer (by index): (n_cases, n_neurons) int32 arrays holding the
+        winner of each pooled neuron as row*prior_cols+col within its prior slice."""
+        w = check_weights(self.arch, weights)
+        x = check_inputs(self.arch, inputs)
+        res = {i: np.empty((x.shape[0], L.n_out), dtype=np.int32)
+               for i, L in enumerate(self._plan.layers) if self._plan.kinds[i] == POOLMAX}
+        self._run(w, x, _NO_CLASSES, "winners", res)
+        return res
+
+    def timings(self):
+        """[(layer label, activity, calls, seconds)] summed over all calls so far; calls count
+        blocks, seconds are summed over the worker threads."""
+        out = []
+        for i, label in enumerate(self._plan.labels):
+            for a, name in enumerate(ACTIVITIES):
+                if self._calls[i, a]:
+                    out.append((label, name, int(self._calls[i, a]), float(self._seconds[i, a])))
+        return out
+
+    def reset_timings(self):
+        self._seconds[:] = 0.0
+        self._calls[:] = 0
+
+    # -- the engine
+    def _run(self, w, x, classes, mode, results=None):
+        """Run a computation over all cases: (sum of -log likelihood, gradient sum or None)."""
+        plan = self._plan
+        n = x.shape[0]
+        gradient = mode == "gradient"
+        B = self.block_size(n, gradient)
+        blocks = [(s, min(s + B, n)) for s in range(0, n, B)]
+        T = min(self._threads, len(blocks))
+        groups = [blocks[t * len(blocks) // T:(t + 1) * len(blocks) // T] for t in range(T)]
+        works = []
+        for t in range(T):
+            key = (t, gradient)
+            wk = self._works.get(key)
+            if wk is None or wk.capacity < B:
+                wk = _Work(plan, B, gradient)
+                self._works[key] = wk
+            works.append(wk)
+        xf = x.reshape(n, plan.n_inputs)
+        want_classes = classes.shape[0] > 0
+
+        def worker(t):
+            wk = works[t]
+            with wk.lock:
+                total = 0.0
+                if gradient:
+                    wk.grad[:] = 0.0
+                for b0, b1 in groups[t]:
+                    m = b1 - b0
+                    xb = xf[b0:b1]
+                    cb = classes[b0:b1] if want_classes else _NO_CLASSES
+                    total += _forward_block(plan, w, xb, wk, m, cb, gradient)
+                    if gradient:
+                        _backward_block(plan, w, xb, wk, m)
+                    elif mode == "outputs":
+                        results[b0:b1] = _view(wk.logits, m, plan.n_classes)
+                    elif mode == "activations":
+                        for i, L in enumerate(plan.layers):
+                            results[i][b0:b1] = _view(wk.acts[i], m, L.n_out)
+                    elif mode == "winners":
+                        for i in results:
+                            results[i][b0:b1] = _view(wk.ids[i], m, plan.layers[i].n_out)
+                return total
+
+        with self._call_lock, single_threaded_blas():
+            for wk in works:
+                wk.seconds[:] = 0.0
+                wk.calls[:] = 0
+            pool = self._executor(T - 1)
+            futures = [pool.submit(worker, t) for t in range(1, T)] if T > 1 else []
+            try:
+                totals = [worker(0)]
+            finally:
+                # Never leave while a worker still writes into the work areas.
+                for f in futures:
+                    try:
+                        f.exception()
+                    except BaseException:
+                        pass
+            totals += [f.result() for f in futures]
+            for wk in works:
+                self._seconds += wk.seconds
+                self._calls += wk.calls
+            total = 0.0
+            for v in totals:
+                total += v
+            grad = None
+            if gradient:
+                grad = works[0].grad.copy()
+                for wk in works[1:]:
+                    grad += wk.grad
+        return total, grad
+
+    def _penalty(self, w, wpen):
+        if wpen == 0.0:
+            return 0.0, None
+        mask = self._mask()
+        scale = wpen / self.arch.n_weights
+        return scale * float(np.dot(mask * w, w)), 2.0 * scale * mask * w
+
+    def _mask(self):
+        m = getattr(self, "_penalty_mask", None)
+        if m is None:
+            m = self._penalty_mask = self.arch.penalty_mask()
+        return m
+
+    def close(self):
+        """Stop the worker threads (they are also stopped at exit)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+            self._pool_size = 0
+
+
+class HostEvaluator:
+    """A data set bound to a :class:`HostBackend`: full-batch criterion, gradient and outputs."""
+
+    def __init__(self, backend, inputs, classes, wpen=0.0):
+        self.backend = backend
+        arch = backend.arch
+        self.inputs = check_inputs(arch, inputs)
+        self.n_cases = self.inputs.shape[0]
+        self.classes = None if classes is None else check_classes(arch, classes, self.n_cases)
+        try:
+            self.wpen = float(wpen)
+        except (TypeError, ValueError):
+            raise ConvnetError(f"the weight penalty must be a number, not {wpen!r}") from None
+        if not self.wpen >= 0.0:
+            raise ConvnetError(f"the weight penalty must not be negative, not {wpen!r}")
+        self._scale = 1.0 / (self.n_cases * arch.n_classes)
+
+    def _need_classes(self):
+        if self.classes is None:
+            raise ConvnetError("the criterion needs the classes of the cases, and there are none")
+        return self.classes
+
+    def criterion(self, weights):
+        """Mean negative log likelihood per case and class plus the weight penalty."""
+        b = self.backend
+        w = check_weights(b.arch, weights)
+        total, _ = b._run(w, self.inputs, self._need_classes(), "criterion")
+        return total * self._scale + b._penalty(w, self.wpen)[0]
+
+    def gradient(self, weights):
+        """(criterion, d criterion / d weights)."""
+        b = self.backend
+        w = check_weights(b.arch, weights)
+        total, grad = b._run(w, self.inputs, self._need_classes(), "gradient")
+        grad *= self._scale
+        pen, dpen = b._penalty(w, self.wpen)
+        if dpen is not None:
+            grad += dpen
+        return total * self._scale + pen, grad
+
+    def outputs(self, weights):
+        """SoftMax outputs, (n_cases, n_classes)."""
+        b = self.backend
+        w = check_weights(b.arch, weights)
+        res = np.empty((self.n_cases, b.arch.n_classes))
+        b._run(w, self.inputs, _NO_CLASSES, "outputs", res)
+        return res

@@ -1,0 +1,53 @@
+"""The SoftMax output layer's last step on a block of cases, and the tanh derivative.
+
+The output layer's logits come from :class:`convnet.host.fc.FCLayer`. Here they become SoftMax
+probabilities (Equation 1-10, with the largest logit subtracted first so that exp never
+overflows), the block's share of the negative log likelihood (Equation 1-11, -log(p_true + 1e-30))
+and, for the gradient, the output deltas p - t (Equation 1-12, the true derivative's sign).
+"""
+
+import math
+
+from numba import njit
+
+LOG_GUARD = 1e-30
+
+
+@njit(cache=True, nogil=True)
+def softmax_block(z, classes, want_delta):
+    """z (n, C) logits -> z holds the probabilities, or p - t when want_delta.
+    classes: (n,) int64 true classes, or an empty array when there are none (returns 0).
+    Returns the sum over the block of -log(p_true + 1e-30)."""
+    n = z.shape[0]
+    C = z.shape[1]
+    total = 0.0
+    have = classes.shape[0] > 0
+    for b in range(n):
+        top = z[b, 0]
+        for i in range(1, C):
+            if z[b, i] > top:
+                top = z[b, i]
+        s = 0.0
+        for i in range(C):
+            e = math.exp(z[b, i] - top)
+            z[b, i] = e
+            s += e
+        inv = 1.0 / s
+        for i in range(C):
+            z[b, i] *= inv
+        if have:
+            t = classes[b]
+            total -= math.log(z[b, t] + LOG_GUARD)
+            if want_delta:
+                z[b, t] -= 1.0
+    return total
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def tanh_backward(dact, act):
+    """dact (n, m) d criterion / d activations -> d criterion / d net inputs, in place:
+    times tanh' = 1 - a^2 (Equation 1-15)."""
+    for b in range(dact.shape[0]):
+        for i in range(dact.shape[1]):
+            a = act[b, i]
+            dact[b, i] *= 1.0 - a * a

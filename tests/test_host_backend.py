@@ -1,0 +1,265 @@
+"""The fast host path: golden vectors, the reference path, finite differences, threads, blocks."""
+
+import numpy as np
+import pytest
+
+import convnet.host.backend as hb
+from convnet.architecture import Architecture
+from convnet.errors import ConvnetError
+from convnet.host.backend import HostBackend
+from convnet.host.reference import ReferenceModel
+from convnet.host.threads import blas_controllable, blas_threads, set_blas_threads
+
+
+def rel(a, b):
+    return abs(a - b) / abs(b)
+
+
+def rel_norm(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Blocks of at most 2 cases, so that a few cases already span several blocks and workers."""
+    monkeypatch.setattr(hb, "MAX_BLOCK", 2)
+
+
+MANUAL = ["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "POOLED MAX LAYER 3 3 2 2",
+          "LOCAL LAYER 3 1 1 1 1 1 1", "POOLED AVERAGE LAYER 3 3 2 2", "FULLY CONNECTED LAYER 4"]
+
+
+def manual_problem(n=50, seed=3):
+    rng = np.random.default_rng(seed)
+    arch = Architecture.from_lines(MANUAL, 12, 12, 1, 6)
+    return (arch, rng.normal(0, 0.5, arch.n_weights), rng.uniform(-1, 1, (n, 1, 12, 12)),
+            rng.integers(0, 6, n))
+
+
+# ------------------------------------------------------------------------------ golden vectors
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fast_path_reproduces_golden_vectors(reference_case, threads):
+    rc = reference_case
+    be = HostBackend(rc.arch, threads=threads)
+    ev = be.evaluator(rc.inputs, rc.classes, rc.wpen)
+    assert ev.n_cases == rc.inputs.shape[0]
+    assert rel(ev.criterion(rc.weights), rc.criterion) < 1e-9
+    crit, grad = ev.gradient(rc.weights)
+    assert rel(crit, rc.criterion) < 1e-9
+    assert rel_norm(grad, rc.gradient) < 1e-9
+    assert np.abs(ev.outputs(rc.weights) - rc.outputs).max() < 1e-12
+    acts = be.activations(rc.weights, rc.inputs)
+    assert [a.shape for a in acts] == [(rc.inputs.shape[0], L.n_neurons) for L in rc.arch.layers]
+    for (layer, case), want in rc.activations().items():
+        assert np.abs(acts[layer][case] - want).max() < 1e-12
+    winners = be.poolmax_winners(rc.weights, rc.inputs)
+    for (layer, case), want in rc.poolmax_ids().items():
+        assert np.array_equal(winners[layer][case], want)
+
+
+def test_golden_vectors_in_single_case_blocks(reference_case, monkeypatch):
+    monkeypatch.setattr(hb, "MAX_BLOCK", 1)
+    rc = reference_case
+    be = HostBackend(rc.arch, threads=3)
+    crit, grad = be.evaluator(rc.inputs, rc.classes, rc.wpen).gradient(rc.weights)
+    assert rel(crit, rc.criterion) < 1e-9
+    assert rel_norm(grad, rc.gradient) < 1e-9
+
+
+# ------------------------------------------------------------------------------ reference path
+@pytest.mark.parametrize("seed", range(60))
+def test_fast_path_matches_reference_on_random_architectures(seed, make_problem, small_blocks):
+    arch, w, x, y, wpen = make_problem(seed, n_cases=5)
+    ref = ReferenceModel(arch)
+    be = HostBackend(arch, threads=2)
+    ev = be.evaluator(x, y, wpen)
+    crit, grad = ev.gradient(w)
+    rcrit, rgrad = ref.gradient(w, x, y, wpen)
+    assert rel(crit, rcrit) < 1e-12
+    assert rel(ev.criterion(w), rcrit) < 1e-12
+    assert rel_norm(grad, rgrad) < 1e-12
+    assert np.abs(ev.outputs(w) - ref.outputs(w, x)).max() < 1e-13
+    for a, r in zip(be.activations(w, x), ref.activations(w, x)):
+        assert np.abs(a - r).max() < 1e-13
+    for i, ids in be.poolmax_winners(w, x).items():
+        for c in range(x.shape[0]):
+            assert np.array_equal(ids[c], ref.trial(w, x[c])[1][i])
+
+
+# ------------------------------------------------------------------------------ finite differences
+def central_differences(f, w, h=1e-6):
+    g = np.empty_like(w)
+    for i in range(w.size):
+        wp = w.copy()
+        wp[i] += h
+        wm = w.copy()
+        wm[i] -= h
+        g[i] = (f(wp) - f(wm)) / (2 * h)
+    return g
+
+
+@pytest.mark.parametrize("seed", range(100, 140))
+def test_gradient_matches_central_differences(seed, make_problem):
+    arch, w, x, y, wpen = make_problem(seed, n_cases=3)
+    ev = HostBackend(arch, threads=1).evaluator(x, y, wpen)
+    crit, grad = ev.gradient(w)
+    assert crit == pytest.approx(ev.criterion(w), rel=1e-13)
+    fd = central_differences(ev.criterion, w)
+    assert rel_norm(grad, fd) < 1e-6, arch.control_lines()
+
+
+def test_random_architectures_cover_every_layer_kind(make_problem):
+    """The random problems above really exercise every kind, padding, strides and no layers."""
+    seen, pads, strides, empty, bands = set(), set(), set(), 0, set()
+    for seed in list(range(60)) + list(range(100, 140)):
+        arch = make_problem(seed)[0]
+        bands.add(arch.bands)
+        empty += not arch.layers
+        for L in arch.layers:
+            seen.add(L.kind)
+            s = L.spec
+            if L.kind in ("LOCAL", "CONV"):
+                pads.add((s.pad_v == s.hw_v, s.pad_v == 0))
+                strides.add(max(s.stride_v, s.stride_h))
+    assert seen == {"FC", "LOCAL", "CONV", "POOLAVG", "POOLMAX"}
+    assert strides == {1, 2, 3} and len(pads) >= 2 and empty > 0 and bands == {1, 2, 3}
+
+
+# ------------------------------------------------------------------------------ threads and blocks
+def test_threads_one_and_many_agree(small_blocks):
+    arch, w, x, y = manual_problem(n=23)
+    results = []
+    for t in (1, 2, 3, 8):
+        be = HostBackend(arch, threads=t)
+        ev = be.evaluator(x, y, 0.001)
+        crit, grad = ev.gradient(w)
+        results.append((crit, grad, ev.criterion(w), ev.outputs(w)))
+    c0, g0, k0, o0 = results[0]
+    for c, g, k, o in results[1:]:
+        assert rel(c, c0) < 1e-12 and rel(k, c0) < 1e-12
+        assert rel_norm(g, g0) < 1e-12
+        assert np.abs(o - o0).max() < 1e-15
+
+
+def test_block_size_bounded_by_memory_not_cases():
+    lines = ["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+             "FULLY CONNECTED LAYER 50"]
+    arch = Architecture.from_lines(lines, 28, 28, 1, 10)
+    be = HostBackend(arch, threads=2)
+    big = be.block_size(60000)
+    assert big == be.block_size(10 ** 7) <= hb.MAX_BLOCK
+    plan = be._plan
+    assert big * plan.bytes_per_case(True) + plan.fixed_bytes(True) <= hb.BLOCK_BYTES
+    assert be.block_size(10) == 5          # every worker gets cases
+
+
+def test_repeated_calls_and_work_area_reuse():
+    arch, w, x, y = manual_problem(n=30)
+    be = HostBackend(arch, threads=2)
+    ev = be.evaluator(x, y)
+    first = ev.gradient(w)
+    be.evaluator(x[:7], y[:7]).gradient(w * 0.5)     # smaller blocks in the same work areas
+    again = ev.gradient(w)
+    assert first[0] == again[0] and np.array_equal(first[1], again[1])
+
+
+def test_blas_threads_restored_after_a_call():
+    if not blas_controllable():
+        pytest.skip("this BLAS library's thread count cannot be set")
+    arch, w, x, y = manual_problem(n=8)
+    before = blas_threads()
+    try:
+        set_blas_threads(2)
+        HostBackend(arch, threads=2).evaluator(x, y).gradient(w)
+        assert blas_threads() == 2
+    finally:
+        set_blas_threads(before)
+
+
+def test_timings_cover_every_layer_and_activity():
+    arch, w, x, y = manual_problem(n=10)
+    be = HostBackend(arch, threads=1)
+    ev = be.evaluator(x, y)
+    ev.gradient(w)
+    rows = {(label, act): (calls, sec) for label, act, calls, sec in be.timings()}
+    labels = [f"Layer {i + 1} {L.kind}" for i, L in enumerate(arch.layers)] + ["Output"]
+    for i, label in enumerate(labels):
+        assert rows[label, "forward"][0] >= 1
+        if label != "Output":
+            assert rows[label, "delta"][0] >= 1
+        has_weights = i == len(arch.layers) or arch.layers[i].n_weights > 0
+        assert ((label, "gradient") in rows) == has_weights
+    assert all(sec >= 0.0 for _, sec in rows.values())
+    before = rows[labels[0], "forward"][0]
+    ev.criterion(w)
+    after = {(lb, a): c for lb, a, c, _ in be.timings()}
+    assert after[labels[0], "forward"] == before + 1
+    be.reset_timings()
+    assert be.timings() == []
+
+
+# ------------------------------------------------------------------------- numerics at the edges
+def test_huge_weights_give_finite_results():
+    arch, w, x, y = manual_problem(n=6)
+    ev = HostBackend(arch).evaluator(x, y)
+    w = w * 1e4
+    out = ev.outputs(w)
+    assert np.all(np.isfinite(out)) and np.allclose(out.sum(axis=1), 1.0)
+    crit, grad = ev.gradient(w)
+    assert np.isfinite(crit) and np.all(np.isfinite(grad))
+    # A confidently wrong case costs -log(1e-30) / n_classes at most per case.
+    assert crit <= -np.log(1e-30) / arch.n_classes + 1e-9
+
+
+def test_zero_weights_give_uniform_outputs():
+    arch, w, x, y = manual_problem(n=4)
+    ev = HostBackend(arch).evaluator(x, y)
+    out = ev.outputs(np.zeros(arch.n_weights))
+    assert np.allclose(out, 1.0 / arch.n_classes)
+    assert ev.criterion(np.zeros(arch.n_weights)) == pytest.approx(np.log(6) / 6)
+
+
+def test_weight_penalty_skips_biases():
+    arch = Architecture.from_lines(["FULLY CONNECTED LAYER 2"], 2, 2, 1, 2)
+    x = np.zeros((1, 1, 2, 2))
+    ev0 = HostBackend(arch).evaluator(x, [0], 0.0)
+    ev1 = HostBackend(arch).evaluator(x, [0], 0.5)
+    w = np.zeros(arch.n_weights)
+    w[4] = 3.0                                 # bias of the first hidden neuron
+    assert ev1.criterion(w) == ev0.criterion(w)
+    w[0] = 2.0                                 # a real weight
+    assert ev1.criterion(w) - ev0.criterion(w) == pytest.approx(0.5 / arch.n_weights * 4.0)
+    g1 = ev1.gradient(w)[1] - ev0.gradient(w)[1]
+    want = np.zeros(arch.n_weights)
+    want[0] = 2 * 0.5 / arch.n_weights * 2.0
+    assert np.allclose(g1, want, atol=1e-15)
+
+
+# ------------------------------------------------------------------------------ errors
+def test_user_errors_are_convnet_errors():
+    arch, w, x, y = manual_problem(n=4)
+    be = HostBackend(arch)
+    with pytest.raises(ConvnetError, match="shape"):
+        be.evaluator(x[:, 0], y)
+    with pytest.raises(ConvnetError, match="shape"):
+        be.evaluator(np.zeros((4, 2, 12, 12)), y)
+    with pytest.raises(ConvnetError, match="no cases"):
+        be.evaluator(x[:0], y[:0])
+    with pytest.raises(ConvnetError, match="classes"):
+        be.evaluator(x, y[:3])
+    with pytest.raises(ConvnetError, match="0..5"):
+        be.evaluator(x, [0, 1, 2, 6])
+    with pytest.raises(ConvnetError, match="whole numbers"):
+        be.evaluator(x, [0, 1.5, 2, 3])
+    with pytest.raises(ConvnetError, match="penalty"):
+        be.evaluator(x, y, -1.0)
+    ev = be.evaluator(x, y)
+    with pytest.raises(ConvnetError, match=str(arch.n_weights)):
+        ev.criterion(w[:-1])
+    with pytest.raises(ConvnetError, match="shape"):
+        be.activations(w, x[0])
+    with pytest.raises(ConvnetError, match="threads"):
+        HostBackend(arch, threads=0)
+    with pytest.raises(ConvnetError, match="threads"):
+        HostBackend(arch, threads="many")
+    assert be.evaluator(x, y.astype(float)).criterion(w) == be.evaluator(x, y).criterion(w)
