@@ -66,6 +66,101 @@ def check(files):
 
 
 @main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Folder for summary.csv and one sub-folder per control file.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Sessions run at the same time.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+              show_default=True, help="Passed to every session.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="Host threads per session (default: the cores shared among the jobs).")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="Random seed for every session.")
+def batch(files, out, jobs, device, threads, seed):
+    """Run each control FILE as an independent session in OUT/<file stem>/, JOBS at a time.
+
+    Writes OUT/summary.csv and prints the same table. One failing file does not stop the others;
+    the exit status is 0 when every file ran without error, else 2.
+    """
+    from .batch import run_batch, summary_table
+    try:
+        rows = run_batch(list(files), out, jobs=jobs, device=device, threads=threads, seed=seed)
+    except ConvnetError as e:
+        fail(e)
+    except KeyboardInterrupt:
+        click.echo("convnet: batch interrupted; summary.csv lists what finished", err=True)
+        sys.exit(130)
+    for line in summary_table(rows):
+        click.echo(line)
+    failed = [r for r in rows if not r.ok]
+    click.echo(f"convnet: {len(rows) - len(failed)} of {len(rows)} files ran without error; "
+               f"summary in {out}/summary.csv")
+    if failed:
+        sys.exit(2)
+
+
+@main.group()
+def log():
+    """Read CONVNET.LOG files: summary, plot, compare."""
+
+
+def _read_logs(paths):
+    from .logs.reader import read_log
+    try:
+        return [read_log(p) for p in paths]
+    except ConvnetError as e:
+        fail(e)
+
+
+@log.command("summary")
+@click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def log_summary(logs):
+    """One row per TRAIN and TEST found in the LOGS."""
+    from .logs.reader import summary_lines
+    for line in summary_lines(_read_logs(logs)):
+        click.echo(line)
+
+
+@log.command("plot")
+@click.argument("logfile", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The PNG to write.")
+@click.option("--train", "number", type=click.IntRange(min=1), default=None,
+              help="Which TRAIN of the log (1-based; default the last).")
+def log_plot(logfile, output, number):
+    """Criterion against iteration (annealing and refinement) of a TRAIN in LOGFILE, as a PNG."""
+    from .display import log_curve
+    from .logs.reader import pick_train
+    (parsed,) = _read_logs([logfile])
+    try:
+        train, _ = pick_train(parsed, number)
+        log_curve(train, output, title=f"{logfile}: TRAIN {train.index}")
+    except ConvnetError as e:
+        fail(e)
+    click.echo(f"convnet: wrote {output}")
+
+
+@log.command("compare")
+@click.argument("log_a", type=click.Path(dir_okay=False))
+@click.argument("log_b", type=click.Path(dir_okay=False))
+@click.option("--train-a", type=click.IntRange(min=1), default=None,
+              help="Which TRAIN of LOG_A (1-based; default the last).")
+@click.option("--train-b", type=click.IntRange(min=1), default=None,
+              help="Which TRAIN of LOG_B (1-based; default the last).")
+def log_compare(log_a, log_b, train_a, train_b):
+    """Architecture and results of a TRAIN in LOG_A and one in LOG_B, side by side."""
+    from .logs.reader import compare_lines
+    a, b = _read_logs([log_a, log_b])
+    try:
+        lines = compare_lines(a, b, train_a, train_b)
+    except ConvnetError as e:
+        fail(e)
+    for line in lines:
+        click.echo(line)
+
+
+@main.command()
 def devices():
     """List CUDA devices (or why none) and the host thread count."""
     from .devices import report

@@ -1,0 +1,227 @@
+"""``convnet batch``: independent sessions, one per control file, several at a time.
+
+Each control file runs as its own ``convnet run FILE --out DIR/<stem> --quiet`` in a separate
+process (a fresh interpreter: nothing is shared between files, and a crash in one cannot touch the
+others), ``jobs`` at a time. When every file has ended, its CONVNET.LOG is read back with the log
+reader and one row per file goes into ``DIR/summary.csv`` and the printed table:
+
+    file                     the control file as given
+    weights                  total weights of the model of the last TRAIN
+    annealing_criterion      that TRAIN's criterion after simulated annealing
+    final_criterion          that TRAIN's criterion after refinement
+    train_misclassification  percent misclassified on the training set (that TRAIN)
+    test_misclassification   percent misclassified by the first TEST after it (empty: no TEST)
+    seconds                  wall-clock seconds of the whole session, start-up included
+    device                   cpu or cuda (where that TRAIN computed)
+    status                   ok, or the error that ended the file's session
+
+A file whose session fails keeps its row, with what its log shows up to the failure and the error
+as its status; the other files go on. Two files with the same stem get ``<stem>``, ``<stem>-2``, ...
+Unless ``threads`` is given, each session gets an equal share of the host's cores
+(``cores // jobs``, at least 1) so that parallel sessions do not fight over them.
+"""
+
+import csv
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .errors import ConvnetError
+
+COLUMNS = ("file", "weights", "annealing_criterion", "final_criterion", "train_misclassification",
+           "test_misclassification", "seconds", "device", "status")
+
+ERROR_PREFIX = "convnet: error: "
+
+
+@dataclass
+class BatchRow:
+    """One control file's outcome (see the module docstring for the fields)."""
+
+    file: str
+    out: str
+    weights: Optional[int] = None
+    annealing_criterion: Optional[float] = None
+    final_criterion: Optional[float] = None
+    train_misclassification: Optional[float] = None
+    test_misclassification: Optional[float] = None
+    seconds: Optional[float] = None
+    device: Optional[str] = None
+    status: str = "ok"
+    returncode: Optional[int] = None
+    stderr: str = field(default="", repr=False)
+
+    @property
+    def ok(self):
+        return self.status == "ok"
+
+    def values(self):
+        """The row's CSV cells, in COLUMNS order (empty where unknown)."""
+        def num(v, fmt):
+            return "" if v is None else format(v, fmt)
+        return [self.file, "" if self.weights is None else str(self.weights),
+                num(self.annealing_criterion, ".6g"), num(self.final_criterion, ".6g"),
+                num(self.train_misclassification, ".4f"), num(self.test_misclassification, ".4f"),
+                num(self.seconds, ".2f"), self.device or "", self.status]
+
+
+def output_folders(files, out):
+    """DIR/<stem> for every file; repeated stems get -2, -3, ..."""
+    seen = {}
+    folders = []
+    for f in files:
+        stem = os.path.splitext(os.path.basename(f))[0] or "run"
+        n = seen.get(stem, 0) + 1
+        seen[stem] = n
+        folders.append(os.path.join(out, stem if n == 1 else f"{stem}-{n}"))
+    return folders
+
+
+def default_threads(jobs):
+    return max(1, (os.cpu_count() or 1) // max(1, jobs))
+
+
+def _command(path, folder, device, threads, seed):
+    cmd = [sys.executable, "-m", "convnet", "run", path, "--out", folder, "--quiet",
+           "--device", device, "--threads", str(threads)]
+    if seed is not None:
+        cmd += ["--seed", str(seed)]
+    return cmd
+
+
+def _error_from(stderr, returncode):
+    """The one-line error of a failed session (the last ``convnet: error:`` line, else the tail)."""
+    lines = [line.strip() for line in (stderr or "").splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith(ERROR_PREFIX):
+            return line[len(ERROR_PREFIX):]
+    if lines:
+        return f"exit status {returncode}: {lines[-1]}"
+    return f"exit status {returncode}"
+
+
+def fill_from_log(row, log_path):
+    """Fill a row's results from a session's CONVNET.LOG (nothing when it cannot be read)."""
+    from .logs.reader import read_log
+    if not os.path.exists(log_path):
+        return row
+    try:
+        log = read_log(log_path)
+    except ConvnetError:
+        return row
+    trains = [r for r in log.runs if r.kind == "TRAIN"]
+    if not trains:
+        return row
+    train = trains[-1]
+    row.weights = train.weights
+    row.annealing_criterion = train.annealing_criterion
+    row.final_criterion = train.final_criterion
+    row.train_misclassification = train.misclassification
+    row.device = train.device
+    later = [r for r in log.runs if r.kind == "TEST" and r.index > train.index]
+    if later:
+        row.test_misclassification = later[0].misclassification
+    return row
+
+
+class _Runner:
+    """Starts the sessions and remembers the processes, so an interruption can end them."""
+
+    def __init__(self):
+        self.processes = {}
+        self.stopping = False
+
+    def run_one(self, path, folder, device, threads, seed):
+        row = BatchRow(file=path, out=folder)
+        if self.stopping:
+            row.status = "not run (batch interrupted)"
+            return row
+        os.makedirs(folder, exist_ok=True)
+        start = time.monotonic()
+        proc = subprocess.Popen(_command(path, folder, device, threads, seed),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL)
+        self.processes[path, folder] = proc
+        try:
+            _, stderr = proc.communicate()
+        finally:
+            self.processes.pop((path, folder), None)
+        row.seconds = time.monotonic() - start
+        row.returncode = proc.returncode
+        row.stderr = stderr
+        fill_from_log(row, os.path.join(folder, "CONVNET.LOG"))
+        if proc.returncode != 0:
+            row.status = ("interrupted" if self.stopping else _error_from(stderr, proc.returncode))
+        return row
+
+    def stop(self):
+        self.stopping = True
+        for proc in list(self.processes.values()):
+            if proc.poll() is None:
+                proc.terminate()
+
+
+def run_batch(files, out, jobs=1, device="auto", threads=None, seed=None):
+    """Run every control file as its own session, ``jobs`` at a time; write DIR/summary.csv.
+
+    Returns the rows in the order of ``files``. A file that does not exist is a failed row, not an
+    exception; only a bad ``jobs`` or an unwritable ``out`` raises ConvnetError.
+    """
+    files = [os.fspath(f) for f in files]
+    if jobs < 1:
+        raise ConvnetError(f"--jobs must be at least 1, not {jobs}")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise ConvnetError(f"cannot create the batch folder {out}: {e.strerror or e}") from None
+    folders = output_folders(files, out)
+    threads = threads or default_threads(jobs)
+    runner = _Runner()
+    rows = [None] * len(files)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {}
+        for i, (path, folder) in enumerate(zip(files, folders)):
+            if not os.path.isfile(path):
+                rows[i] = BatchRow(file=path, out=folder, status=f"{path}: no such control file")
+                continue
+            futures[i] = pool.submit(runner.run_one, path, folder, device, threads, seed)
+        try:
+            for i, fut in futures.items():
+                rows[i] = fut.result()
+        except KeyboardInterrupt:
+            runner.stop()
+            for i, fut in futures.items():
+                rows[i] = fut.result()
+            write_summary(rows, os.path.join(out, "summary.csv"))
+            raise
+    write_summary(rows, os.path.join(out, "summary.csv"))
+    return rows
+
+
+def write_summary(rows, path):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(COLUMNS)
+        for row in rows:
+            if row is not None:
+                w.writerow(row.values())
+
+
+def summary_table(rows):
+    """The printed table: aligned columns, the status last (not cut)."""
+    head = ["file", "weights", "anneal crit", "final crit", "train %", "test %", "seconds",
+            "device", "status"]
+    body = [r.values() for r in rows if r is not None]
+    widths = [max(len(head[j]), *(len(b[j]) for b in body)) if body else len(head[j])
+              for j in range(len(head) - 1)]
+    lines = []
+    for cells in [head] + body:
+        left = [cells[0].ljust(widths[0])]
+        left += [c.rjust(w) for c, w in zip(cells[1:-2], widths[1:-1])]
+        left.append(cells[-2].ljust(widths[-1]))
+        lines.append("  ".join(left + [cells[-1]]))
+    return lines
