@@ -413,6 +413,26 @@ def test_series_info_round_trips_through_a_plain_dict(tmp_path):
     assert plain["target"] == "DIFF" and plain["n_thresholds"] == 2
 
 
+def test_series_info_in_field_by_field_form(tmp_path):
+    import dataclasses
+    import json
+    d = read_series(series_file(tmp_path, RAW_X),
+                    SeriesSettings(window=2, resolution=4, class_mode="THIRDS"))
+    fields = json.loads(json.dumps(dataclasses.asdict(d.series)))     # thresholds become a list
+    assert SeriesInfo.from_dict(fields) == d.series
+    # a test series accepts the dict form of a saved model's series information
+    again = read_series(series_file(tmp_path, RAW_X, "test.txt"),
+                        SeriesSettings(window=2, resolution=4, class_mode="THIRDS"),
+                        scaling=d.series.to_dict())
+    assert again.series == d.series and not again.series_cases.own_scaling
+    np.testing.assert_array_equal(again.classes, d.classes)
+    fields["thresholds"] = "0.5"
+    with pytest.raises(ConvnetError, match="bad 'thresholds'"):
+        SeriesInfo.from_dict(fields)
+    with pytest.raises(ConvnetError, match="not a table"):
+        SeriesInfo.from_dict([1, 2])
+
+
 @pytest.mark.parametrize("change, words", [
     ({"q": None}, "no 'q'"),
     ({"q": "abc"}, "bad 'q'"),

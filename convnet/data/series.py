@@ -42,8 +42,9 @@ Image (RESOLUTION rows by WINDOW columns, 1 band)
     Path pixels are 1.0, the rest 0.0. When the span is zero (a flat window and q = 0) the path is
     drawn in band RESOLUTION // 2.
 
-Scale and thresholds travel with the data (:class:`SeriesInfo`, ``Dataset.series``). They are
-computed from the cases present, again after KEEP CASES. When a trained model's SeriesInfo is
+Scale and thresholds travel with the data (:class:`SeriesInfo`, ``Dataset.series``; a flat dict of
+numbers and strings through ``to_dict`` / ``from_dict`` for a saved model). They are computed from
+the cases present, again after KEEP CASES. When a trained model's SeriesInfo is
 given (a test series read after CLEAR), the images and classes are made with it instead, and KEEP
 CASES then keeps it too.
 
@@ -170,7 +171,15 @@ class SeriesInfo:
 
     @classmethod
     def from_dict(cls, d):
-        """Rebuild from :meth:`to_dict`'s output (ConvnetError when something is missing or bad)."""
+        """Rebuild from :meth:`to_dict`'s output (ConvnetError when something is missing or bad).
+
+        The field-by-field form (``dataclasses.asdict``: ``target_diff`` a bool, ``thresholds`` a
+        list) is accepted too.
+        """
+        if not isinstance(d, dict):
+            raise ConvnetError(f"the saved series information is not a table of values: {d!r}")
+        if "version" not in d and "thresholds" in d and "target_diff" in d:
+            d = cls._from_fields(d)
         def get(key, kind):
             if key not in d:
                 raise ConvnetError(f"the saved series information has no '{key}'")
@@ -213,6 +222,20 @@ class SeriesInfo:
                    window=get("window", int), resolution=get("resolution", int),
                    frac_full=get("frac_full", float), q=get("q", float), thresholds=thresholds,
                    n_cases=get("n_cases", int))
+
+
+    @staticmethod
+    def _from_fields(d):
+        """The field-by-field form turned into the :meth:`to_dict` form."""
+        thresholds, target_diff = d["thresholds"], d["target_diff"]
+        if not isinstance(thresholds, (list, tuple)) or not isinstance(target_diff, bool):
+            raise ConvnetError("the saved series information has a bad 'thresholds' or "
+                               "'target_diff'")
+        flat = {k: v for k, v in d.items() if k not in ("thresholds", "target_diff")}
+        flat.update(version=SERIES_INFO_VERSION, target="DIFF" if target_diff else "NO DIFF",
+                    n_thresholds=len(thresholds))
+        flat.update({f"threshold_{k}": t for k, t in enumerate(thresholds, start=1)})
+        return flat
 
 
 @dataclass
@@ -409,12 +432,14 @@ def read_series(path, settings=None, scaling=None):
     """READ SERIES: read a series file and return its images as a Dataset of kind "SERIES".
 
     ``settings`` is a SeriesSettings (defaults when None). ``scaling`` is a trained model's
-    SeriesInfo: when given, the images and classes are made with its scale and thresholds instead
+    SeriesInfo (or its dict form, as SAVE MODEL stores it): when given, the images and classes are made with its scale and thresholds instead
     of ones computed from these cases. The Dataset's ``series`` is the SeriesInfo used and its
     ``series_cases`` the windows and targets.
     """
     settings = SeriesSettings() if settings is None else settings
     settings.validate()
+    if isinstance(scaling, dict):
+        scaling = SeriesInfo.from_dict(scaling)
     if scaling is not None:
         _check_scaling(scaling, settings, path)
     values, lines = read_values(path, settings.column, settings.header,
