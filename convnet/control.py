@@ -55,6 +55,15 @@ class Arg:
 
     def convert(self, token, what):
         """Convert one token; raise a message string (no location) when it does not fit."""
+        try:
+            return self._convert(token, what)
+        except ValueError as e:
+            message = str(e)
+            if what == self.name:                  # "WPEN: WPEN must be ..." says it twice
+                message = message[len(what) + 2:]
+            raise ValueError(message) from None
+
+    def _convert(self, token, what):
         if self.kind == "file":
             if not token.quoted:
                 raise ValueError(f"{what}: the file name must be in double quotes, e.g. \"{token.text}\"")
