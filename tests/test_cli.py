@@ -92,7 +92,9 @@ ORDER_ERRORS = [
      "DISPLAY ACTIVATION IMAGES 1 1 1 11 \"a.png\"\n", 4, "case 11 is past the last case (10)"),
     ("MAKE IMAGE 4 4 1 2 10\nCONVOLUTIONAL LAYER 2 3 3 0 0 1 1\nTRAIN\n", 2, "larger than"),
     ("MAKE IMAGE 4 4 1 3 10\nFULLY CONNECTED LAYER 3\nTRAIN\nCLEAR\nMAKE IMAGE 5 4 1 3 10\nTEST\n", 6,
-     ""),
+     "images are 5 x 4, the model's are 4 x 4"),
+    ("MAKE IMAGE 4 4 1 3 10\nFULLY CONNECTED LAYER 3\nTRAIN\nCLEAR\nMAKE IMAGE 4 4 1 2 10\nTEST\n", 6,
+     "class"),
     ("TRAIN\nBOGUS LINE\n", 2, "unknown command 'BOGUS LINE'"),
 ]
 
