@@ -13,7 +13,7 @@ reader and one row per file goes into ``DIR/summary.csv`` and the printed table:
     test_misclassification   percent misclassified by the first TEST after it (empty: no TEST)
     seconds                  wall-clock seconds of the whole session, start-up included
     device                   cpu or cuda (where that TRAIN computed)
-    status                   ok, or the error that ended the file's session
+    status                   ok, or "error: " and the error that ended the file's session
 
 A file whose session fails keeps its row, with what its log shows up to the failure and the error
 as its status; the other files go on. Two files with the same stem get ``<stem>``, ``<stem>-2``, ...
@@ -85,6 +85,14 @@ def default_threads(jobs):
     return max(1, (os.cpu_count() or 1) // max(1, jobs))
 
 
+def _environment():
+    """The sessions import the same convnet package as this process, installed or not."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
 def _command(path, folder, device, threads, seed):
     cmd = [sys.executable, "-m", "convnet", "run", path, "--out", folder, "--quiet",
            "--device", device, "--threads", str(threads)]
@@ -144,7 +152,7 @@ class _Runner:
         start = time.monotonic()
         proc = subprocess.Popen(_command(path, folder, device, threads, seed),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, env=_environment())
         self.processes[path, folder] = proc
         try:
             _, stderr = proc.communicate()
@@ -155,7 +163,8 @@ class _Runner:
         row.stderr = stderr
         fill_from_log(row, os.path.join(folder, "CONVNET.LOG"))
         if proc.returncode != 0:
-            row.status = ("interrupted" if self.stopping else _error_from(stderr, proc.returncode))
+            row.status = ("interrupted" if self.stopping
+                          else "error: " + _error_from(stderr, proc.returncode))
         return row
 
     def stop(self):
@@ -186,7 +195,8 @@ def run_batch(files, out, jobs=1, device="auto", threads=None, seed=None):
         futures = {}
         for i, (path, folder) in enumerate(zip(files, folders)):
             if not os.path.isfile(path):
-                rows[i] = BatchRow(file=path, out=folder, status=f"{path}: no such control file")
+                rows[i] = BatchRow(file=path, out=folder,
+                                   status=f"error: {path}: no such control file")
                 continue
             futures[i] = pool.submit(runner.run_one, path, folder, device, threads, seed)
         try:
@@ -215,7 +225,7 @@ def summary_table(rows):
     """The printed table: aligned columns, the status last (not cut)."""
     head = ["file", "weights", "anneal crit", "final crit", "train %", "test %", "seconds",
             "device", "status"]
-    body = [r.values() for r in rows if r is not None]
+    body = [[c if c else "-" for c in r.values()] for r in rows if r is not None]
     widths = [max(len(head[j]), *(len(b[j]) for b in body)) if body else len(head[j])
               for j in range(len(head) - 1)]
     lines = []

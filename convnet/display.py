@@ -264,10 +264,27 @@ class Series:
 class Panel:
     """One chart: a title, axis labels and its series (all may be empty: the panel says so)."""
 
-    def __init__(self, title, xlabel, ylabel, series, empty_note="no data"):
+    def __init__(self, title, xlabel, ylabel, series, empty_note="no data", log_y=False):
         self.title, self.xlabel, self.ylabel = title, xlabel, ylabel
         self.series = [s for s in series if s.xs]
         self.empty_note = empty_note
+        self.log_y = log_y          # a logarithmic y axis (used only when every value is positive)
+
+
+def log_ticks(lo, hi):
+    """Tick values for a logarithmic axis over [lo, hi] (lo > 0): powers of ten, and 2 and 5 times
+    them when the range spans few decades."""
+    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    mults = (1,) if b - a > 3 else (1, 2, 5)
+    ticks = [m * 10.0 ** e for e in range(a, b + 1) for m in mults]
+    inside = [t for t in ticks if lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9)]
+    return inside if len(inside) >= 2 else ticks[:1] + ticks[-1:]
+
+
+def wants_log_scale(values, ratio=30.0):
+    """True when positive values span more than ``ratio`` (a falling criterion near zero)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return bool(finite) and min(finite) > 0 and max(finite) / min(finite) > ratio
 
 
 def _text_size(draw, text, font):
@@ -305,9 +322,20 @@ def _draw_panel(image, box, panel, fonts):
     xticks, xdec = nice_ticks(min(xs), max(xs), 6, integer=True)
     y_lo, y_hi = min(ys), max(ys)
     pad = (y_hi - y_lo) * 0.05 if y_hi > y_lo else max(abs(y_lo) * 0.05, 1e-3)
-    yticks, ydec = nice_ticks(y_lo - pad, y_hi + pad, 5)
+    log_y = panel.log_y and y_lo > 0
+    if log_y:
+        fy = math.log10
+        yticks, ydec = log_ticks(y_lo, y_hi), None
+        span = math.log10(y_hi) - math.log10(y_lo)
+        y_lo, y_hi = 10 ** (math.log10(y_lo) - 0.04 * span), 10 ** (math.log10(y_hi) + 0.04 * span)
+        yticks = [t for t in yticks if y_lo <= t <= y_hi] or yticks
+        y_lo, y_hi = min(y_lo, yticks[0]), max(y_hi, yticks[-1])
+    else:
+        def fy(v):
+            return v
+        yticks, ydec = nice_ticks(y_lo - pad, y_hi + pad, 5)
+        y_lo, y_hi = min(yticks[0], y_lo - pad), max(yticks[-1], y_hi + pad)
     x_lo, x_hi = min(xticks[0], min(xs)), max(xticks[-1], max(xs))
-    y_lo, y_hi = min(yticks[0], y_lo - pad), max(yticks[-1], y_hi + pad)
     if x_hi == x_lo:
         x_hi = x_lo + 1
     inner = (px0 + 6, py0 + 6, px1 - 6, py1 - 6)
@@ -315,7 +343,7 @@ def _draw_panel(image, box, panel, fonts):
     def to_px(x, y):
         y = min(max(y, y_lo), y_hi) if math.isfinite(y) else y_hi
         return (inner[0] + (x - x_lo) / (x_hi - x_lo) * (inner[2] - inner[0]),
-                inner[3] - (y - y_lo) / (y_hi - y_lo) * (inner[3] - inner[1]))
+                inner[3] - (fy(y) - fy(y_lo)) / (fy(y_hi) - fy(y_lo)) * (inner[3] - inner[1]))
 
     for t in xticks:
         x, _ = to_px(t, y_lo)
@@ -328,7 +356,7 @@ def _draw_panel(image, box, panel, fonts):
         _, y = to_px(x_lo, t)
         draw.line((px0 + 1, y, px1 - 1, y), fill=PLOT_GRID)
         draw.line((px0 - 5, y, px0, y), fill=PLOT_INK)
-        s = _tick_label(t, ydec)
+        s = f"{t:g}" if log_y else _tick_label(t, ydec)
         tw, th = _text_size(draw, s, small)
         draw.text((px0 - 8 - tw, y - th / 2 - 2), s, fill=PLOT_INK, font=small)
     draw.rectangle((px0, py0, px1, py1), outline=PLOT_INK)
@@ -483,11 +511,13 @@ def curve_panels(annealing, refinement, annealing_result=None):
          Series("best so far", [p[0] for p in best], [p[1] for p in best], ANNEAL_COLOUR)],
         empty_note=note)
     refine = _finite_points(refinement)
+    log_y = wants_log_scale([p[1] for p in refine])
     refine_panel = Panel(
-        "Conjugate-gradient refinement", "iteration", "criterion",
+        "Conjugate-gradient refinement", "iteration",
+        "criterion (logarithmic scale)" if log_y else "criterion",
         [Series("criterion", [p[0] for p in refine], [p[1] for p in refine], REFINE_COLOUR,
                 points=len(refine) <= 60)],
-        empty_note="no refinement iterations")
+        empty_note="no refinement iterations", log_y=log_y)
     return [anneal_panel, refine_panel]
 
 
@@ -499,3 +529,18 @@ def log_curve(run, path, title=None):
         raise ConvnetError(f"TRAIN {run.index} of the log records no criterion to plot")
     return plot_panels(curve_panels(run.annealing, run.refinement, run.annealing_criterion), path,
                        title=title)
+
+
+def criterion_curve(result, path):
+    """The ``criterion.png`` every TRAIN writes: annealing evaluations and refinement iterations.
+
+    ``result`` is a TrainResult (its ``annealing_history`` and ``refinement_history``).
+    """
+    annealing = list(getattr(result, "annealing_history", []) or [])
+    refinement = list(getattr(result, "refinement_history", []) or [])
+    crit = getattr(result, "anneal_criterion", None)
+    final = getattr(result, "final_criterion", None)
+    title = None
+    if crit is not None and final is not None:
+        title = f"TRAIN: annealing {crit:.6g}, final {final:.6g}"
+    return plot_panels(curve_panels(annealing, refinement, crit), path, title=title)

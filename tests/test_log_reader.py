@@ -171,3 +171,62 @@ def test_cli_log_commands_on_the_book_log(tmp_path):
     assert result.exit_code == 2 and "cannot read" in result.output
     result = runner.invoke(main, ["log", "plot", str(path), "-o", str(png), "--train", "2"])
     assert result.exit_code == 2 and "no TRAIN 2" in result.output
+
+
+SMALL = """\
+// train on 40 random images, test on 20 others
+MAKE IMAGE 6 6 1 2 40
+CONVOLUTIONAL LAYER 2 1 1 1 1 1 1
+ANNEAL ITERS = 5
+MAXITERS = 5
+WPEN = 0.01
+TRAIN
+CLEAR
+MAKE IMAGE 6 6 1 2 20
+TEST
+FULLY CONNECTED LAYER 2
+TRAIN
+"""
+
+
+def test_reader_agrees_with_a_real_session(tmp_path):
+    from convnet.session import run
+    ctl = tmp_path / "small.ctl"
+    ctl.write_text(SMALL)
+    session = run([str(ctl)], out=str(tmp_path / "out"), device="cpu", seed=11, threads=1)
+    train, test, train2 = session.results
+    log = read_log(tmp_path / "out" / "CONVNET.LOG")
+    assert [r.kind for r in log.runs] == ["TRAIN", "TEST", "TRAIN"]
+    assert log.seed == 11 and log.control_files == [str(ctl)]
+    a, t, b = log.runs
+    assert a.weights == 2 * 10 + 2 * 73 and t.weights == a.weights
+    assert b.weights == 2 * 37 + 2 * 3 and b.layers[0].startswith("1 fully connected 1x1x2")
+    assert a.device == "cpu" and a.params["ANNEAL ITERS"] == "5" and a.params["WPEN"] == "0.01"
+    # every number agrees with what the session computed, to the digits the log keeps
+    assert abs(a.annealing_criterion - train.anneal_criterion) <= 5e-6
+    assert abs(a.final_criterion - train.final_criterion) <= 5e-6
+    assert [e for e, _ in a.annealing] == [e for e, _ in train.annealing_history]
+    for (_, logged), (_, real) in zip(a.annealing, train.annealing_history):
+        assert abs(logged - real) <= 5e-6 * abs(real)
+    assert [i for i, _ in a.refinement] == [i for i, _ in train.refinement_history]
+    for (_, logged), (_, real) in zip(a.refinement[1:], train.refinement_history[1:]):
+        assert abs(logged - real) <= 5e-6 * abs(real)
+    assert a.iterations == train.iterations and a.stop_reason
+    assert abs(a.misclassification - train.misclassification) <= 1e-4
+    assert a.confusion == train.confusion.tolist() and a.n_cases == 40
+    assert abs(a.seconds - train.seconds["total"]) <= 0.01
+    assert abs(t.final_criterion - test.criterion) <= 5e-6 and t.n_cases == 20
+    assert abs(t.misclassification - test.misclassification) <= 1e-4
+    assert t.confusion == test.confusion.tolist()
+    assert abs(b.final_criterion - train2.final_criterion) <= 5e-6
+    # and `convnet log` on it
+    lines = summary_lines([log])
+    assert len(lines) == 4 and all(line.split()[-1] == "ok" for line in lines[1:])
+    out = compare_lines(log, log, 1, 2)
+    assert "*" in next(line for line in out if line.startswith("weights"))
+    png = tmp_path / "plot.png"
+    result = CliRunner().invoke(main, ["log", "plot", str(tmp_path / "out" / "CONVNET.LOG"),
+                                       "-o", str(png), "--train", "1"])
+    assert result.exit_code == 0, result.output
+    with Image.open(png) as im:
+        assert im.size == (1040, 430)

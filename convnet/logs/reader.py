@@ -33,9 +33,19 @@ _PARAMS = re.compile(r"^Training parameters:\s*(.*)$")
 _PARAM = re.compile(r"([A-Z][A-Z ]*?)\s*=\s*(\S+?)(?:,|$)")
 _DEVICE_HOST = re.compile(r"^Computing on the host(?: \((\d+|all cores) threads?\))?")
 _DEVICE_CUDA = re.compile(r"^Computing on the CUDA device")
+# a criterion: the book's 5 decimals, followed for tiny values by the exponent form in parentheses
+_CRIT = _NUMBER + r"(?:\s*\(" + _NUMBER + r"\))?"
 _ANNEAL_DONE = re.compile(r"^Simulated annealing for starting weights is complete with mean "
-                          r"negative log likelihood = " + _NUMBER)
-_OPT_DONE = re.compile(r"^Optimization is complete with negative log likelihood = " + _NUMBER)
+                          r"negative log likelihood = " + _CRIT)
+_ANNEAL_VALUES = re.compile(r"^Annealing evaluations (\d+)-(\d+):\s*(.*)$")
+_ANNEAL_STOPPED = re.compile(r"^Annealing ended by the user")
+_ITERATION = re.compile(r"^Iteration (\d+) criterion = " + _NUMBER)
+_REFINE_DONE = re.compile(r"^Refinement: (\d+) iterations.*ended because (.*)$")
+_OPT_DONE = re.compile(r"^Optimization is complete with negative log likelihood = " + _CRIT)
+_TEST_DONE = re.compile(r"^Test of (\d+) cases: mean negative log likelihood = " + _CRIT)
+_ELAPSED = re.compile(r"^Elapsed time:\s*(.*)$")
+_ELAPSED_PART = re.compile(r"([a-z][a-z ]*?)\s+" + _NUMBER + r"\s*s\b")
+_RUN_ENDED = re.compile(r"^Run ended by the user")
 _ESCAPE = re.compile(r"^WARNING\.\.\. User pressed ESCape")
 _MISCLASS = re.compile(r"^Total misclassification = " + _NUMBER + r" percent")
 _CONFUSION_HEAD = re.compile(r"^\t\d+(\t\d+)*\s*$")
@@ -72,11 +82,13 @@ class Run:
     annealing: List[Tuple[int, float]] = field(default_factory=list)    # (evaluation, criterion)
     refinement: List[Tuple[int, float]] = field(default_factory=list)   # (iteration, criterion)
     final_criterion: Optional[float] = None     # TRAIN: after refinement; TEST: on the test set
+    iterations: Optional[int] = None            # refinement iterations (TRAIN)
+    stop_reason: Optional[str] = None           # why refinement ended, as logged
     n_cases: Optional[int] = None
     confusion: List[List[int]] = field(default_factory=list)            # [true][predicted]
     misclassification: Optional[float] = None   # percent
     seconds: Optional[float] = None
-    phase_seconds: Dict[str, float] = field(default_factory=dict)
+    phase_seconds: Dict[str, float] = field(default_factory=dict)   # "annealing", ..., "total"
     interrupted: bool = False
     error: Optional[str] = None
 
@@ -109,6 +121,13 @@ class LogFile:
 
 def _float(text):
     return float(text)
+
+
+def _crit(m, first=1):
+    """A criterion from a _CRIT match: the exponent form when present (more digits), else the
+    decimals."""
+    exact = m.group(first + 1)
+    return float(exact if exact is not None else m.group(first))
 
 
 def compact_layers(report):
@@ -262,11 +281,57 @@ class _Parser:
 
     def h_anneal(self, m):
         if self.run is not None:
-            self.run.annealing_criterion = _float(m.group(1))
+            self.run.annealing_criterion = _crit(m)
+
+    def h_anneal_values(self, m):
+        if self.run is None:
+            return
+        first = int(m.group(1))
+        values = m.group(3).split()
+        for k, v in enumerate(values):
+            try:
+                self.run.annealing.append((first + k, float(v)))
+            except ValueError:
+                pass
+
+    def h_anneal_stopped(self, m):
+        if self.run is not None:
+            self.run.interrupted = True
+
+    def h_iteration(self, m):
+        if self.run is None:
+            return
+        if not self.run.refinement and self.run.annealing_criterion is not None:
+            # refinement starts from the annealing result: its iteration 0
+            self.run.refinement.append((0, self.run.annealing_criterion))
+        self.run.refinement.append((int(m.group(1)), _float(m.group(2))))
+
+    def h_refine_done(self, m):
+        if self.run is not None:
+            self.run.iterations = int(m.group(1))
+            self.run.stop_reason = m.group(2).strip()
 
     def h_opt(self, m):
         if self.run is not None:
-            self.run.final_criterion = _float(m.group(1))
+            self.run.final_criterion = _crit(m)
+
+    def h_test(self, m):
+        if self.run is not None:
+            self.run.n_cases = int(m.group(1))
+            self.run.final_criterion = _crit(m, 2)
+
+    def h_elapsed(self, m):
+        if self.run is None:
+            return
+        for name, value in _ELAPSED_PART.findall(m.group(1)):
+            self.run.phase_seconds[name.strip()] = float(value)
+        secs = self.run.phase_seconds
+        self.run.seconds = secs.get("total", secs.get("test"))
+
+    def h_run_ended(self, m):
+        self.log.error = "run ended by the user (Ctrl-C)"
+        if self.run is not None and not self.run.complete:
+            self.run.error = self.log.error
 
     def h_escape(self, m):
         if self.run is not None:
@@ -298,7 +363,14 @@ class _Parser:
         (_DEVICE_HOST, h_host),
         (_DEVICE_CUDA, h_cuda),
         (_ANNEAL_DONE, h_anneal),
+        (_ANNEAL_VALUES, h_anneal_values),
+        (_ANNEAL_STOPPED, h_anneal_stopped),
+        (_ITERATION, h_iteration),
+        (_REFINE_DONE, h_refine_done),
         (_OPT_DONE, h_opt),
+        (_TEST_DONE, h_test),
+        (_ELAPSED, h_elapsed),
+        (_RUN_ENDED, h_run_ended),
         (_ESCAPE, h_escape),
         (_CONFUSION_HEAD, h_confusion),
         (_MISCLASS, h_misclass),
@@ -334,6 +406,12 @@ def _fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
 
+def _iterations(run):
+    if run.iterations is not None:
+        return run.iterations
+    return max(i for i, _ in run.refinement) if run.refinement else None
+
+
 def _status(run):
     if run.error:
         return "error: " + run.error
@@ -366,8 +444,7 @@ def summary_lines(logs):
             body.append([log.path, str(run.index), run.kind, _fmt(run.weights, "d"),
                          run.device or "-", _fmt(run.annealing_criterion, ".6g"),
                          _fmt(run.final_criterion, ".6g"),
-                         str(len(run.refinement) - 1 if run.refinement else 0)
-                         if run.kind == "TRAIN" else "-",
+                         _fmt(_iterations(run), "d") if run.kind == "TRAIN" else "-",
                          _fmt(run.misclassification, ".4f"), _fmt(run.seconds, ".2f"),
                          _status(run)])
         if not log.runs:
@@ -417,8 +494,7 @@ def compare_lines(log_a, log_b, number_a=None, number_b=None):
             ("TOL", p.get("TOL", "-")),
             ("WPEN", p.get("WPEN", "-")),
             ("annealing criterion", _fmt(train.annealing_criterion, ".6g")),
-            ("refinement iterations", str(max(0, len(train.refinement) - 1))
-             if train.refinement else "-"),
+            ("refinement iterations", _fmt(_iterations(train), "d")),
             ("final criterion", _fmt(train.final_criterion, ".6g")),
             ("train misclassification %", _fmt(train.misclassification, ".4f")),
             ("test misclassification %", _fmt(test.misclassification, ".4f") if test else "-"),
@@ -431,16 +507,16 @@ def compare_lines(log_a, log_b, number_a=None, number_b=None):
     arch_a, arch_b = ta.layers, tb.layers
     col_w = max([len(log_a.path) + 12, 24] + [len(v) for _, v in fa]
                 + [len(line) for line in arch_a])
-    out = [f"{'':{label_w}}  {('A: ' + log_a.path + f' (TRAIN {ta.index})'):{col_w}}  "
+    out = [f"{'':{label_w}}   {('A: ' + log_a.path + f' (TRAIN {ta.index})'):{col_w}}  "
            f"B: {log_b.path} (TRAIN {tb.index})"]
     for (k, va), (_, vb) in zip(fa, fb):
-        mark = "  " if va == vb else " *"
+        mark = "   " if va == vb else " * "
         out.append(f"{k:{label_w}}{mark}{va:{col_w}}  {vb}".rstrip())
     out.append("")
     for i in range(max(len(arch_a), len(arch_b))):
         la = arch_a[i] if i < len(arch_a) else ""
         lb = arch_b[i] if i < len(arch_b) else ""
-        mark = "  " if la == lb else " *"
+        mark = "   " if la == lb else " * "
         label = "layers" if i == 0 else ""
         out.append(f"{label:{label_w}}{mark}{la:{col_w}}  {lb}".rstrip())
     out.append("")

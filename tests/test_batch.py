@@ -1,0 +1,100 @@
+"""`convnet batch`: independent sessions in parallel, summary.csv, one failure does not stop the rest."""
+
+import csv
+
+from click.testing import CliRunner
+
+from convnet.batch import COLUMNS, _error_from, output_folders
+from convnet.cli import main
+
+CONV = """\
+MAKE IMAGE 6 6 1 2 40
+CONVOLUTIONAL LAYER 2 1 1 1 1 1 1
+ANNEAL ITERS = 5
+MAXITERS = 5
+TRAIN
+"""
+
+FC_WITH_TEST = """\
+MAKE IMAGE 6 6 1 3 40
+FULLY CONNECTED LAYER 3
+ANNEAL ITERS = 5
+MAXITERS = 5
+TRAIN
+CLEAR
+MAKE IMAGE 6 6 1 3 30
+TEST
+"""
+
+# the filter (19 high) does not fit the 6-row image: an error naming line 2
+BROKEN = """\
+MAKE IMAGE 6 6 1 2 40
+CONVOLUTIONAL LAYER 2 9 9 0 0 1 1
+TRAIN
+"""
+
+
+def test_batch_two_results_and_one_clear_failure(tmp_path):
+    files = []
+    for name, text in (("conv.ctl", CONV), ("broken.ctl", BROKEN), ("fc.ctl", FC_WITH_TEST)):
+        path = tmp_path / name
+        path.write_text(text)
+        files.append(str(path))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["batch", *files, "--out", str(out), "--jobs", "2",
+                                       "--device", "cpu", "--seed", "5"])
+    assert result.exit_code == 2, result.output
+    with open(out / "summary.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0].keys()) == COLUMNS
+    assert [r["file"] for r in rows] == files                 # the order of the command line
+    conv, broken, fc = rows
+    # conv: 2 slices of (9 + 1) weights, output 2 x (6 * 6 * 2 + 1)
+    assert conv["status"] == "ok" and conv["weights"] == str(2 * 10 + 2 * 73)
+    # fc: 3 x (36 + 1), output 3 x (3 + 1)
+    assert fc["status"] == "ok" and fc["weights"] == str(3 * 37 + 3 * 4)
+    for row in (conv, fc):
+        assert row["device"] == "cpu"
+        anneal, final = float(row["annealing_criterion"]), float(row["final_criterion"])
+        assert 0 < final <= anneal + 1e-5                    # refinement never goes up
+        assert 0 <= float(row["train_misclassification"]) <= 100
+        assert float(row["seconds"]) > 0
+    assert conv["test_misclassification"] == ""               # no TEST in that file
+    assert 0 <= float(fc["test_misclassification"]) <= 100
+    assert broken["status"].startswith(f"error: {files[1]}:2: ")
+    assert "larger than the height of the input image" in broken["status"]
+    assert broken["final_criterion"] == "" and broken["weights"] == ""
+    # every session has its own folder, log and curve
+    for stem in ("conv", "fc"):
+        assert (out / stem / "CONVNET.LOG").exists() and (out / stem / "criterion.png").exists()
+    assert "ERROR:" in (out / "broken" / "CONVNET.LOG").read_text()
+    # the printed table: a header and one line per file, then the count
+    lines = result.output.splitlines()
+    assert lines[0].split()[:2] == ["file", "weights"]
+    assert lines[2].startswith(files[1]) and "error:" in lines[2]
+    assert lines[-1].startswith("convnet: 2 of 3 files ran without error")
+
+
+def test_batch_all_ok_exits_zero_and_missing_files_are_rows(tmp_path):
+    good = tmp_path / "pictures.ctl"
+    good.write_text('MAKE IMAGE 6 6 1 2 10\nDISPLAY TRAINING IMAGES 1 2 2 "t.png"\n')
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["batch", str(good), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out / "pictures" / "t.png").exists()
+    result = CliRunner().invoke(main, ["batch", str(good), str(tmp_path / "none.ctl"),
+                                       "--out", str(out)])
+    assert result.exit_code == 2
+    with open(out / "summary.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["status"] == "ok"
+    assert rows[1]["status"] == f"error: {tmp_path / 'none.ctl'}: no such control file"
+
+
+def test_output_folders_and_error_lines():
+    assert output_folders(["a/x.ctl", "b/x.ctl", "y.ctl", "c/x.txt"], "o") == [
+        "o/x", "o/x-2", "o/y", "o/x-3"]
+    stderr = "some warning\nconvnet: error: f.ctl:3: bad thing\n"
+    assert _error_from(stderr, 2) == "f.ctl:3: bad thing"
+    assert _error_from("Traceback ...\nValueError: boom\n", 1) == "exit status 1: ValueError: boom"
+    assert _error_from("", -9) == "exit status -9"
