@@ -1,0 +1,379 @@
+"""Device-path benchmark: full-batch criterion and gradient on the GPU for the benchmark nets.
+
+    python benchmarks/gpu.py --out DIR                 # every net, validated, then timed
+    python benchmarks/gpu.py --nets lenet-mnist --repeat 20 --no-host
+
+For each net of the benchmark control files (the data and layers up to the first TRAIN):
+  1. validate: the device criterion and gradient against a float64 reference (the same net in
+     PyTorch, float64, when PyTorch is importable; else the numpy model of plan.py on a subset)
+     and against the host path on a subset of cases;
+  2. time the device path through the public evaluator (weights alternate between two vectors,
+     so every call copies weights in and the host-order gradient out): median wall time;
+  3. time the host path (--host-cases cases, scaled to the full set) and, when PyTorch is
+     importable, the same model in PyTorch float32 with TF32 off (cuDNN convolutions, unfold for
+     LOCAL layers), forward + backward, timed with CUDA events;
+  4. the floor: the net's multiply-adds over the float32 rate measured here (a large cuBLAS
+     SGEMM, TF32 off), and the fewest bytes (cases in, gradient out) over the copy bandwidth.
+A CUDA.LOG per net goes to --out, with the per-layer timing table. The table printed last:
+device ms, cases/s, speed-up over the host path, PyTorch ms and our time over theirs, floor ms.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+NETS = ["log-example", "lenet-mnist", "local-rgb", "mnist-small", "lenet-mnist-split", "series-sp500"]
+
+
+def bench_dir_default():
+    for d in (ROOT.parent / "shared" / "bench", ROOT / "shared" / "bench"):
+        if d.is_dir():
+            return d
+    return ROOT.parent / "shared" / "bench"
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bench-dir", type=Path, default=bench_dir_default())
+    ap.add_argument("--nets", default=",".join(NETS))
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--no-host", action="store_true", help="skip timing the host path")
+    ap.add_argument("--host-cases", type=int, default=1000)
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--params", default="", help='device parameters, e.g. "MAX BATCH=512"')
+    return ap.parse_args(argv)
+
+
+# ------------------------------------------------------------------------------ data
+def load_net(bench_dir, name):
+    """(architecture, inputs, classes, wpen) from a control file, up to its first TRAIN."""
+    from convnet.architecture import Architecture
+    from convnet.control import parse_file
+    from convnet.session import Session
+
+    path = bench_dir / f"{name}.ctl"
+    commands, _ = parse_file(str(path))
+    s = Session(check_only=True, seed=12345)
+    for cmd in commands:
+        if cmd.name == "TRAIN":
+            break
+        s.execute(cmd)
+    d = s.dataset
+    arch = Architecture(s.layer_specs, d.rows, d.cols, d.bands, d.n_classes)
+    return arch, d.inputs, d.classes, float(s.params["WPEN"] or 0.0)
+
+
+def multiply_adds(plan):
+    """Multiply-adds per case of one gradient evaluation (forward, delta, weight gradient),
+    counting only products that touch the prior layer (not the zero padding)."""
+    from convnet.device.layout import POOL_KINDS
+    tables = plan.tables.astype(np.int64)
+    fwd = bwd = 0
+    for lp in plan.layers:
+        if lp.kind in POOL_KINDS:
+            continue
+        for a_start, _, K, _, _ in lp.fwd.desc:
+            valid = int(np.count_nonzero(tables[a_start:a_start + K] != -1))
+            fwd += valid * lp.fwd.n_cols
+        if lp.bwd is not None:
+            bwd += int(lp.bwd.desc[:, 2].sum()) * lp.bwd.n_cols
+    return fwd, bwd, fwd
+
+
+# ------------------------------------------------------------------------------ PyTorch model
+def torch_model(arch, weights, dtype, device):
+    """The net in PyTorch with parameters taken from host-order weights. Returns (params, loss_fn)
+    where loss_fn(x, y, wpen) gives the criterion; the parameters' gradients concatenated in
+    order are the host-order gradient."""
+    import torch
+    import torch.nn.functional as F
+    from convnet.architecture import CONV, FC, LOCAL, POOLAVG, POOLMAX
+
+    w = torch.as_tensor(np.asarray(weights), dtype=dtype, device=device)
+    params, layers = [], []
+    for L in arch.all_layers:
+        kind = FC if L.is_output else L.kind
+        if kind in (POOLAVG, POOLMAX):
+            layers.append((kind, L, None))
+            continue
+        block = w[L.weight_offset:L.weight_offset + L.n_weights]
+        npw = L.n_prior_weights
+        if kind == FC:
+            m = block.view(L.depth, npw)
+            wt, b = m[:, :-1].clone(), m[:, -1].clone()
+        elif kind == CONV:
+            m = block.view(L.depth, npw)
+            fv, fh = L.spec.filter_v, L.spec.filter_h
+            wt = m[:, :-1].reshape(L.depth, L.prior_depth, fv, fh).clone()
+            b = m[:, -1].clone()
+        else:
+            m = block.view(L.depth, L.height, L.width, npw)
+            wt, b = m[..., :-1].clone(), m[..., -1].clone()
+        wt.requires_grad_(True)
+        b.requires_grad_(True)
+        params += [wt, b]
+        layers.append((kind, L, (wt, b)))
+    n_weights = arch.n_weights
+
+    def weight_views():
+        # the host order is per neuron [weights..., bias]; grads are reassembled by host_grad
+        return params
+
+    def forward(x):
+        a = x
+        for kind, L, p in layers:
+            s = L.spec
+            if kind == POOLMAX:
+                a = F.max_pool2d(a, (s.width_v, s.width_h), (s.stride_v, s.stride_h))
+            elif kind == POOLAVG:
+                a = F.avg_pool2d(a, (s.width_v, s.width_h), (s.stride_v, s.stride_h))
+            elif kind == CONV:
+                a = torch.tanh(F.conv2d(a, p[0], p[1], stride=(s.stride_v, s.stride_h),
+                                        padding=(s.pad_v, s.pad_h)))
+            elif kind == LOCAL:
+                cols = F.unfold(a, (s.filter_v, s.filter_h), padding=(s.pad_v, s.pad_h),
+                                stride=(s.stride_v, s.stride_h))            # (n, K, H*W)
+                wt = p[0].reshape(L.depth, L.height * L.width, -1)           # (D, P, K)
+                z = torch.einsum("nkp,dpk->ndp", cols, wt).reshape(-1, L.depth, L.height, L.width)
+                a = torch.tanh(z + p[1])
+            else:
+                z = F.linear(a.reshape(a.shape[0], -1), p[0], p[1])
+                a = z if L.is_output else torch.tanh(z)
+        return a
+
+    def loss_fn(x, y, wpen):
+        logits = forward(x)
+        ll = F.cross_entropy(logits, y, reduction="sum")
+        n, ncls = logits.shape
+        pen = sum((p[0] ** 2).sum() for _, _, p in layers if p is not None)
+        return ll / (n * ncls) + wpen / n_weights * pen
+
+    def host_grad(grads):
+        out = []
+        gi = iter(grads)
+        for kind, L, p in layers:
+            if p is None:
+                continue
+            gw, gb = next(gi), next(gi)
+            if kind == LOCAL:
+                m = torch.cat([gw.reshape(L.depth, L.height, L.width, -1), gb[..., None]], dim=-1)
+            else:
+                m = torch.cat([gw.reshape(L.depth, -1), gb[:, None]], dim=1)
+            out.append(m.reshape(-1))
+        return torch.cat(out)
+
+    return weight_views(), loss_fn, host_grad
+
+
+def torch_reference(arch, w, x, c, wpen):
+    """(criterion, host-order gradient) in float64 on the GPU through PyTorch."""
+    import torch
+    dev = torch.device("cuda")
+    params, loss_fn, host_grad = torch_model(arch, w, torch.float64, dev)
+    xt = torch.as_tensor(x, dtype=torch.float64, device=dev)
+    yt = torch.as_tensor(c, dtype=torch.int64, device=dev)
+    loss = loss_fn(xt, yt, wpen)
+    grads = torch.autograd.grad(loss, params)
+    return float(loss), host_grad(grads).cpu().numpy()
+
+
+def torch_time(arch, w, x, c, wpen, repeat):
+    """Median ms of forward + backward in float32, TF32 off, data on the GPU."""
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    dev = torch.device("cuda")
+    params, loss_fn, _ = torch_model(arch, w, torch.float32, dev)
+    xt = torch.as_tensor(x, dtype=torch.float32, device=dev)
+    yt = torch.as_tensor(c, dtype=torch.int64, device=dev)
+
+    def step():
+        loss = loss_fn(xt, yt, wpen)
+        return torch.autograd.grad(loss, params)
+
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def ceilings():
+    """(float32 multiply-add rate in MAC/s, copy bandwidth in B/s) measured with PyTorch."""
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    n = 8192
+    a = torch.randn(n, n, device="cuda")
+    b = torch.randn(n, n, device="cuda")
+    for _ in range(2):
+        a @ b
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(5):
+        a @ b
+    e1.record()
+    e1.synchronize()
+    mac_rate = 5 * n ** 3 / (e0.elapsed_time(e1) / 1000)
+    src = torch.empty(2 ** 29, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    e0.record()
+    for _ in range(5):
+        dst.copy_(src)
+    e1.record()
+    e1.synchronize()
+    bw = 5 * 2 * src.numel() * 4 / (e0.elapsed_time(e1) / 1000)
+    del a, b, src, dst
+    torch.cuda.empty_cache()
+    return mac_rate, bw
+
+
+def have_torch():
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def median_ms(fn, repeat):
+    times = []
+    for i in range(repeat):
+        t0 = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
+
+
+def rel(a, b):
+    return float(np.linalg.norm(np.asarray(a) - b) / max(np.linalg.norm(b), 1e-300))
+
+
+def parse_params(text):
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        k, v = part.split("=")
+        out[k.strip().upper()] = int(v)
+    return out
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from convnet.device.backend import DeviceBackend, device_report
+    from convnet.device.cuda_log import write_cuda_log
+    from convnet.device.plan import ModelPlan, simulate
+
+    use_torch = not args.no_torch and have_torch()
+    print("\n".join(device_report()))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+    mac_rate = bw = None
+    if use_torch:
+        import torch
+        mac_rate, bw = ceilings()
+        print(f"Ceilings measured here: float32 SGEMM {2 * mac_rate / 1e12:.1f} TFLOP/s (TF32 off), "
+              f"copy {bw / 1e12:.2f} TB/s; PyTorch {torch.__version__}, cuDNN "
+              f"{torch.backends.cudnn.version()}")
+    params = parse_params(args.params)
+    rows = []
+    record = {}
+    for name in [n for n in args.nets.split(",") if n]:
+        arch, x, c, wpen = load_net(args.bench_dir, name)
+        n = x.shape[0]
+        rng = np.random.default_rng(7)
+        w0 = rng.uniform(-0.1, 0.1, arch.n_weights)
+        w1 = w0 + rng.normal(0, 1e-3, arch.n_weights)
+        be = DeviceBackend(arch, params)
+        ev = be.evaluator(x, c, wpen)
+        crit, grad = ev.gradient(w0)
+        info = {"cases": n, "weights": arch.n_weights, "criterion": crit}
+        # ---- validation
+        if use_torch:
+            rc, rg = torch_reference(arch, w0, x, c, wpen)
+            info["vs_float64"] = (abs(crit - rc) / abs(rc), rel(grad, rg))
+        else:
+            k = min(n, 300)
+            rc, rg, _, _ = simulate(ModelPlan(arch), w0, x[:k], c[:k], wpen)
+            sc, sg = be.evaluator(x[:k], c[:k], wpen).gradient(w0)
+            info["vs_float64"] = (abs(sc - rc) / abs(rc), rel(sg, rg))
+        k = min(n, 500)
+        from convnet.model import Model
+        host = Model(arch, "cpu")
+        host.weights = w0
+        hc, hg = host.gradient(x[:k], c[:k], wpen)
+        dc, dg = be.evaluator(x[:k], c[:k], wpen).gradient(w0)
+        info["vs_host"] = (abs(dc - hc) / abs(hc), rel(dg, hg))
+        # ---- timing
+        ws = (w0, w1)
+        for i in range(3):
+            ev.gradient(ws[i % 2])
+        be.reset_timings()
+        g_ms = median_ms(lambda i: ev.gradient(ws[i % 2]), args.repeat)
+        ev_seconds = be.timer.total_seconds / max(be.timer.evaluations, 1)
+        if args.out:
+            write_cuda_log(str(args.out / f"CUDA-{name}.LOG"), be, arch, dict(params, WPEN=wpen))
+        c_ms = median_ms(lambda i: ev.criterion(ws[i % 2]), args.repeat)
+        be.timer.enabled = False
+        g_ms_quiet = median_ms(lambda i: ev.gradient(ws[i % 2]), args.repeat)
+        be.timer.enabled = True
+        info.update(gradient_ms=g_ms, gradient_ms_untimed=g_ms_quiet, criterion_ms=c_ms,
+                    event_ms=1000 * ev_seconds)
+        if not args.no_host:
+            hk = min(n, args.host_cases)
+            hev = host.evaluator(x[:hk], c[:hk], wpen)
+            hev.gradient(w0)
+            h_ms = median_ms(lambda i: hev.gradient(ws[i % 2]), 3) * n / hk
+            info["host_ms"] = h_ms
+            info["host_threads"] = host.threads
+        if use_torch:
+            info["torch_ms"] = torch_time(arch, w0, x, c, wpen, args.repeat)
+        fwd, bwd, grd = multiply_adds(be.plan)
+        macs = (fwd + bwd + grd) * n
+        info["gflop"] = 2 * macs / 1e9
+        if mac_rate:
+            bytes_min = 4 * x[0].size * n + 8 * arch.n_weights * 2
+            info["floor_ms"] = 1000 * max(macs / mac_rate, bytes_min / bw)
+        record[name] = info
+        rows.append((name, info))
+        print(f"{name}: {json.dumps(info)}", flush=True)
+        del ev, be
+    if args.out:
+        (args.out / "gpu_bench.json").write_text(json.dumps(record, indent=1))
+    print()
+    head = (f"{'net':<18}{'cases':>7}{'GFLOP':>8}{'grad ms':>9}{'untimed':>9}{'crit ms':>9}"
+            f"{'cases/s':>11}{'host ms':>10}{'x host':>8}{'torch ms':>10}{'ours/pt':>9}"
+            f"{'floor ms':>9}{'err64':>9}{'errhost':>9}")
+    print(head)
+    for name, i in rows:
+        h, t, g = i.get("host_ms"), i.get("torch_ms"), i["gradient_ms"]
+        host_s = f"{h:.1f}" if h else "-"
+        speed_s = f"{h / g:.0f}" if h else "-"
+        torch_s = f"{t:.3f}" if t else "-"
+        ratio_s = f"{g / t:.2f}" if t else "-"
+        floor_s = f"{i['floor_ms']:.3f}" if "floor_ms" in i else "-"
+        print(f"{name:<18}{i['cases']:>7}{i['gflop']:>8.1f}{g:>9.3f}{i['gradient_ms_untimed']:>9.3f}"
+              f"{i['criterion_ms']:>9.3f}{i['cases'] / g * 1000:>11.0f}{host_s:>10}{speed_s:>8}"
+              f"{torch_s:>10}{ratio_s:>9}{floor_s:>9}{i['vs_float64'][1]:>9.1e}{i['vs_host'][1]:>9.1e}")
+
+if __name__ == "__main__":
+    main()

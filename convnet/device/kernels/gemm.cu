@@ -1,0 +1,302 @@
+// Activation, delta backpropagation and weight gradient of FC, LOCAL and CONV layers (and of
+// the output layer), as "gather" matrix products with shared-memory tiles.
+//
+// gemm_nn: for each group g (grid z), case m and column n
+//     out[m*ldo + o_add + n] = epilogue( sum_k A(m, k) * B[tab[b_start + k] + b_add + n] )
+//     A(m, k) = src[m*lda + tab[a_start + k]]  (or 1 for the bias, 0 for padding)
+// gemm_tn: weight-gradient partial sums
+//     part[p][k][c] = sum over (group g, case m) of A_g(m, k) * delta[m*ldd + g*depth + n]
+// The sums over k (gemm_nn) and over (g, m) (gemm_tn) always run in the same sequential order,
+// whatever the tile shape, so every launch configuration gives the same bits.
+
+#include "common.cuh"
+
+// T consecutive floats from shared memory into registers, 16 bytes at a time where T allows
+// (the caller keeps the address aligned to the access width).
+template <int T>
+__device__ __forceinline__ void load_frag(float* r, const float* p)
+{
+    if (T % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < T; i += 4) {
+            const float4 v = *reinterpret_cast<const float4*>(p + i);
+            r[i] = v.x; r[i + 1] = v.y; r[i + 2] = v.z; r[i + 3] = v.w;
+        }
+    } else if (T % 2 == 0) {
+#pragma unroll
+        for (int i = 0; i < T; i += 2) {
+            const float2 v = *reinterpret_cast<const float2*>(p + i);
+            r[i] = v.x; r[i + 1] = v.y;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < T; ++i) r[i] = p[i];
+    }
+}
+
+// ------------------------------------------------------------------------------------ gemm_nn
+// BM x BN outputs per block, BK-deep steps, TM x TN outputs per thread.
+template <int BM, int BN, int BK, int TM, int TN>
+__device__ __forceinline__ void gemm_nn_body(
+    const float* __restrict__ src, int lda, const int* __restrict__ tab,
+    const int* __restrict__ desc, const float* __restrict__ B, int M, int N,
+    float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
+{
+    constexpr int NT = (BM / TM) * (BN / TN);
+    constexpr int A_PER = BM * BK / NT;
+    constexpr int B_PER = BK * BN / NT;
+    static_assert(NT % BK == 0 && NT % BN == 0, "loader shape");
+    static_assert(A_PER >= 1 && B_PER >= 1, "loader shape");
+    __shared__ __align__(16) float As[2][BK][BM + 4];
+    __shared__ __align__(16) float Bs[2][BK][BN];
+
+    const int tid = threadIdx.x;
+    const int tn = tid % (BN / TN);
+    const int tm = tid / (BN / TN);
+    const int m0 = blockIdx.y * BM;
+    const int n0 = blockIdx.x * BN;
+    // loader coordinates: A column (k) and B column (n) are fixed per thread
+    const int a_k = tid % BK;
+    const int a_m = tid / BK;
+    const int b_n = tid % BN;
+    const int b_k = tid / BN;
+
+    for (int g = blockIdx.z; g < G; g += gridDim.z) {
+        const int a_start = desc[g * 5 + 0];
+        const int b_start = desc[g * 5 + 1];
+        const int K = desc[g * 5 + 2];
+        const int b_add = desc[g * 5 + 3];
+        const int o_add = desc[g * 5 + 4];
+
+        float acc[TM][TN];
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+        float ra[A_PER], rb[B_PER];
+        const int nk = (K + BK - 1) / BK;
+
+        auto load = [&](int k0) {
+            const int k = k0 + a_k;
+            int ao = A_ZERO;
+            if (k < K) ao = tab[a_start + k];
+#pragma unroll
+            for (int i = 0; i < A_PER; ++i) {
+                const int m = m0 + a_m + i * (NT / BK);
+                float v = 0.f;
+                if (m < M) {
+                    if (ao >= 0) v = src[(i64)m * lda + ao];
+                    else if (ao == A_ONE) v = 1.f;
+                }
+                ra[i] = v;
+            }
+            const int n = n0 + b_n;
+#pragma unroll
+            for (int i = 0; i < B_PER; ++i) {
+                const int kb = k0 + b_k + i * (NT / BN);
+                float v = 0.f;
+                if (kb < K && n < N) v = B[(i64)tab[b_start + kb] + b_add + n];
+                rb[i] = v;
+            }
+        };
+        auto store = [&](int buf) {
+#pragma unroll
+            for (int i = 0; i < A_PER; ++i) As[buf][a_k][a_m + i * (NT / BK)] = ra[i];
+#pragma unroll
+            for (int i = 0; i < B_PER; ++i) Bs[buf][b_k + i * (NT / BN)][b_n] = rb[i];
+        };
+
+        if (nk > 0) {
+            load(0);
+            store(0);
+        }
+        __syncthreads();
+        for (int t = 0; t < nk; ++t) {
+            const int buf = t & 1;
+            if (t + 1 < nk) load((t + 1) * BK);
+#pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                float a[TM], b[TN];
+                load_frag<TM>(a, &As[buf][kk][tm * TM]);
+                load_frag<TN>(b, &Bs[buf][kk][tn * TN]);
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            }
+            if (t + 1 < nk) store(buf ^ 1);
+            __syncthreads();
+        }
+
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int m = m0 + tm * TM + i;
+            if (m >= M) continue;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int n = n0 + tn * TN + j;
+                if (n >= N) continue;
+                const i64 o = (i64)m * ldo + o_add + n;
+                float v = acc[i][j];
+                if (epi == EPI_TANH) {
+                    v = tanhf(v);
+                } else if (epi == EPI_DERIV) {
+                    const float p = prior[o];
+                    v *= 1.f - p * p;
+                }
+                out[o] = v;
+            }
+        }
+    }
+}
+
+#define GEMM_NN(NAME, BM, BN, BK, TM, TN)                                                        \
+    extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))                           \
+    NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
+         const int* __restrict__ desc, const float* __restrict__ B, int M, int N,                \
+         float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)      \
+    {                                                                                             \
+        gemm_nn_body<BM, BN, BK, TM, TN>(src, lda, tab, desc, B, M, N, out, ldo, prior, epi, G); \
+    }
+
+GEMM_NN(gemm_nn_128x64, 128, 64, 8, 8, 4)
+GEMM_NN(gemm_nn_256x32, 256, 32, 8, 8, 4)
+GEMM_NN(gemm_nn_128x32, 128, 32, 8, 4, 4)
+GEMM_NN(gemm_nn_64x16, 64, 16, 8, 4, 2)
+
+// ------------------------------------------------------------------------------------ gemm_tn
+// Tile: BM weight rows (k) x BN columns (n); the reduction runs over (group, case) in BK steps.
+// Grid z enumerates partials: z = chunk * slots + slot; a slot is a range of gps groups.
+// LOCAL layers (local_cols = 1) have one group per slot and keep every group's columns apart:
+// partial p = chunk, column = slot * NL + n - n_lo; otherwise p = z, column = n - n_lo.
+template <int BM, int BN, int BK, int TM, int TN>
+__device__ __forceinline__ void gemm_tn_body(
+    const float* __restrict__ src, int lda, const int* __restrict__ tab,
+    const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,
+    int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,
+    int local_cols, float* __restrict__ part, int nz)
+{
+    constexpr int NT = (BM / TM) * (BN / TN);
+    constexpr int A_PER = BM * BK / NT;
+    constexpr int B_PER = BK * BN / NT;
+    static_assert(NT % BM == 0 && NT % BN == 0, "loader shape");
+    static_assert(A_PER >= 1 && B_PER >= 1, "loader shape");
+    __shared__ __align__(16) float As[2][BK][BM];
+    __shared__ __align__(16) float Ds[2][BK][BN];
+
+    const int tid = threadIdx.x;
+    const int tn = tid % (BN / TN);
+    const int tm = tid / (BN / TN);
+    const int k0 = blockIdx.y * BM;
+    const int NL = n_hi - n_lo;
+    const int c0 = blockIdx.x * BN;          // column within [0, NL)
+    const int a_k = tid % BM;                // loader: weight row
+    const int a_r = tid / BM;                // loader: case within the step
+    const int d_n = tid % BN;
+    const int d_r = tid / BN;
+    const int pld = local_cols ? groups * NL : NL;
+
+    for (int z = blockIdx.z; z < nz; z += gridDim.z) {
+        const int ch = z / slots;
+        const int slot = z - ch * slots;
+        const int case_lo = ch * chunk;
+        const int case_hi = min(n_cases, case_lo + chunk);
+        const int g_lo = slot * gps;
+        const int g_hi = min(groups, g_lo + gps);
+        const int tiles = (case_hi - case_lo + BK - 1) / BK;
+        const int steps = (g_hi - g_lo) * tiles;
+
+        float acc[TM][TN];
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+        float ra[A_PER], rd[B_PER];
+        auto load = [&](int s) {
+            const int g = g_lo + s / tiles;
+            const int cb = case_lo + (s % tiles) * BK;
+            const int k = k0 + a_k;
+            int ao = A_ZERO;
+            if (k < R) ao = tab[desc[g * 5] + k];
+#pragma unroll
+            for (int i = 0; i < A_PER; ++i) {
+                const int m = cb + a_r + i * (NT / BM);
+                float v = 0.f;
+                if (m < case_hi) {
+                    if (ao >= 0) v = src[(i64)m * lda + ao];
+                    else if (ao == A_ONE) v = 1.f;
+                }
+                ra[i] = v;
+            }
+            const int n = n_lo + c0 + d_n;
+#pragma unroll
+            for (int i = 0; i < B_PER; ++i) {
+                const int m = cb + d_r + i * (NT / BN);
+                float v = 0.f;
+                if (m < case_hi && n < n_hi) v = delta[(i64)m * ldd + (i64)g * depth + n];
+                rd[i] = v;
+            }
+        };
+        auto store = [&](int buf) {
+#pragma unroll
+            for (int i = 0; i < A_PER; ++i) As[buf][a_r + i * (NT / BM)][a_k] = ra[i];
+#pragma unroll
+            for (int i = 0; i < B_PER; ++i) Ds[buf][d_r + i * (NT / BN)][d_n] = rd[i];
+        };
+
+        if (steps > 0) {
+            load(0);
+            store(0);
+        }
+        __syncthreads();
+        for (int s = 0; s < steps; ++s) {
+            const int buf = s & 1;
+            if (s + 1 < steps) load(s + 1);
+#pragma unroll
+            for (int rr = 0; rr < BK; ++rr) {
+                float a[TM], b[TN];
+                load_frag<TM>(a, &As[buf][rr][tm * TM]);
+                load_frag<TN>(b, &Ds[buf][rr][tn * TN]);
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            }
+            if (s + 1 < steps) store(buf ^ 1);
+            __syncthreads();
+        }
+
+        const i64 p = local_cols ? ch : z;
+        const int col_base = local_cols ? slot * NL : 0;
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int k = k0 + tm * TM + i;
+            if (k >= R) continue;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int c = c0 + tn * TN + j;
+                if (c >= NL) continue;
+                part[(p * R + k) * pld + col_base + c] = acc[i][j];
+            }
+        }
+    }
+}
+
+#define GEMM_TN(NAME, BM, BN, BK, TM, TN)                                                        \
+    extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))                           \
+    NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
+         const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,      \
+         int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,      \
+         int local_cols, float* __restrict__ part, int nz)                                       \
+    {                                                                                             \
+        gemm_tn_body<BM, BN, BK, TM, TN>(src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi,   \
+                                         n_cases, chunk, groups, gps, slots, local_cols, part,   \
+                                         nz);                                                     \
+    }
+
+GEMM_TN(gemm_tn_128x64, 128, 64, 8, 8, 4)
+GEMM_TN(gemm_tn_128x32, 128, 32, 8, 4, 4)
+GEMM_TN(gemm_tn_64x16, 64, 16, 8, 4, 2)
+GEMM_TN(gemm_tn_32x32, 32, 32, 8, 2, 4)

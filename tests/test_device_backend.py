@@ -1,0 +1,200 @@
+"""The CUDA path on a real GPU: reference vectors, random architectures of every layer type, launch
+splits, weight copies, timings and CUDA.LOG. Skipped where PyCUDA or a GPU is missing."""
+
+import glob
+import os
+
+import numpy as np
+import pytest
+
+from convnet.architecture import Architecture
+from convnet.device import device_available
+from convnet.device.plan import ModelPlan, simulate
+from convnet.errors import ConvnetError
+
+_OK, _WHY = device_available()
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not _OK, reason=f"no CUDA device: {_WHY}")]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+REF = next((d for d in (os.path.join(_HERE, "..", "..", "shared", "reference"),
+                        os.path.join(_HERE, "..", "shared", "reference")) if os.path.isdir(d)), "")
+REF_FILES = sorted(glob.glob(os.path.join(REF, "*.npz"))) if REF else []
+
+
+def _backend(arch, params=None, **kw):
+    from convnet.device.backend import DeviceBackend
+    return DeviceBackend(arch, params, poison=True, **kw)
+
+
+def _rel(a, b):
+    return float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / max(np.linalg.norm(b), 1e-300))
+
+
+def _load(path):
+    z = np.load(path, allow_pickle=False)
+    arch = Architecture.from_lines(list(z["control_lines"]), int(z["rows"]), int(z["cols"]),
+                                   int(z["bands"]), int(z["n_classes"]))
+    return z, arch
+
+
+@pytest.mark.skipif(not REF_FILES, reason="reference vectors not found")
+@pytest.mark.parametrize("path", REF_FILES, ids=[os.path.basename(p) for p in REF_FILES])
+def test_reference_vectors(path):
+    z, arch = _load(path)
+    be = _backend(arch)
+    ev = be.evaluator(z["inputs"], z["classes"], float(z["wpen"]))
+    crit, grad = ev.gradient(z["weights"])
+    assert np.isfinite(grad).all()
+    assert abs(crit - z["criterion"]) <= 1e-6 * abs(z["criterion"])
+    assert _rel(grad, z["gradient"]) <= 1e-5
+    assert abs(ev.criterion(z["weights"]) - crit) <= 1e-12 * abs(crit)
+    assert np.abs(ev.outputs(z["weights"]) - z["outputs"]).max() < 1e-6
+    acts = be.activations(z["weights"], z["inputs"])
+    for i, a in enumerate(acts):
+        for c in range(a.shape[0]):
+            key = f"act_L{i}_case{c}"
+            if key in z.files:
+                assert np.abs(a[c] - z[key]).max() < 1e-5
+    for i, a in be.poolmax_winners(z["weights"], z["inputs"]).items():
+        for c in range(a.shape[0]):
+            key = f"poolmax_id_L{i}_case{c}"
+            if key in z.files:
+                assert np.array_equal(a[c], z[key])
+
+
+def random_architecture(rng):
+    """A random valid architecture mixing every layer type (retries until one builds)."""
+    kinds = ["CONV", "LOCAL", "POOLMAX", "POOLAVG", "FC"]
+    while True:
+        rows, cols = int(rng.integers(5, 15)), int(rng.integers(5, 15))
+        bands, ncls = int(rng.integers(1, 4)), int(rng.integers(2, 7))
+        lines = []
+        for _ in range(int(rng.integers(1, 5))):
+            k = kinds[int(rng.integers(0, len(kinds)))]
+            if k in ("CONV", "LOCAL"):
+                hv, hh = int(rng.integers(0, 3)), int(rng.integers(0, 3))
+                name = "CONVOLUTIONAL" if k == "CONV" else "LOCAL"
+                lines.append(f"{name} LAYER {int(rng.integers(1, 40))} {hv} {hh} "
+                             f"{int(rng.integers(0, hv + 1))} {int(rng.integers(0, hh + 1))} "
+                             f"{int(rng.integers(1, 3))} {int(rng.integers(1, 3))}")
+            elif k.startswith("POOL"):
+                name = "MAX" if k == "POOLMAX" else "AVERAGE"
+                lines.append(f"POOLED {name} LAYER {int(rng.integers(1, 4))} {int(rng.integers(1, 4))} "
+                             f"{int(rng.integers(1, 3))} {int(rng.integers(1, 3))}")
+            else:
+                lines.append(f"FULLY CONNECTED LAYER {int(rng.integers(1, 70))}")
+        try:
+            return Architecture.from_lines(lines, rows, cols, bands, ncls)
+        except ConvnetError:
+            continue
+
+
+SEEDS = list(range(10))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_architectures_and_launch_splits(seed):
+    rng = np.random.default_rng(1000 + seed)
+    arch = random_architecture(rng)
+    n = 700
+    x = rng.random((n, arch.bands, arch.rows, arch.cols))
+    c = rng.integers(0, arch.n_classes, n)
+    w = rng.normal(0, 0.5, arch.n_weights)
+    wpen = 0.01
+    crit_ref, grad_ref, p_ref, _ = simulate(ModelPlan(arch), w, x, c, wpen)
+    exact = []
+    for params in ({}, {"MAX BATCH": 256}, {"MAX BATCH": 512, "MAX HID GRAD": 1},
+                   {"MAX BATCH": 768, "MAX MEM GRAD": 1}):
+        crit, grad = _backend(arch, params).evaluator(x, c, wpen).gradient(w)
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref, (arch, params)
+        assert _rel(grad, grad_ref) <= 1e-5, (arch, params)
+        exact.append((crit, grad))
+    for crit, grad in exact[1:]:          # MAX BATCH >= 256, MAX HID GRAD, MAX MEM GRAD: same bits
+        assert crit == exact[0][0]
+        assert np.array_equal(grad, exact[0][1])
+    for params in ({"MAX BATCH": 100}, {"MAX BATCH": 7, "MAX HID GRAD": 5, "MAX MEM GRAD": 1}):
+        be = _backend(arch, params)
+        ev = be.evaluator(x, c, wpen)
+        crit, grad = ev.gradient(w)
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref, (arch, params)
+        assert _rel(grad, grad_ref) <= 1e-5, (arch, params)
+        assert np.abs(ev.outputs(w) - p_ref).max() < 1e-5
+
+
+def test_against_host_backend():
+    from convnet.model import Model
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 6 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "CONVOLUTIONAL LAYER 8 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "FULLY CONNECTED LAYER 40"], 28, 28, 1, 10)
+    rng = np.random.default_rng(7)
+    x = rng.random((400, 1, 28, 28))
+    c = rng.integers(0, 10, 400)
+    w = rng.normal(0, 0.2, arch.n_weights)
+    host = Model(arch, "cpu")
+    host.weights = w
+    dev = Model(arch, "cuda")
+    dev.weights = w
+    hc, hg = host.gradient(x, c, 0.001)
+    dc, dg = dev.gradient(x, c, 0.001)
+    assert abs(dc - hc) <= 1e-6 * hc
+    assert _rel(dg, hg) <= 1e-5
+    assert np.abs(dev.predict(x) - host.predict(x)).max() < 1e-5
+    for a, b in zip(dev.activations(x[:20]), host.activations(x[:20])):
+        assert np.abs(a - b).max() < 1e-5
+
+
+def test_weights_copied_only_when_changed():
+    arch = Architecture.from_lines(["LOCAL LAYER 3 1 1 1 1 1 1", "FULLY CONNECTED LAYER 5"], 6, 6, 2, 3)
+    rng = np.random.default_rng(3)
+    x, c = rng.random((50, 2, 6, 6)), rng.integers(0, 3, 50)
+    be = _backend(arch)
+    ev = be.evaluator(x, c)
+    w = rng.normal(0, 0.3, arch.n_weights)
+    c1 = ev.criterion(w)
+    c2, _ = ev.gradient(w.copy())
+    ev.outputs(w)
+    assert be.weight_uploads == 1 and c1 == c2
+    w[0] += 0.5
+    assert ev.criterion(w) != c1 and be.weight_uploads == 2
+
+
+def test_timings_and_cuda_log(tmp_path):
+    from convnet.device.cuda_log import write_cuda_log
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 4 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "FULLY CONNECTED LAYER 6"], 8, 8, 1, 3)
+    rng = np.random.default_rng(5)
+    x, c = rng.random((300, 1, 8, 8)), rng.integers(0, 3, 300)
+    be = _backend(arch, {"MAX BATCH": 100})
+    ev = be.evaluator(x, c)
+    for k in range(3):
+        ev.gradient(rng.normal(0, 0.3, arch.n_weights))
+    rows = be.timings()
+    acts = {(label, a) for label, a, _, _ in rows}
+    for label in ("Layer 1 CONV", "Layer 2 POOLMAX", "Layer 3 FC", "Output"):
+        assert (label, "forward") in acts
+    assert ("Layer 1 CONV", "gradient") in acts and ("Layer 3 FC", "delta") in acts
+    assert ("Layer 1 CONV", "delta") in acts and ("Output", "delta") not in acts
+    total = sum(s for *_, s in rows)
+    assert total > 0 and abs(total - be.timer.total_seconds) < 1e-9
+    fwd = [n for label, a, n, _ in rows if label == "Layer 1 CONV" and a == "forward"][0]
+    assert fwd == 3 * 3                   # 3 batches of 100 cases, 3 evaluations
+    path = write_cuda_log(str(tmp_path / "CUDA.LOG"), be, arch, {"MAX BATCH": 100, "WPEN": 0.0})
+    text = open(path).read()
+    for title in ("1. Device and capabilities", "2. Architecture and training parameters",
+                  "3. Device memory allocations", "4. Device time by layer and activity"):
+        assert title in text
+    assert "Compute capability" in text and "scratch" in text and "Sum of the rows" in text
+
+
+def test_device_report():
+    from convnet.device import device_report
+    lines = device_report()
+    assert lines[0].startswith("Device 0:") and any("Compute capability" in s for s in lines)
+
+
+def test_model_cuda_errors_are_user_errors():
+    from convnet.model import Model
+    arch = Architecture.from_lines([], 3, 3, 1, 2)
+    m = Model(arch, "cuda")
+    with pytest.raises(ConvnetError):
+        m.gradient(np.zeros((2, 1, 4, 4)), np.zeros(2, int))

@@ -1,0 +1,485 @@
+"""The device backend's host-side logic, run against a numpy emulation of the CUDA runtime.
+
+No GPU is needed: device memory is emulated by byte arrays with bounds checks, and every kernel
+by a numpy routine written from its parameter list in convnet/device/kernels/*.cu (the grid must
+cover the work the way the CUDA kernel's tiles would). This catches argument-order, pointer-offset,
+batching and launch-split mistakes in backend.py; the kernels themselves are held to the same
+results on a GPU by test_device_backend.py.
+"""
+
+import contextlib
+import glob
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from convnet.architecture import Architecture
+from convnet.device import backend as dbe
+from convnet.device.plan import ModelPlan, simulate
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+REF = next((d for d in (os.path.join(_HERE, "..", "..", "shared", "reference"),
+                        os.path.join(_HERE, "..", "shared", "reference")) if os.path.isdir(d)), "")
+REF_FILES = sorted(glob.glob(os.path.join(REF, "*.npz"))) if REF else []
+
+
+# ---------------------------------------------------------------------------- fake device memory
+class _Alloc:
+    def __init__(self, mem, base, nbytes):
+        self.mem, self.base, self.nbytes = mem, base, nbytes
+
+    def __int__(self):
+        return self.base
+
+    def __index__(self):
+        return self.base
+
+
+class _Memory:
+    STEP = 1 << 36
+
+    def __init__(self):
+        self.bufs = {}
+        self.next = self.STEP
+
+    def alloc(self, nbytes):
+        base = self.next
+        self.next += self.STEP
+        self.bufs[base] = np.full(int(nbytes), 0xAB, dtype=np.uint8)   # poisoned, like real memory
+        return _Alloc(self, base, nbytes)
+
+    def view(self, addr, dtype, count):
+        """count items of dtype at addr, bounds-checked."""
+        addr = int(addr)
+        base = (addr // self.STEP) * self.STEP
+        if base not in self.bufs:
+            raise AssertionError(f"pointer {addr:#x} is not in any allocation")
+        buf = self.bufs[base]
+        off = addr - base
+        nbytes = int(count) * np.dtype(dtype).itemsize
+        if off < 0 or off + nbytes > buf.size:
+            raise AssertionError(f"access of {nbytes} bytes at offset {off} beyond an allocation of {buf.size}")
+        if off % np.dtype(dtype).itemsize:
+            raise AssertionError("misaligned pointer")
+        return buf[off:off + nbytes].view(dtype)
+
+    def extent(self, addr, dtype):
+        """All items of dtype from addr to the end of its allocation."""
+        addr = int(addr)
+        base = (addr // self.STEP) * self.STEP
+        buf = self.bufs[base]
+        return (buf.size - (addr - base)) // np.dtype(dtype).itemsize
+
+
+class _Event:
+    def record(self, stream=None):
+        pass
+
+    def time_since(self, other):
+        return 0.001
+
+    def synchronize(self):
+        pass
+
+
+class _Stream:
+    def synchronize(self):
+        pass
+
+
+class _FakeCuda:
+    Event = _Event
+
+    def __init__(self, mem):
+        self.mem = mem
+
+    def memcpy_htod(self, dst, src):
+        src = np.ascontiguousarray(src)
+        self.mem.view(dst, np.uint8, src.nbytes)[:] = src.view(np.uint8).ravel()
+
+    def memcpy_htod_async(self, dst, src, stream=None):
+        self.memcpy_htod(dst, src)
+
+    def memcpy_dtoh(self, dst, src):
+        assert dst.flags.c_contiguous
+        dst.view(np.uint8).ravel()[:] = self.mem.view(src, np.uint8, dst.nbytes)
+
+    def memcpy_dtoh_async(self, dst, src, stream=None):
+        self.memcpy_dtoh(dst, src)
+
+    def memset_d32(self, dst, value, count):
+        self.mem.view(dst, np.uint32, count)[:] = value
+
+    def memset_d32_async(self, dst, value, count, stream=None):
+        self.memset_d32(dst, value, count)
+
+    def pagelocked_empty(self, shape, dtype):
+        return np.empty(shape, dtype)
+
+    def mem_get_info(self):
+        return 8 << 30, 16 << 30
+
+
+# ---------------------------------------------------------------------------- kernel emulations
+def _covered(grid, tile_m, tile_n, M, N):
+    assert grid[0] * tile_n >= N, f"grid x {grid[0]} x {tile_n} does not cover {N} columns"
+    assert grid[1] * tile_m >= M, f"grid y {grid[1]} x {tile_m} does not cover {M} rows"
+
+
+class _Kernels:
+    def __init__(self, mem):
+        self.mem = mem
+
+    def f32(self, addr, count):
+        return self.mem.view(addr, np.float32, count)
+
+    def gather(self, addr, dtype, index):
+        index = np.asarray(index)
+        if index.size == 0:
+            return np.zeros(index.shape, dtype)
+        assert index.min() >= 0
+        return self.mem.view(addr, dtype, int(index.max()) + 1)[index]
+
+    # gemm_nn(src, lda, tab, desc, B, M, N, out, ldo, prior, epi, G)
+    def gemm_nn(self, tile, grid, block, src, lda, tab, desc, B, M, N, out, ldo, prior, epi, G):
+        BM, BN, nt = dbe.NN_TILES[tile]
+        assert block[0] == nt
+        _covered(grid, BM, BN, M, N)
+        assert grid[2] >= 1
+        d = self.mem.view(desc, np.int32, 5 * G).reshape(G, 5).astype(np.int64)
+        m = np.arange(M)
+        n = np.arange(N)
+        for a_start, b_start, K, b_add, o_add in d:
+            if K:
+                ao = self.gather(tab, np.int32, a_start + np.arange(K)).astype(np.int64)
+                bo = self.gather(tab, np.int32, b_start + np.arange(K)).astype(np.int64)
+                idx = m[:, None] * lda + np.maximum(ao, 0)[None, :]
+                A = self.gather(src, np.float32, idx).astype(np.float64)
+                A = np.where(ao[None, :] >= 0, A, np.where(ao == -2, 1.0, 0.0)[None, :])
+                Bm = self.gather(B, np.float32, bo[:, None] + b_add + n[None, :]).astype(np.float64)
+                C = A @ Bm
+            else:
+                C = np.zeros((M, N))
+            oidx = m[:, None] * ldo + o_add + n[None, :]
+            if epi == dbe.EPI_TANH:
+                C = np.tanh(C)
+            elif epi == dbe.EPI_DERIV:
+                p = self.gather(prior, np.float32, oidx).astype(np.float64)
+                C = C * (1 - p * p)
+            o = self.mem.view(out, np.float32, int(oidx.max()) + 1)
+            o[oidx] = C.astype(np.float32)
+
+    # gemm_tn(src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi, n_cases, chunk, groups,
+    #         gps, slots, local_cols, part, nz)
+    def gemm_tn(self, tile, grid, block, src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi,
+                n_cases, chunk, groups, gps, slots, local_cols, part, nz):
+        BM, BN, nt = dbe.TN_TILES[tile]
+        assert block[0] == nt
+        NL = n_hi - n_lo
+        _covered(grid, BM, BN, R, NL)
+        assert nz == -(-n_cases // chunk) * slots
+        d = self.mem.view(desc, np.int32, 5 * groups).reshape(groups, 5).astype(np.int64)
+        pld = groups * NL if local_cols else NL
+        n = n_lo + np.arange(NL)
+        for z in range(nz):
+            ch, slot = divmod(z, slots)
+            lo, hi = ch * chunk, min(n_cases, ch * chunk + chunk)
+            m = np.arange(lo, hi)
+            acc = np.zeros((R, NL))
+            for g in range(slot * gps, min(groups, slot * gps + gps)):
+                ao = self.gather(tab, np.int32, d[g, 0] + np.arange(R)).astype(np.int64)
+                A = self.gather(src, np.float32, m[:, None] * lda + np.maximum(ao, 0)[None, :])
+                A = np.where(ao[None, :] >= 0, A, np.where(ao == -2, 1.0, 0.0)[None, :])
+                D = self.gather(delta, np.float32, m[:, None] * ldd + g * depth + n[None, :])
+                acc += A.T.astype(np.float64) @ D.astype(np.float64)
+            p = ch if local_cols else z
+            col = (slot * NL if local_cols else 0) + np.arange(NL)
+            idx = (p * R + np.arange(R))[:, None] * pld + col[None, :]
+            self.mem.view(part, np.float32, int(idx.max()) + 1)[idx] = acc.astype(np.float32)
+
+    def grad_flatten(self, grid, block, part, n_part, R, pld, NL, n_lo, depth, local_cols, ldw,
+                     dev2host, acc):
+        total = R * pld
+        assert grid[0] * block[0] >= total
+        idx = np.arange(total)
+        k, c = idx // pld, idx % pld
+        col = (c // NL) * depth + n_lo + c % NL if local_cols else n_lo + c
+        h = self.gather(dev2host, np.int32, k * ldw + col).astype(np.int64)
+        assert h.min() >= 0, "flatten reached a padding column"
+        P = self.mem.view(part, np.float32, n_part * total).reshape(n_part, total).astype(np.float64)
+        a = self.mem.view(acc, np.float64, int(h.max()) + 1)
+        a[h] += P.sum(axis=0)
+
+    def pool_forward(self, grid, block, src, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, total):
+        assert grid[0] * block[0] >= total
+        nb = total // (H * W * PD)
+        x = self.f32(src, nb * PH * PW * PD).reshape(nb, PH, PW, PD).astype(np.float64)
+        o = self.f32(out, total).reshape(nb, H, W, PD)
+        idv = self.mem.view(ids, np.int32, total).reshape(nb, H, W, PD) if is_max else None
+        for oh in range(H):
+            for ow in range(W):
+                r0, c0 = oh * sv, ow * sh
+                win = x[:, r0:r0 + wv, c0:c0 + wh, :].reshape(nb, -1, PD)
+                if is_max:
+                    j = np.argmax(win, axis=1)
+                    o[:, oh, ow, :] = np.take_along_axis(win, j[:, None, :], 1)[:, 0, :]
+                    idv[:, oh, ow, :] = (r0 + j // wh) * PW + c0 + j % wh
+                else:
+                    o[:, oh, ow, :] = win.mean(axis=1)
+
+    def pool_backward(self, grid, block, delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max,
+                      prior, out, total):
+        assert grid[0] * block[0] >= total
+        nb = total // (PH * PW * PD)
+        dl = self.f32(delta, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)
+        res = np.zeros((nb, PH, PW, PD))
+        if is_max:
+            idv = self.mem.view(ids, np.int32, nb * H * W * PD).reshape(nb, H, W, PD)
+            flat = res.reshape(nb, PH * PW, PD)
+            for oh in range(H):
+                for ow in range(W):
+                    for s in range(PD):
+                        np.add.at(flat[:, :, s], (np.arange(nb), idv[:, oh, ow, s]), dl[:, oh, ow, s])
+        else:
+            for oh in range(H):
+                for ow in range(W):
+                    res[:, oh * sv:oh * sv + wv, ow * sh:ow * sh + wh, :] += dl[:, oh, ow, None, None, :] / (wv * wh)
+        res = res.reshape(nb, -1)
+        if int(prior):
+            a = self.f32(prior, total).reshape(nb, -1).astype(np.float64)
+            res = res * (1 - a * a)
+        self.f32(out, total)[:] = res.ravel()
+
+    def softmax_ll(self, grid, block, logits, ncls, nb, classes, probs, ll, delta):
+        assert grid[0] * block[0] >= nb
+        z = self.f32(logits, nb * ncls).reshape(nb, ncls).astype(np.float64)
+        cls = self.mem.view(classes, np.int32, nb).astype(np.int64)
+        z = z - z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(axis=1, keepdims=True)
+        self.mem.view(probs, np.float64, nb * ncls)[:] = p.ravel()
+        self.mem.view(ll, np.float64, nb)[:] = -np.log(p[np.arange(nb), cls] + 1e-30)
+        if int(delta):
+            t = p.copy()
+            t[np.arange(nb), cls] -= 1.0
+            self.f32(delta, nb * ncls)[:] = t.ravel()
+
+    def ll_sum(self, grid, block, ll, n, out):
+        self.mem.view(out, np.float64, 1)[0] = self.mem.view(ll, np.float64, n).sum()
+
+    def weights_scatter(self, grid, block, w, n, fwd_index, bwd_index, fwd, bwd):
+        assert grid[0] * block[0] >= n
+        wv = self.mem.view(w, np.float64, n).astype(np.float32)
+        fi = self.mem.view(fwd_index, np.int32, n).astype(np.int64)
+        bi = self.mem.view(bwd_index, np.int32, n).astype(np.int64)
+        self.mem.view(fwd, np.float32, int(fi.max()) + 1)[fi] = wv
+        keep = bi >= 0
+        if keep.any():
+            self.mem.view(bwd, np.float32, int(bi.max()) + 1)[bi[keep]] = wv[keep]
+
+    def grad_finish(self, grid, block, acc, w, mask, n, scale, pen2, grad):
+        assert grid[0] * block[0] >= n
+        a = self.mem.view(acc, np.float64, n)
+        wv = self.mem.view(w, np.float64, n)
+        m = self.mem.view(mask, np.uint8, n)
+        self.mem.view(grad, np.float64, n)[:] = a * scale + np.where(m != 0, pen2 * wv, 0.0)
+
+
+def _arg(a):
+    if isinstance(a, _Alloc):
+        return int(a)
+    if isinstance(a, (np.generic,)):
+        return a.item()
+    return a
+
+
+class FakeRuntime:
+    """Stands in for backend._Runtime."""
+
+    def __init__(self):
+        self.mem = _Memory()
+        self.cuda = _FakeCuda(self.mem)
+        self.kernels = _Kernels(self.mem)
+        self.lock = threading.RLock()
+        self.stream = _Stream()
+        self.pycuda_version = "emulated"
+        self.launches = []
+
+    @contextlib.contextmanager
+    def active(self):
+        with self.lock:
+            yield
+
+    def alloc(self, nbytes):
+        return self.mem.alloc(max(int(nbytes), 16))
+
+    def upload(self, array):
+        a = np.ascontiguousarray(array)
+        buf = self.alloc(a.nbytes)
+        if a.nbytes:
+            self.cuda.memcpy_htod(buf, a)
+        return buf
+
+    def launch(self, name, grid, block, *args):
+        self.launches.append(name)
+        args = [_arg(a) for a in args]
+        if name.startswith("gemm_nn_") or name.startswith("gemm_tn_"):
+            kind, tile = name[:7], name[8:]
+            getattr(self.kernels, kind)(tile, grid, block, *args)
+        else:
+            getattr(self.kernels, name)(grid, block, *args)
+
+    def free_memory(self):
+        return self.cuda.mem_get_info()
+
+    def report(self):
+        return ["Device 0: emulated"]
+
+
+@pytest.fixture
+def fake_runtime(monkeypatch):
+    rt = FakeRuntime()
+    monkeypatch.setattr(dbe._Runtime, "_instance", rt)
+    return rt
+
+
+def _load(path):
+    z = np.load(path, allow_pickle=False)
+    arch = Architecture.from_lines(list(z["control_lines"]), int(z["rows"]), int(z["cols"]),
+                                   int(z["bands"]), int(z["n_classes"]))
+    return z, arch
+
+
+def _rel(a, b):
+    return float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / max(np.linalg.norm(b), 1e-300))
+
+
+# ---------------------------------------------------------------------------- tests
+@pytest.mark.skipif(not REF_FILES, reason="reference vectors not found")
+@pytest.mark.parametrize("path", REF_FILES, ids=[os.path.basename(p) for p in REF_FILES])
+def test_emulated_backend_matches_reference(fake_runtime, path):
+    z, arch = _load(path)
+    be = dbe.DeviceBackend(arch)
+    ev = be.evaluator(z["inputs"], z["classes"], float(z["wpen"]))
+    crit, grad = ev.gradient(z["weights"])
+    assert abs(crit - z["criterion"]) <= 1e-6 * abs(z["criterion"])
+    assert _rel(grad, z["gradient"]) <= 1e-5
+    assert abs(ev.criterion(z["weights"]) - crit) <= 1e-12 * abs(crit)
+    assert np.abs(ev.outputs(z["weights"]) - z["outputs"]).max() < 1e-6
+    acts = be.activations(z["weights"], z["inputs"])
+    for i, a in enumerate(acts):
+        for c in range(a.shape[0]):
+            key = f"act_L{i}_case{c}"
+            if key in z.files:
+                assert np.abs(a[c] - z[key]).max() < 1e-5
+    wins = be.poolmax_winners(z["weights"], z["inputs"])
+    for i, a in wins.items():
+        for c in range(a.shape[0]):
+            key = f"poolmax_id_L{i}_case{c}"
+            if key in z.files:
+                assert np.array_equal(a[c], z[key])
+
+
+def test_weights_copied_only_when_changed(fake_runtime):
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 2 1 1 1 1 1 1"], 5, 5, 1, 3)
+    be = dbe.DeviceBackend(arch)
+    rng = np.random.default_rng(1)
+    x = rng.random((7, 1, 5, 5))
+    c = rng.integers(0, 3, 7)
+    ev = be.evaluator(x, c)
+    w = rng.normal(0, 0.3, arch.n_weights)
+    ev.criterion(w)
+    ev.gradient(w)
+    ev.outputs(w.copy())
+    assert be.weight_uploads == 1
+    w[3] += 1e-9
+    ev.criterion(w)
+    assert be.weight_uploads == 2
+
+
+RANDOM_ARCHS = [
+    (["CONVOLUTIONAL LAYER 3 1 2 1 0 2 1", "POOLED MAX LAYER 2 2 1 2", "LOCAL LAYER 2 1 1 0 1 1 2",
+      "FULLY CONNECTED LAYER 5"], 11, 13, 2, 4),
+    (["LOCAL LAYER 3 2 1 2 1 1 1", "POOLED AVERAGE LAYER 3 2 2 1", "CONVOLUTIONAL LAYER 4 1 1 1 1 1 1"],
+     9, 8, 3, 3),
+    (["FULLY CONNECTED LAYER 6", "FULLY CONNECTED LAYER 4"], 4, 5, 2, 5),
+    (["POOLED MAX LAYER 2 2 2 2", "CONVOLUTIONAL LAYER 5 1 1 1 1 1 1", "POOLED MAX LAYER 2 3 1 2"],
+     10, 12, 1, 2),
+]
+
+
+@pytest.mark.parametrize("spec", RANDOM_ARCHS, ids=range(len(RANDOM_ARCHS)))
+def test_emulated_launch_splits_change_nothing(fake_runtime, spec):
+    lines, rows, cols, bands, ncls = spec
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(len(lines) + rows)
+    n = 600
+    x = rng.random((n, bands, rows, cols))
+    c = rng.integers(0, ncls, n)
+    w = rng.normal(0, 0.4, arch.n_weights)
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    results = []
+    for params in ({}, {"MAX BATCH": 256}, {"MAX BATCH": 512, "MAX HID GRAD": 1},
+                   {"MAX BATCH": 100, "MAX MEM GRAD": 1}, {"MAX BATCH": 7}):
+        be = dbe.DeviceBackend(arch, params)
+        crit, grad = be.evaluator(x, c, 0.01).gradient(w)
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref
+        assert _rel(grad, grad_ref) <= 1e-5
+        results.append(grad)
+
+
+def test_split_plan_follows_the_limits(fake_runtime):
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "FULLY CONNECTED LAYER 30"],
+                                   16, 16, 1, 10)
+    be = dbe.DeviceBackend(arch, {"MAX BATCH": 1000, "MAX HID GRAD": 1000, "MAX MEM GRAD": 1})
+    x = np.random.default_rng(0).random((1000, 1, 16, 16))
+    ev = be.evaluator(x, np.zeros(1000, int))
+    per, launches, floats = ev.ws.splits[0]
+    assert per * 144 <= 1000 and launches == -(-20 // per)
+    assert 4 * floats <= 1 << 20
+    assert any("launch" in line for line in ev.allocation)
+
+
+def _random_arch(seed):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tdb", os.path.join(_HERE, "test_device_backend.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.random_architecture(np.random.default_rng(1000 + seed))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_emulated_random_architectures(fake_runtime, seed):
+    arch = _random_arch(seed)
+    rng = np.random.default_rng(seed)
+    n = 300
+    x = rng.random((n, arch.bands, arch.rows, arch.cols))
+    c = rng.integers(0, arch.n_classes, n)
+    w = rng.normal(0, 0.5, arch.n_weights)
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    for params in ({}, {"MAX BATCH": 256, "MAX HID GRAD": 3}, {"MAX BATCH": 64, "MAX MEM GRAD": 1}):
+        crit, grad = dbe.DeviceBackend(arch, params).evaluator(x, c, 0.01).gradient(w)
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref
+        assert _rel(grad, grad_ref) <= 1e-5
+
+
+def test_emulated_cuda_log(fake_runtime, tmp_path):
+    from convnet.device.cuda_log import write_cuda_log
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 4 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "FULLY CONNECTED LAYER 6"], 8, 8, 1, 3)
+    rng = np.random.default_rng(5)
+    be = dbe.DeviceBackend(arch, {"MAX BATCH": 100})
+    ev = be.evaluator(rng.random((250, 1, 8, 8)), rng.integers(0, 3, 250))
+    ev.gradient(rng.normal(0, 0.3, arch.n_weights))
+    ev.criterion(rng.normal(0, 0.3, arch.n_weights))
+    text = open(write_cuda_log(str(tmp_path / "sub" / "CUDA.LOG"), be, arch, {"WPEN": 0.5})).read()
+    for title in ("1. Device and capabilities", "2. Architecture and training parameters",
+                  "3. Device memory allocations", "4. Device time by layer and activity"):
+        assert title in text
+    assert "MAX BATCH = 100" in text and "WPEN = 0.5" in text
+    assert "Batch size 84 cases, 3 batch(es)" in text
+    assert "Layer 1 is convolutional" in text and "Evaluations timed: 2" in text
+    rows = [ln for ln in text.splitlines() if ln.startswith("Layer 1 CONV")]
+    assert {ln.split()[3] for ln in rows} == {"forward", "delta", "gradient"}
