@@ -220,7 +220,8 @@ COMMANDS: List[CommandSpec] = [
 ]
 
 PARAMETERS: List[ParamSpec] = [
-    ParamSpec("MAX BATCH", _int("MAX BATCH", 1), "cases per device launch (default 100)"),
+    ParamSpec("MAX BATCH", _int("MAX BATCH", 1),
+              "cases per device batch (default: as many as fit in device memory)"),
     ParamSpec("MAX HID GRAD", _int("MAX HID GRAD", 1, 65535),
               "hidden neurons per device gradient launch (default 65535)"),
     ParamSpec("MAX MEM GRAD", _int("MAX MEM GRAD", 1, 2047),
@@ -247,7 +248,7 @@ PARAMETERS: List[ParamSpec] = [
 ]
 
 DEFAULT_PARAMETERS = {
-    "MAX BATCH": 100, "MAX HID GRAD": 65535, "MAX MEM GRAD": 2047, "ANNEAL ITERS": 100,
+    "MAX BATCH": None, "MAX HID GRAD": 65535, "MAX MEM GRAD": 2047, "ANNEAL ITERS": 100,
     "ANNEAL RANGE": 0.1, "MAXITERS": 1000, "TOL": 0.00005, "WPEN": 0.0, "CUDA": "AUTO",
     "THREADS": None, "RANDOM SEED": None, "SERIES COLUMN": 1, "SERIES WINDOW": 16,
     "SERIES RESOLUTION": 16, "SERIES SHIFT": 1, "SERIES FRAC FULL": 0.2,
