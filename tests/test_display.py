@@ -327,3 +327,70 @@ def test_nice_ticks_cover_the_range_with_round_steps():
     assert ticks == [0, 2, 4, 6] and dec == 0
     ticks, dec = display.nice_ticks(3, 3, 6, integer=True)
     assert ticks == [3.0, 4.0] and dec == 0
+
+
+# ------------------------------------------------------------------------- from a control file
+SESSION = """\
+MAKE IMAGE 7 7 3 2 30
+CONVOLUTIONAL LAYER 5 1 2 1 2 1 1
+ANNEAL ITERS = 4
+MAXITERS = 3
+TRAIN
+DISPLAY TRAINING IMAGES 29 2 2 "pictures/training.png"
+DISPLAY FILTER IMAGES 4 2 3 "filters.png"
+DISPLAY FILTER IMAGES 1 1 5 INDIVIDUAL "filters-individual.png"
+DISPLAY ACTIVATION IMAGES 1 1 5 2 "activations.png"
+"""
+
+
+def test_pictures_from_a_real_session(tmp_path):
+    from convnet.session import run
+    ctl = tmp_path / "pictures.ctl"
+    ctl.write_text(SESSION)
+    out = tmp_path / "out"
+    session = run([str(ctl)], out=str(out), device="cpu", seed=2, threads=1)
+    data, model = session.dataset, session.model
+    # training images 29, 30, 1, 2 in colour
+    pixels = decode(out / "pictures" / "training.png")
+    geom = display.GridGeometry(7, 7, 2, 2)
+    assert (pixels.shape[1], pixels.shape[0]) == (geom.width, geom.height)
+    for k, case in enumerate([29, 30, 1, 2]):
+        got = cell(pixels, geom, k)
+        assert np.array_equal(got, np.vectorize(tone)(np.transpose(data.inputs[case - 1], (1, 2, 0))))
+    # filters: 3 x 5 (rows x cols) RGB, slices 4, 5, 1, 2, 3, 4 on a common scale
+    f = filters_of(model)
+    assert f.shape == (5, 3, 3, 5)
+    pixels = decode(out / "filters.png")
+    geom = display.GridGeometry(3, 5, 2, 3)
+    assert (pixels.shape[1], pixels.shape[0]) == (geom.width, geom.height)
+    shown = f[[3, 4, 0, 1, 2, 3]]
+    lo, hi = shown.min(), shown.max()
+    for k in range(6):
+        got = cell(pixels, geom, k)
+        want = np.vectorize(tone)(np.transpose((shown[k] - lo) / (hi - lo), (1, 2, 0)))
+        assert np.array_equal(got, want)
+    k, band, r, c = np.unravel_index(np.argmax(shown), shown.shape)
+    assert cell(pixels, geom, k)[r, c, band] == 255          # the largest weight is the brightest
+    pixels = decode(out / "filters-individual.png")
+    geom = display.GridGeometry(3, 5, 1, 5)
+    for k in range(5):
+        assert cell(pixels, geom, k).max() == 255 and cell(pixels, geom, k).min() == 0
+    # activations of case 2: the model's own, -1 black, +1 white
+    acts = model.activations(data.inputs[1:2])[0].reshape(5, 7, 7)
+    pixels = decode(out / "activations.png")
+    geom = display.GridGeometry(7, 7, 1, 5)
+    for k in range(5):
+        assert np.array_equal(cell(pixels, geom, k)[:, :, 0],
+                              np.vectorize(tone)((acts[k] + 1.0) / 2.0))
+    # the criterion curve of the TRAIN
+    with Image.open(out / "criterion.png") as im:
+        assert im.format == "PNG" and im.size == (1040, 430)
+
+
+def test_display_errors_name_the_control_line(tmp_path):
+    from convnet.session import run
+    ctl = tmp_path / "bad.ctl"
+    ctl.write_text("MAKE IMAGE 4 4 1 2 5\nDISPLAY TRAINING IMAGES 6 1 1 \"t.png\"\n")
+    with pytest.raises(ConvnetError) as info:
+        run([str(ctl)], out=str(tmp_path / "out"), device="cpu", seed=1)
+    assert str(info.value) == f"{ctl}:2: first case to display (6) must lie within 1..5"

@@ -87,3 +87,50 @@ def test_progress_line_close_without_output_writes_nothing():
     stream = io.StringIO()
     ProgressLine(stream).close()
     assert stream.getvalue() == ""
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+CONTROL = """\
+MAKE IMAGE 5 5 1 2 20
+FULLY CONNECTED LAYER 2
+ANNEAL ITERS = 4
+MAXITERS = 3
+TRAIN
+"""
+
+
+def _session(tmp_path, monkeypatch, stdout, quiet):
+    import sys
+    from convnet.session import Session
+    ctl = tmp_path / "p.ctl"
+    ctl.write_text(CONTROL)
+    out = tmp_path / ("quiet" if quiet else "loud")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    session = Session(out=str(out), device="cpu", seed=4, threads=1, quiet=quiet)
+    try:
+        session.run([str(ctl)])
+    finally:
+        session.close()
+    return (out / "CONVNET.LOG").read_text()
+
+
+def test_session_shows_progress_on_a_terminal_and_never_in_the_log(tmp_path, monkeypatch):
+    terminal = Terminal()
+    log = _session(tmp_path, monkeypatch, terminal, quiet=False)
+    shown = terminal.getvalue()
+    assert "\rAnnealing  iteration" in shown and "/4" in shown
+    assert "\rRefinement  iteration" in shown
+    assert "\r" not in log and "Refinement  iteration" not in log and "best " not in log
+
+
+def test_no_progress_when_quiet_or_not_a_terminal(tmp_path, monkeypatch):
+    terminal = Terminal()
+    _session(tmp_path, monkeypatch, terminal, quiet=True)
+    assert terminal.getvalue() == ""
+    pipe = io.StringIO()                      # not a terminal
+    _session(tmp_path, monkeypatch, pipe, quiet=False)
+    assert pipe.getvalue() == ""
