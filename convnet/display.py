@@ -481,6 +481,14 @@ class ProgressLine:
             self.stream.flush()
             self.width = 0
 
+    def __del__(self):
+        # A line left open when the last reference goes (the caller forgot close()) is ended here,
+        # so that what is printed next starts on a line of its own.
+        try:
+            self.close()
+        except Exception:       # the stream may already be closed at interpreter exit
+            pass
+
 
 # ----------------------------------------------------------------------- the criterion curve
 def _finite_points(points):

@@ -134,3 +134,15 @@ def test_no_progress_when_quiet_or_not_a_terminal(tmp_path, monkeypatch):
     pipe = io.StringIO()                      # not a terminal
     _session(tmp_path, monkeypatch, pipe, quiet=False)
     assert pipe.getvalue() == ""
+
+
+def test_a_dropped_progress_line_ends_its_line():
+    stream, clock = io.StringIO(), Clock()
+    progress = ProgressLine(stream, min_interval=1.0, clock=clock)
+    progress("Refinement", 1, 0.5, 0.5, total=3)
+    progress("Refinement", 2, 0.4, 0.4, total=3)     # throttled, not shown yet
+    del progress
+    import gc
+    gc.collect()
+    assert stream.getvalue().endswith("\n")
+    assert "iteration 2/3" in screen(stream.getvalue())[0]
