@@ -230,3 +230,31 @@ def test_reader_agrees_with_a_real_session(tmp_path):
     assert result.exit_code == 0, result.output
     with Image.open(png) as im:
         assert im.size == (1040, 430)
+
+
+def test_real_log_of_the_manual_example():
+    """tests/fixtures/manual_example.log: `convnet run controlfiles/manual_example.ctl --seed 1`."""
+    log = read_log(FIXTURES / "manual_example.log")
+    (train,) = log.runs
+    assert log.seed == 1 and log.control_files == ["controlfiles/manual_example.ctl"]
+    assert train.weights == 4267 and train.device == "cpu"
+    assert train.params["WPEN"] == "0.001" and train.params["MAXITERS"] == "1000"
+    assert train.layers[1] == "2 max pool 3x3 stride 2,2 -> 5x5x6"
+    assert len(train.annealing) == 100 and train.annealing[0][0] == 1
+    assert min(v for _, v in train.annealing) == pytest.approx(train.annealing_criterion, abs=5e-6)
+    assert train.refinement[0] == (0, train.annealing_criterion)
+    assert len(train.refinement) == train.iterations + 1 == 1001
+    crits = [v for _, v in train.refinement]
+    assert all(b <= a for a, b in zip(crits, crits[1:]))     # refinement never goes up
+    assert train.final_criterion == pytest.approx(crits[-1], abs=5e-6)
+    assert train.stop_reason == "MAXITERS reached"
+    assert train.misclassification is not None and len(train.confusion) == 6
+    assert sum(map(sum, train.confusion)) == train.n_cases == 1024
+    assert set(train.phase_seconds) == {"annealing", "refinement", "final pass", "confusion matrix",
+                                        "total"}
+    assert train.seconds == train.phase_seconds["total"] > 0
+    assert not train.interrupted and train.error is None
+    lines = summary_lines([log])
+    cells = lines[1].split()
+    assert cells[2:5] == ["TRAIN", "4267", "cpu"] and cells[-1] == "ok"
+    assert cells[5] == f"{train.annealing_criterion:.6g}" and cells[7] == "1000"
