@@ -258,3 +258,27 @@ def test_real_log_of_the_manual_example():
     cells = lines[1].split()
     assert cells[2:5] == ["TRAIN", "4267", "cpu"] and cells[-1] == "ok"
     assert cells[5] == f"{train.annealing_criterion:.6g}" and cells[7] == "1000"
+
+
+def test_host_timing_table_lines():
+    from convnet.logs.timing import TITLE, format_timing_table
+    assert format_timing_table([]) == []
+    lines = format_timing_table([("Layer 1 CONV", "forward", 4, 0.010),
+                                 ("Layer 1 CONV", "gradient", 2, 0.030),
+                                 ("Layer 1 CONV", "delta", 2, 0.004),
+                                 ("Output", "forward", 4, 0.002),
+                                 ("Layer 1 CONV", "forward", 1, 0.0025)])   # added to the first
+    assert lines[0] == TITLE
+    assert lines[1].split() == ["--", "forward", "--", "--", "delta", "--", "--", "gradient", "--"]
+    assert lines[2].split() == ["Layer"] + ["calls", "total", "ms", "ms/call"] * 3
+    assert lines[3].split() == ["Layer", "1", "CONV", "5", "12.500", "2.5000", "2", "4.000",
+                                "2.0000", "2", "30.000", "15.0000"]
+    assert lines[4].split() == ["Output", "4", "2.000", "0.5000", "-", "-"]
+    assert lines[5].split() == ["Total", "9", "14.500", "1.6111", "2", "4.000", "2.0000", "2",
+                                "30.000", "15.0000"]
+    assert lines[6] == "Total timed: 48.500 ms"
+    # columns line up: every number of a column ends at the same place
+    assert len({len(line) for line in lines[2:4]} | {len(lines[5])}) == 1
+    # the reader skips the table
+    log = parse_log(BOOK_LOG.replace("CLEAR\n", "\n".join(lines) + "\nCLEAR\n"), "t.log")
+    assert [r.kind for r in log.runs] == ["TRAIN", "TEST"] and log.runs[0].misclassification == 17.8711

@@ -8,11 +8,11 @@ of calls, the total milliseconds and the milliseconds per call. An empty list gi
 Example (two activity groups shown)::
 
     Host timing by layer and activity (calls, total ms, ms per call)
-                                     -- forward --                  -- delta --
-    Layer                        calls   total ms   ms/call    calls   total ms   ms/call
-    Layer 1 (convolutional)         42    118.205    2.8144       41     95.000    2.3171
-    Output (SoftMax)                42      3.000    0.0714                             -
-    Total                           84    121.205    1.4429       41     95.000    2.3171
+                                      -- forward --                    -- delta --
+    Layer                         calls    total ms   ms/call     calls    total ms   ms/call
+    Layer 1 (convolutional)          42     118.205    2.8144        41      95.000    2.3171
+    Output (SoftMax)                 42       3.000    0.0714                               -
+    Total                            84     121.205    1.4429        41      95.000    2.3171
     Total timed: 216.205 ms
 """
 
@@ -20,8 +20,8 @@ KNOWN_ACTIVITIES = ("forward", "delta", "gradient")
 
 TITLE = "Host timing by layer and activity (calls, total ms, ms per call)"
 
-_CELL = 30          # width of one activity's column group: calls, total ms, ms per call
-_HEAD = f"{'calls':>7} {'total ms':>10} {'ms/call':>9}"
+_CELL = 32          # width of one activity's column group: calls, total ms, ms per call
+_HEAD = f"{'calls':>8} {'total ms':>11} {'ms/call':>9}"
 
 
 def _cell(calls, seconds):
@@ -29,7 +29,7 @@ def _cell(calls, seconds):
         return " " * (_CELL - 1) + "-"
     ms = seconds * 1000.0
     per = ms / calls if calls else 0.0
-    return f"{calls:>7d} {ms:>10.3f} {per:>9.4f}"
+    return f"{calls:>8d} {ms:>11.3f} {per:>9.4f}"
 
 
 def format_timing_table(timings):
