@@ -1,4 +1,4 @@
-"""Pictures: grids of training images, filters and activations; the criterion curve; the progress line.
+"""Pictures: grids of training images, filters and activations; the criterion curve; progress.
 
 Every picture is a PNG drawn with pillow.
 
@@ -64,12 +64,12 @@ class GridGeometry:
 
 
 def wrapped_ordinals(first, count, n_items, what):
-    """0-based indices of ``count`` items from the 1-based ``first``, wrapping past the last item."""
+    """0-based indices of ``count`` items from the 1-based ``first``, wrapping past the last."""
     if n_items < 1:
         raise ConvnetError(f"there are no {what} to display")
     if first < 1 or first > n_items:
-        raise ConvnetError(f"first {what[:-1] if what.endswith('s') else what} to display ({first}) "
-                           f"must lie within 1..{n_items}")
+        one = what[:-1] if what.endswith("s") else what
+        raise ConvnetError(f"first {one} to display ({first}) must lie within 1..{n_items}")
     return [(first - 1 + k) % n_items for k in range(count)]
 
 
@@ -150,7 +150,8 @@ def _stretch(values, lo, hi):
 
 
 def filter_images(model, first, rows, cols, individual, path):
-    """DISPLAY FILTER IMAGES: the first convolutional layer's slices as pictures of their weights."""
+    """DISPLAY FILTER IMAGES: the first convolutional layer's slices as pictures of their
+    weights."""
     filters = first_layer_filters(model)
     if filters.shape[1] not in (1, 3):
         raise ConvnetError(f"DISPLAY FILTER IMAGES shows 1 or 3 bands; the model's input has "
@@ -190,7 +191,8 @@ def first_layer_activations(model, dataset, case):
 
 
 def activation_images(model, dataset, first, rows, cols, case, path):
-    """DISPLAY ACTIVATION IMAGES: each slice of the first hidden layer for one case, as a picture."""
+    """DISPLAY ACTIVATION IMAGES: each slice of the first hidden layer for one case, as a
+    picture."""
     acts = first_layer_activations(model, dataset, case)
     lo, hi = activation_range(model.arch.layers[0])
     order = wrapped_ordinals(first, rows * cols, acts.shape[0], "slices")

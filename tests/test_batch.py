@@ -1,4 +1,4 @@
-"""`convnet batch`: independent sessions in parallel, summary.csv, one failure does not stop the rest."""
+"""`convnet batch`: sessions in parallel, summary.csv; one failure does not stop the rest."""
 
 import csv
 

@@ -32,7 +32,7 @@ def expected_size(tile_h, tile_w, rows, cols):
 
 
 def cell(pixels, geom, k):
-    """The tile of cell k read back from the picture at its native size (one pixel per tile pixel)."""
+    """The tile of cell k read back from the picture at its native size."""
     x, y = geom.origin(k)
     block = pixels[y:y + geom.cell_height, x:x + geom.cell_width]
     small = block[::geom.scale, ::geom.scale]
@@ -72,7 +72,7 @@ def test_training_images_gray_grid_wraps_and_keeps_tones(tmp_path):
         got = cell(pixels, geom, k)
         want = np.vectorize(tone)(data.inputs[case - 1, 0])
         assert np.array_equal(got[:, :, 0], want), (k, case)
-        assert np.array_equal(got[:, :, 0], got[:, :, 1]) and np.array_equal(got[:, :, 0], got[:, :, 2])
+        assert (got == got[:, :, :1]).all()              # gray: red = green = blue
 
 
 def test_training_images_rgb_maps_bands_to_red_green_blue(tmp_path):
@@ -111,8 +111,8 @@ class FakeModel:
 
 
 def conv_model(bands, slices, hw=2, seed=0, first_line=None):
-    arch = Architecture.from_lines([first_line or f"CONVOLUTIONAL LAYER {slices} {hw} {hw} 0 0 1 1"],
-                                   rows=8, cols=8, bands=bands, n_classes=3)
+    line = first_line or f"CONVOLUTIONAL LAYER {slices} {hw} {hw} 0 0 1 1"
+    arch = Architecture.from_lines([line], rows=8, cols=8, bands=bands, n_classes=3)
     rng = np.random.default_rng(seed)
     return FakeModel(arch, rng.normal(size=arch.n_weights))
 
@@ -236,7 +236,8 @@ def test_activation_images_black_is_minus_one_white_is_plus_one(tmp_path):
 
 
 def test_activation_images_pooling_first_layer_uses_input_range(tmp_path):
-    arch = Architecture.from_lines(["POOLED MAX LAYER 2 2 2 2"], rows=4, cols=4, bands=1, n_classes=2)
+    arch = Architecture.from_lines(["POOLED MAX LAYER 2 2 2 2"], rows=4, cols=4, bands=1,
+                                   n_classes=2)
     model = FakeModel(arch, np.zeros(arch.n_weights),
                       lambda x: x[:, :, ::2, ::2].reshape(1, -1))
     data = small_dataset(2, 1, rows=4, cols=4)
@@ -247,7 +248,8 @@ def test_activation_images_pooling_first_layer_uses_input_range(tmp_path):
 
 
 def test_activation_images_case_out_of_range(tmp_path):
-    arch = Architecture.from_lines(["FULLY CONNECTED LAYER 2"], rows=2, cols=2, bands=1, n_classes=2)
+    arch = Architecture.from_lines(["FULLY CONNECTED LAYER 2"], rows=2, cols=2, bands=1,
+                                   n_classes=2)
     model = FakeModel(arch, np.zeros(arch.n_weights), lambda x: np.zeros((1, 2)))
     with pytest.raises(ConvnetError, match="case 3"):
         display.activation_images(model, small_dataset(2, 1, 2, 2), 1, 1, 1, 3,
@@ -356,7 +358,8 @@ def test_pictures_from_a_real_session(tmp_path):
     assert (pixels.shape[1], pixels.shape[0]) == (geom.width, geom.height)
     for k, case in enumerate([29, 30, 1, 2]):
         got = cell(pixels, geom, k)
-        assert np.array_equal(got, np.vectorize(tone)(np.transpose(data.inputs[case - 1], (1, 2, 0))))
+        want = np.vectorize(tone)(np.transpose(data.inputs[case - 1], (1, 2, 0)))
+        assert np.array_equal(got, want)
     # filters: 3 x 5 (rows x cols) RGB, slices 4, 5, 1, 2, 3, 4 on a common scale
     f = filters_of(model)
     assert f.shape == (5, 3, 3, 5)

@@ -2,7 +2,6 @@
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 from PIL import Image
@@ -11,7 +10,6 @@ from convnet.cli import main
 from convnet.errors import ConvnetError
 from convnet.logs.reader import compare_lines, parse_log, read_log, summary_lines
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 # A log laid out as the session writes it, with the book's result lines (p.166-168).
@@ -281,4 +279,5 @@ def test_host_timing_table_lines():
     assert len({len(line) for line in lines[2:4]} | {len(lines[5])}) == 1
     # the reader skips the table
     log = parse_log(BOOK_LOG.replace("CLEAR\n", "\n".join(lines) + "\nCLEAR\n"), "t.log")
-    assert [r.kind for r in log.runs] == ["TRAIN", "TEST"] and log.runs[0].misclassification == 17.8711
+    assert [r.kind for r in log.runs] == ["TRAIN", "TEST"]
+    assert log.runs[0].misclassification == 17.8711

@@ -51,8 +51,8 @@ _MISCLASS = re.compile(r"^Total misclassification = " + _NUMBER + r" percent")
 _CONFUSION_HEAD = re.compile(r"^\t\d+(\t\d+)*\s*$")
 _CONFUSION_COUNTS = re.compile(r"^(\d+)\t(\d+(?:\t\d+)*)\s*$")
 _ERROR = re.compile(r"^ERROR: (.*)$")
-_LAYER_FIELD = re.compile(r"^Layer (\d+) is (fully connected|locally connected|convolutional), with "
-                          r"(\d+) slices, each (\d+) high and (\d+) wide")
+_LAYER_FIELD = re.compile(r"^Layer (\d+) is (fully connected|locally connected|convolutional), "
+                          r"with (\d+) slices, each (\d+) high and (\d+) wide")
 _LAYER_POOL = re.compile(r"^Layer (\d+) is (\d+) by (\d+) pooling (max|average), with stride "
                          r"(\d+) by (\d+), (\d+) high, (\d+) wide, and (\d+) deep")
 _LAYER_OUT = re.compile(r"^Layer (\d+) \(output\) is fully connected, with (\d+) slices")
@@ -401,7 +401,7 @@ def read_log(path):
     return parse_log(text, str(path))
 
 
-# ------------------------------------------------------------------------- what `convnet log` prints
+# ---------------------------------------------------------------------- what `convnet log` prints
 def _fmt(v, spec):
     return "-" if v is None else format(v, spec)
 

@@ -1,4 +1,4 @@
-"""The host timing table written to CONVNET.LOG after each TRAIN (the host counterpart of CUDA.LOG's).
+"""The host timing table in CONVNET.LOG after each TRAIN (the host counterpart of CUDA.LOG's).
 
 ``format_timing_table(timings)`` takes what ``backend.timings()`` returns, a list of
 ``(layer label, activity, calls, total seconds)``, and gives the table's lines: one row per layer,
