@@ -285,9 +285,14 @@ class Session:
         self.model_device = device
         self._log_parameters(device)
         from .train.trainer import train
-        with self.interrupt.phase():
-            result = train(self.model, data, self.params, self.log, self.interrupt, self.rng,
-                           progress=self._progress())
+        progress = self._progress()
+        try:
+            with self.interrupt.phase():
+                result = train(self.model, data, self.params, self.log, self.interrupt, self.rng,
+                               progress=progress)
+        finally:
+            if progress is not None:
+                progress.close()
         self.results.append(result)
         self._after_train(result, device)
         return result
@@ -319,7 +324,12 @@ class Session:
             criterion_curve = None
         if criterion_curve is not None:
             criterion_curve(result, os.path.join(self.out, "criterion.png"))
-        if device == "cuda":
+        if device == "cpu":
+            from .logs.timing import format_timing_table
+            table = format_timing_table(self.model.backend.timings())
+            if table:
+                self.log.write(table)
+        else:
             from .device.cuda_log import write_cuda_log
             write_cuda_log(os.path.join(self.out, "CUDA.LOG"), self.model.backend, self.model.arch,
                            self.params)
