@@ -299,7 +299,8 @@ class Session:
 
     def _log_parameters(self, device):
         p = self.params
-        threads = p["THREADS"] or "all cores"
+        from .devices import host_threads
+        threads = p["THREADS"] or host_threads()
         self.log.write(f"Training parameters: ANNEAL ITERS = {p['ANNEAL ITERS']}, ANNEAL RANGE = "
                        f"{p['ANNEAL RANGE']}, MAXITERS = {p['MAXITERS']}, TOL = {p['TOL']}, "
                        f"WPEN = {p['WPEN']}")

@@ -7,7 +7,7 @@ of calls, the total milliseconds and the milliseconds per call. An empty list gi
 
 Example (two activity groups shown)::
 
-    Host timing by layer and activity (calls, total ms, ms per call)
+    Host timing by layer and activity (calls, total ms summed over threads, ms per call)
                                       -- forward --                    -- delta --
     Layer                         calls    total ms   ms/call     calls    total ms   ms/call
     Layer 1 (convolutional)          42     118.205    2.8144        41      95.000    2.3171
@@ -18,7 +18,7 @@ Example (two activity groups shown)::
 
 KNOWN_ACTIVITIES = ("forward", "delta", "gradient")
 
-TITLE = "Host timing by layer and activity (calls, total ms, ms per call)"
+TITLE = "Host timing by layer and activity (calls, total ms summed over threads, ms per call)"
 
 _CELL = 32          # width of one activity's column group: calls, total ms, ms per call
 _HEAD = f"{'calls':>8} {'total ms':>11} {'ms/call':>9}"
