@@ -142,19 +142,22 @@ class _Kernels:
         assert index.min() >= 0
         return self.mem.view(addr, dtype, int(index.max()) + 1)[index]
 
-    # gemm_nn(src, lda, tab, desc, B, M, N, out, ldo, prior, epi, G)
-    def gemm_nn(self, tile, grid, block, src, lda, tab, desc, B, M, N, out, ldo, prior, epi, G):
+    # gemm_nn(src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi, G); grid (groups, m, n)
+    def gemm_nn(self, tile, grid, block, src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi, G):
         BM, BN, nt = dbe.NN_TILES[tile]
         assert block[0] == nt
-        _covered(grid, BM, BN, M, N)
-        assert grid[2] >= 1
+        _covered((grid[2], grid[1]), BM, BN, M, N)
+        assert 1 <= grid[0] <= G
         d = self.mem.view(desc, np.int32, 5 * G).reshape(G, 5).astype(np.int64)
         m = np.arange(M)
         n = np.arange(N)
         for a_start, b_start, K, b_add, o_add in d:
             if K:
                 ao = self.gather(tab, np.int32, a_start + np.arange(K)).astype(np.int64)
-                bo = self.gather(tab, np.int32, b_start + np.arange(K)).astype(np.int64)
+                if b_ld > 0:
+                    bo = np.arange(K, dtype=np.int64) * b_ld
+                else:
+                    bo = self.gather(tab, np.int32, b_start + np.arange(K)).astype(np.int64)
                 idx = m[:, None] * lda + np.maximum(ao, 0)[None, :]
                 A = self.gather(src, np.float32, idx).astype(np.float64)
                 A = np.where(ao[None, :] >= 0, A, np.where(ao == -2, 1.0, 0.0)[None, :])
@@ -212,9 +215,9 @@ class _Kernels:
         a = self.mem.view(acc, np.float64, int(h.max()) + 1)
         a[h] += P.sum(axis=0)
 
-    def pool_forward(self, grid, block, src, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, total):
-        assert grid[0] * block[0] >= total
-        nb = total // (H * W * PD)
+    def pool_forward(self, grid, block, src, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb):
+        assert grid[0] * block[0] >= H * W * PD and 1 <= grid[1] <= nb
+        total = nb * H * W * PD
         x = self.f32(src, nb * PH * PW * PD).reshape(nb, PH, PW, PD).astype(np.float64)
         o = self.f32(out, total).reshape(nb, H, W, PD)
         idv = self.mem.view(ids, np.int32, total).reshape(nb, H, W, PD) if is_max else None
@@ -230,9 +233,9 @@ class _Kernels:
                     o[:, oh, ow, :] = win.mean(axis=1)
 
     def pool_backward(self, grid, block, delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max,
-                      prior, out, total):
-        assert grid[0] * block[0] >= total
-        nb = total // (PH * PW * PD)
+                      prior, out, nb):
+        assert grid[0] * block[0] >= PH * PW * PD and 1 <= grid[1] <= nb
+        total = nb * PH * PW * PD
         dl = self.f32(delta, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)
         res = np.zeros((nb, PH, PW, PD))
         if is_max:
@@ -251,6 +254,30 @@ class _Kernels:
             a = self.f32(prior, total).reshape(nb, -1).astype(np.float64)
             res = res * (1 - a * a)
         self.f32(out, total)[:] = res.ravel()
+
+    def conv_small(self, width, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph, sv,
+                   sh, Wf, ldw, N, out, total):
+        assert grid[0] * block[0] >= total and width >= N and width % 4 == 0
+        K = fv * fh * PD + 1
+        assert shared == 4 * K * width
+        Bm = self.f32(Wf, (K - 1) * ldw + N).astype(np.float64)
+        Bm = np.stack([Bm[k * ldw:k * ldw + N] for k in range(K)])
+        nb = total // (H * W)
+        x = self.f32(src, (nb - 1) * lda + PH * PW * PD).astype(np.float64)
+        o = self.f32(out, total * N)
+        for cs in range(nb):
+            img = x[cs * lda:cs * lda + PH * PW * PD].reshape(PH, PW, PD)
+            for oh in range(H):
+                for ow in range(W):
+                    acc = Bm[K - 1].copy()
+                    for fr in range(fv):
+                        for fc in range(fh):
+                            r, c = oh * sv - pv + fr, ow * sh - ph + fc
+                            if 0 <= r < PH and 0 <= c < PW:
+                                k0 = (fr * fh + fc) * PD
+                                acc += img[r, c] @ Bm[k0:k0 + PD]
+                    p = (cs * H + oh) * W + ow
+                    o[p * N:(p + 1) * N] = np.tanh(acc)
 
     def softmax_ll(self, grid, block, logits, ncls, nb, classes, probs, ll, delta):
         assert grid[0] * block[0] >= nb
@@ -322,10 +349,12 @@ class FakeRuntime:
             self.cuda.memcpy_htod(buf, a)
         return buf
 
-    def launch(self, name, grid, block, *args):
+    def launch(self, name, grid, block, *args, shared=0):
         self.launches.append(name)
         args = [_arg(a) for a in args]
-        if name.startswith("gemm_nn_") or name.startswith("gemm_tn_"):
+        if name.startswith("conv_small_"):
+            self.kernels.conv_small(int(name[11:]), grid, block, shared, *args)
+        elif name.startswith("gemm_nn_") or name.startswith("gemm_tn_"):
             kind, tile = name[:7], name[8:]
             getattr(self.kernels, kind)(tile, grid, block, *args)
         else:
@@ -436,7 +465,7 @@ def test_split_plan_follows_the_limits(fake_runtime):
     be = dbe.DeviceBackend(arch, {"MAX BATCH": 1000, "MAX HID GRAD": 1000, "MAX MEM GRAD": 1})
     x = np.random.default_rng(0).random((1000, 1, 16, 16))
     ev = be.evaluator(x, np.zeros(1000, int))
-    per, launches, floats = ev.ws.splits[0]
+    per, launches, floats, gps, slots = ev.ws.splits[0]
     assert per * 144 <= 1000 and launches == -(-20 // per)
     assert 4 * floats <= 1 << 20
     assert any("launch" in line for line in ev.allocation)

@@ -35,7 +35,7 @@ from .plan import CHUNK, ModelPlan, gradient_launch_slices, split_batches
 from .timers import EventTimer
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
-KERNEL_FILES = ("gemm.cu", "pool.cu", "output.cu", "weights.cu")
+KERNEL_FILES = ("gemm.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu")
 COMMON_HEADER = "common.cuh"
 
 DEFAULT_MAX_HID_GRAD = 65535
@@ -55,10 +55,11 @@ TN_TILES = {"128x64": (128, 64, 256), "128x32": (128, 32, 256), "64x16": (64, 16
             "32x32": (32, 32, 128)}
 
 _SIGNATURES = {
-    "gemm_nn": "PiPPPiiPiPii",
+    "gemm_nn": "PiPPPiiiPiPii",
+    "conv_small": "Pi" + "i" * 11 + "PiiPi",
     "gemm_tn": "PiPPPiiiiiiiiiiiPi",
-    "pool_forward": "P" + "i" * 10 + "PPq",
-    "pool_backward": "PP" + "i" * 10 + "PPq",
+    "pool_forward": "P" + "i" * 10 + "PPi",
+    "pool_backward": "PP" + "i" * 10 + "PPi",
     "softmax_ll": "PiiPPPP",
     "ll_sum": "PiP",
     "weights_scatter": "PiPPPP",
@@ -67,6 +68,12 @@ _SIGNATURES = {
 }
 
 MAX_GRID_Z = 65535
+MAX_GRID_X = 2 ** 31 - 1
+# conv_small: CONV layers with at most this many slices and a weight matrix of at most
+# CONV_SMALL_FLOATS floats (slices padded to a multiple of 4) compute their activation directly.
+CONV_SMALL_SLICES = 32
+CONV_SMALL_FLOATS = 8192
+CONV_SMALL_WIDTHS = (4, 8, 12, 16, 20, 24, 28, 32)
 
 
 class DeviceUnavailable(ConvnetError):
@@ -152,6 +159,10 @@ class _Runtime:
             f = gemm.get_function(f"gemm_tn_{tile}")
             f.prepare(_SIGNATURES["gemm_tn"])
             self.functions[f"gemm_tn_{tile}"] = f
+        for np_ in CONV_SMALL_WIDTHS:
+            f = self.modules["conv_small.cu"].get_function(f"conv_small_{np_}")
+            f.prepare(_SIGNATURES["conv_small"])
+            self.functions[f"conv_small_{np_}"] = f
         for mod_name, names in (("pool.cu", ("pool_forward", "pool_backward")),
                                 ("output.cu", ("softmax_ll", "ll_sum")),
                                 ("weights.cu", ("weights_scatter", "grad_flatten", "grad_finish"))):
@@ -171,8 +182,8 @@ class _Runtime:
             self.cuda.memcpy_htod(buf, a)
         return buf
 
-    def launch(self, name, grid, block, *args):
-        self.functions[name].prepared_async_call(grid, block, self.stream, *args)
+    def launch(self, name, grid, block, *args, shared=0):
+        self.functions[name].prepared_async_call(grid, block, self.stream, *args, shared_size=shared)
 
     def free_memory(self):
         free, total = self.cuda.mem_get_info()
@@ -230,6 +241,13 @@ def device_report():
     return _Runtime.get().report()
 
 
+def _same(a, b, first=4096):
+    """a == b element for element (two 1-D float64 arrays of one length), cheaply when they differ."""
+    if not np.array_equal(a[:first], b[:first]):
+        return False
+    return bool(np.array_equal(a[first:], b[first:]))
+
+
 def _ptr(buf, offset_elems=0, itemsize=4):
     return np.uintp(int(buf) + int(offset_elems) * itemsize)
 
@@ -275,6 +293,12 @@ class DeviceBackend:
         self.plan = ModelPlan(arch)
         lay = self.plan.layout
         self.labels = [f"Layer {i + 1} {L.kind}" for i, L in enumerate(arch.layers)] + ["Output"]
+        self.conv_small = {}        # layer index -> padded slice count, for conv_small layers
+        for lp in self.plan.hidden:
+            if lp.kind == CONV and lp.depth <= CONV_SMALL_SLICES:
+                width = -(-lp.depth // 4) * 4
+                if lp.rows * width <= CONV_SMALL_FLOATS:
+                    self.conv_small[lp.index] = width
         rt = self.rt
         with rt.active():
             self.timer = EventTimer(rt.cuda, enabled=timing)
@@ -303,7 +327,7 @@ class DeviceBackend:
             self.d_wbwd = rt.alloc(4 * max(lay.n_bwd, 1))
             rt.cuda.memset_d32(self.d_wfwd, 0, lay.n_fwd)
             rt.cuda.memset_d32(self.d_wbwd, 0, max(lay.n_bwd, 1))
-            self.h_w64 = rt.cuda.pagelocked_empty(self.n_weights, np.float64)
+            self.h_w64 = [rt.cuda.pagelocked_empty(self.n_weights, np.float64) for _ in range(2)]
             self.static_bytes = (desc_arr.nbytes + self.plan.tables.nbytes + 4 * 3 * self.n_weights
                                  + 4 * lay.n_fwd + self.n_weights + 8 * self.n_weights
                                  + 4 * lay.n_fwd + 4 * max(lay.n_bwd, 1))
@@ -349,26 +373,31 @@ class DeviceBackend:
         p = self.plan
         floats = sum(lp.nhid for lp in p.layers) + 2 * p.max_nhid + p.n_classes
         ints = sum(lp.nhid for lp in p.layers if lp.kind == POOLMAX)
-        scratch = max([lp.grad.scratch_floats(CHUNK, lp.depth) / CHUNK
+        scratch = max([lp.grad.scratch_floats(CHUNK, lp.depth, lp.grad.slots_for(CHUNK)[1]) / CHUNK
                        for lp in p.layers if lp.grad is not None] + [0])
         return 4 * (floats + ints + p.n_inputs + scratch) + 8 * (1 + p.n_classes)
 
     def _set_weights(self, weights):
-        """Copy the weights to the device if they differ from the last copy (returns True if copied)."""
-        w = np.ascontiguousarray(weights, dtype=np.float64)
+        """Copy the weights to the device if they differ from the last copy (returns True if copied).
+
+        The host copy goes through two page-locked buffers used in turn; the last one sent is what
+        the next call compares with (in slices, so a change is usually found in the first)."""
+        w = np.asarray(weights, dtype=np.float64)
         if w.shape != (self.n_weights,):
             raise ConvnetError(f"this model has {self.n_weights} weights; got an array of shape {w.shape}")
-        if self._last_weights is not None and np.array_equal(w, self._last_weights):
+        last = self._last_weights
+        if last is not None and _same(w, last):
             return False
         rt = self.rt
-        self.h_w64[:] = w
-        rt.cuda.memcpy_htod_async(self.d_w64, self.h_w64, rt.stream)
+        buf = self.h_w64[self.weight_uploads % 2]
+        np.copyto(buf, w)
+        rt.cuda.memcpy_htod_async(self.d_w64, buf, rt.stream)
         n = self.n_weights
         rt.launch("weights_scatter", ((n + 255) // 256, 1, 1), (256, 1, 1),
                   self.d_w64, np.int32(n), self.d_fwd_index, self.d_bwd_index,
                   self.d_wfwd, self.d_wbwd)
         self.timer.mark(rt.stream, "Device", "weight copy", 1)
-        self._last_weights = w.copy()
+        self._last_weights = buf
         self.weight_uploads += 1
         return True
 
@@ -389,7 +418,7 @@ class DeviceBackend:
 class _Workspace:
     """Device buffers of one batch size."""
 
-    def __init__(self, backend, nb, want_grad=True):
+    def __init__(self, backend, nb, n_total):
         rt = backend.rt
         plan = backend.plan
         self.nb = nb
@@ -410,10 +439,11 @@ class _Workspace:
         for lp in plan.layers:
             if lp.grad is None:
                 continue
-            per = gradient_launch_slices(lp.grad, nb, backend.max_hid_grad, backend.max_mem_grad)
+            gps, slots = lp.grad.slots_for(n_total)
+            per = gradient_launch_slices(lp.grad, nb, backend.max_hid_grad, backend.max_mem_grad, slots)
             launches = -(-lp.depth // per)
-            floats = lp.grad.scratch_floats(nb, per)
-            self.splits[lp.index] = (per, launches, floats)
+            floats = lp.grad.scratch_floats(nb, per, slots)
+            self.splits[lp.index] = (per, launches, floats, gps, slots)
             scratch = max(scratch, floats)
         self.scratch_floats = scratch
         self.scratch = backend.alloc(4 * scratch)
@@ -451,7 +481,7 @@ class DeviceEvaluator:
             self.d_crit = backend.alloc(8)
             self.d_acc = backend.alloc(8 * backend.n_weights)
             self.d_grad = backend.alloc(8 * backend.n_weights)
-            self.ws = _Workspace(backend, self.nb)
+            self.ws = _Workspace(backend, self.nb, n)
             self.h_crit = rt.cuda.pagelocked_empty(1, np.float64)
             self.h_grad = rt.cuda.pagelocked_empty(backend.n_weights, np.float64)
         data_bytes = 4 * n * plan.n_inputs + 4 * n + 8 * n * ncls + 8 * n + 8 + 16 * backend.n_weights
@@ -543,16 +573,18 @@ class DeviceEvaluator:
             layer = lp.layer
             if lp.kind in POOL_KINDS:
                 s = layer.spec
-                total = nb * lp.nhid
-                rt.launch("pool_forward", ((total + 255) // 256, 1, 1), (256, 1, 1), src,
+                rt.launch("pool_forward", ((lp.nhid + 255) // 256, min(nb, MAX_GRID_Z), 1), (256, 1, 1), src,
                           np.int32(layer.prior_height), np.int32(layer.prior_width),
                           np.int32(layer.prior_depth), np.int32(layer.height), np.int32(layer.width),
                           np.int32(s.width_v), np.int32(s.width_h), np.int32(s.stride_v),
                           np.int32(s.stride_h), np.int32(lp.kind == POOLMAX), ws.acts[li],
-                          ws.ids.get(li, NULL), np.int64(total))
+                          ws.ids.get(li, NULL), np.int32(nb))
+            elif li in b.conv_small:
+                self._conv_small(lp, src, lda, nb, ws.acts[li], b.conv_small[li])
             else:
                 self._gemm_nn(src, lda, b.fwd_desc[li], lp.fwd, _ptr(b.d_wfwd, lp.lay.fwd_offset),
-                              nb, ws.acts[li], lp.nhid, NULL, EPI_NONE if lp.is_output else EPI_TANH)
+                              lp.lay.cols, nb, ws.acts[li], lp.nhid, NULL,
+                              EPI_NONE if lp.is_output else EPI_TANH)
             b.timer.mark(rt.stream, b.labels[li], "forward", 1)
         ncls = plan.n_classes
         rt.launch("softmax_ll", ((nb + 127) // 128, 1, 1), (128, 1, 1), ws.acts[-1], np.int32(ncls),
@@ -560,15 +592,29 @@ class DeviceEvaluator:
                   _ptr(self.d_ll, start, 8), ws.deltas[0] if want_delta else NULL)
         b.timer.mark(rt.stream, "Output", "softmax", 1)
 
-    def _gemm_nn(self, src, lda, desc_pos, groups, B, M, out, ldo, prior, epi):
+    def _gemm_nn(self, src, lda, desc_pos, groups, B, b_ld, M, out, ldo, prior, epi):
         b = self.backend
         tile = _nn_tile(M, groups.n_cols)
         BM, BN, nt = NN_TILES[tile]
         G = groups.n_groups
-        grid = ((groups.n_cols + BN - 1) // BN, (M + BM - 1) // BM, min(G, MAX_GRID_Z))
+        grid = (min(G, MAX_GRID_X), (M + BM - 1) // BM, (groups.n_cols + BN - 1) // BN)
         b.rt.launch(f"gemm_nn_{tile}", grid, (nt, 1, 1), src, np.int32(lda), b.d_tables,
-                    _ptr(b.d_desc, desc_pos), B, np.int32(M), np.int32(groups.n_cols), out,
-                    np.int32(ldo), prior, np.int32(epi), np.int32(G))
+                    _ptr(b.d_desc, desc_pos), B, np.int32(b_ld), np.int32(M),
+                    np.int32(groups.n_cols), out, np.int32(ldo), prior, np.int32(epi), np.int32(G))
+
+    def _conv_small(self, lp, src, lda, nb, out, width):
+        b = self.backend
+        L = lp.layer
+        s = L.spec
+        total = nb * L.height * L.width
+        nt = 256
+        b.rt.launch(f"conv_small_{width}", ((total + nt - 1) // nt, 1, 1), (nt, 1, 1), src,
+                    np.int32(lda), np.int32(L.prior_height), np.int32(L.prior_width),
+                    np.int32(L.prior_depth), np.int32(L.height), np.int32(L.width),
+                    np.int32(s.filter_v), np.int32(s.filter_h), np.int32(s.pad_v), np.int32(s.pad_h),
+                    np.int32(s.stride_v), np.int32(s.stride_h), _ptr(b.d_wfwd, lp.lay.fwd_offset),
+                    np.int32(lp.lay.cols), np.int32(L.depth), out, np.int32(total),
+                    shared=4 * lp.rows * width)
 
     def _backward(self, start, stop):
         b = self.backend
@@ -589,16 +635,16 @@ class DeviceEvaluator:
             if lp.kind in POOL_KINDS:
                 layer = lp.layer
                 s = layer.spec
-                total = nb * prior.nhid
-                rt.launch("pool_backward", ((total + 255) // 256, 1, 1), (256, 1, 1), ws.deltas[cur],
+                rt.launch("pool_backward", ((prior.nhid + 255) // 256, min(nb, MAX_GRID_Z), 1), (256, 1, 1),
+                          ws.deltas[cur],
                           ws.ids.get(li, NULL), np.int32(layer.prior_height),
                           np.int32(layer.prior_width), np.int32(layer.prior_depth),
                           np.int32(layer.height), np.int32(layer.width), np.int32(s.width_v),
                           np.int32(s.width_h), np.int32(s.stride_v), np.int32(s.stride_h),
-                          np.int32(lp.kind == POOLMAX), prior_act, ws.deltas[other], np.int64(total))
+                          np.int32(lp.kind == POOLMAX), prior_act, ws.deltas[other], np.int32(nb))
             else:
                 self._gemm_nn(ws.deltas[cur], lp.nhid, b.bwd_desc[li], lp.bwd,
-                              _ptr(b.d_wbwd, lp.lay.bwd_offset), nb, ws.deltas[other], prior.nhid,
+                              _ptr(b.d_wbwd, lp.lay.bwd_offset), 0, nb, ws.deltas[other], prior.nhid,
                               prior_act, EPI_NONE if prior.kind in POOL_KINDS else EPI_DERIV)
             b.timer.mark(rt.stream, b.labels[li - 1], "delta", 1)    # the layer that receives it
             cur, other = other, cur
@@ -608,11 +654,10 @@ class DeviceEvaluator:
         b = self.backend
         rt = b.rt
         gp = lp.grad
-        per, _, _ = self.ws.splits[lp.index]
+        per, _, _, gps, slots = self.ws.splits[lp.index]
         src, lda = self._src(lp.index, start)
         R = gp.rows
         chunks = -(-nb // CHUNK)
-        slots = gp.slots
         nz = chunks * slots
         n_part = chunks if gp.local_cols else nz
         lay = lp.lay
@@ -627,7 +672,7 @@ class DeviceEvaluator:
                       _ptr(b.d_desc, b.fwd_desc[lp.index]), delta, np.int32(lp.nhid),
                       np.int32(lp.depth if lp.kind != FC else 0), np.int32(R), np.int32(n_lo),
                       np.int32(n_hi), np.int32(nb), np.int32(CHUNK), np.int32(gp.groups),
-                      np.int32(gp.group_per_slot), np.int32(slots), np.int32(gp.local_cols),
+                      np.int32(gps), np.int32(slots), np.int32(gp.local_cols),
                       self.ws.scratch, np.int32(nz))
             pld = gp.groups * NL if gp.local_cols else NL
             total = R * pld
@@ -696,13 +741,14 @@ class DeviceEvaluator:
         for lp in b.plan.layers:
             if lp.index not in ws.splits:
                 continue
-            per, launches, floats = ws.splits[lp.index]
+            per, launches, floats, gps, slots = ws.splits[lp.index]
             gp = lp.grad
             what = ("slices" if lp.kind in (CONV, LOCAL) else "neurons")
             lines.append(f"   {b.labels[lp.index]}: {gp.rows} x {lp.depth} weights"
                          f"{' per position' if lp.kind == LOCAL else ''}, {per} {what} per launch, "
                          f"{launches} launch(es) per batch, scratch {4 * floats / mib:.2f} MiB, "
-                         f"{gp.n_partials(self.nb)} partial sums per batch")
+                         f"{gp.n_partials(self.nb, slots)} partial sums per batch"
+                         + (f" ({gps} positions each)" if lp.kind == CONV else ""))
         total = data_bytes + b.static_bytes + sum(n for _, n in ws.sizes)
         lines.append(f"Total device memory allocated: {total / mib:.2f} MiB")
         return lines

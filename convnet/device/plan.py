@@ -42,8 +42,12 @@ from .layout import POOL_KINDS, WeightLayout, image_to_device, pad32
 # Cases per partial sum of the weight gradient, and the unit at which batches are cut when the
 # data are split into several (MAX BATCH < number of cases).
 CHUNK = 256
-# Positions of a convolutional layer summed into one partial (with CHUNK cases: 4096 terms).
+# Positions of a convolutional layer summed into one partial: at most CONV_GROUP (with CHUNK
+# cases, 4096 terms), fewer when the data are too few to give the gradient launch about
+# CONV_BLOCKS blocks. The choice depends on the architecture and the number of cases only.
 CONV_GROUP = 16
+CONV_BLOCKS = 1024
+ROW_TILE = 128
 
 A_ZERO = -1
 A_ONE = -2
@@ -196,31 +200,32 @@ class GradPlan:
         self.n_cols = lp.depth                  # slices (FC: neurons)
         G = lp.groups
         self.groups = G
-        if lp.kind == CONV:
-            self.group_per_slot = min(G, CONV_GROUP)
-            self.slots = -(-G // self.group_per_slot)
-            self.local_cols = False
-        elif lp.kind == LOCAL:
-            self.group_per_slot = 1
-            self.slots = G
-            self.local_cols = True
-        else:
-            self.group_per_slot = 1
-            self.slots = 1
-            self.local_cols = False
+        self.kind = lp.kind
+        self.local_cols = lp.kind == LOCAL
+
+    def slots_for(self, n_total):
+        """(groups per slot, slots) for a data set of n_total cases."""
+        G = self.groups
+        if self.kind == LOCAL:
+            return 1, G
+        if self.kind != CONV:
+            return 1, 1
+        tiles = -(-self.rows // ROW_TILE)
+        gps = max(1, min(CONV_GROUP, G, G * self.n_chunks(n_total) * tiles // CONV_BLOCKS))
+        return gps, -(-G // gps)
 
     def n_chunks(self, n_cases):
         return -(-n_cases // CHUNK)
 
-    def n_partials(self, n_cases):
+    def n_partials(self, n_cases, slots):
         """Partial sums one launch over n_cases produces (LOCAL: each covers every position)."""
         if self.local_cols:
             return self.n_chunks(n_cases)
-        return self.n_chunks(n_cases) * self.slots
+        return self.n_chunks(n_cases) * slots
 
-    def scratch_floats(self, n_cases, n_slices):
+    def scratch_floats(self, n_cases, n_slices, slots):
         width = n_slices * (self.groups if self.local_cols else 1)
-        return self.n_partials(n_cases) * self.rows * width
+        return self.n_partials(n_cases, slots) * self.rows * width
 
     def neurons_per_slice(self):
         return self.groups          # visual field size (1 for FC)
@@ -246,7 +251,7 @@ def split_batches(n_cases, max_batch):
     return out
 
 
-def gradient_launch_slices(gp, max_batch, max_hid_grad, max_mem_grad_mb):
+def gradient_launch_slices(gp, max_batch, max_hid_grad, max_mem_grad_mb, slots):
     """Slices of this layer's gradient per launch, as the book splits it: divide the depth by the
     smallest divisor that keeps the neurons of a launch within MAX HID GRAD and its partial-sum
     scratch within MAX MEM GRAD; at least one slice (a whole visual field) per launch."""
@@ -258,7 +263,7 @@ def gradient_launch_slices(gp, max_batch, max_hid_grad, max_mem_grad_mb):
         per = depth // divisor
         if per < 1:
             return 1
-        if per * field <= max_hid_grad and gp.scratch_floats(max_batch, per) * 4 <= limit_bytes:
+        if per * field <= max_hid_grad and gp.scratch_floats(max_batch, per, slots) * 4 <= limit_bytes:
             return per
         divisor += 1
 

@@ -1,9 +1,12 @@
 // Activation, delta backpropagation and weight gradient of FC, LOCAL and CONV layers (and of
 // the output layer), as "gather" matrix products with shared-memory tiles.
 //
-// gemm_nn: for each group g (grid z), case m and column n
-//     out[m*ldo + o_add + n] = epilogue( sum_k A(m, k) * B[tab[b_start + k] + b_add + n] )
+// gemm_nn: for each group g (grid x, fastest, so the blocks running together share their cases'
+// rows in the L2 cache), case m and column n
+//     out[m*ldo + o_add + n] = epilogue( sum_k A(m, k) * B[boff(k) + b_add + n] )
 //     A(m, k) = src[m*lda + tab[a_start + k]]  (or 1 for the bias, 0 for padding)
+//     boff(k) = k * b_ld when b_ld > 0 (activation: rows of the forward layout), else tab[b_start + k]
+// A group's tables are staged in shared memory when they fit (TABMAX entries).
 // gemm_tn: weight-gradient partial sums
 //     part[p][k][c] = sum over (group g, case m) of A_g(m, k) * delta[m*ldd + g*depth + n]
 // The sums over k (gemm_nn) and over (g, m) (gemm_tn) always run in the same sequential order,
@@ -36,10 +39,12 @@ __device__ __forceinline__ void load_frag(float* r, const float* p)
 
 // ------------------------------------------------------------------------------------ gemm_nn
 // BM x BN outputs per block, BK-deep steps, TM x TN outputs per thread.
+#define TABMAX 2048
+
 template <int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void gemm_nn_body(
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
-    const int* __restrict__ desc, const float* __restrict__ B, int M, int N,
+    const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
     float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
 {
     constexpr int NT = (BM / TM) * (BN / TN);
@@ -49,24 +54,34 @@ __device__ __forceinline__ void gemm_nn_body(
     static_assert(A_PER >= 1 && B_PER >= 1, "loader shape");
     __shared__ __align__(16) float As[2][BK][BM + 4];
     __shared__ __align__(16) float Bs[2][BK][BN];
+    __shared__ int s_at[TABMAX];
+    __shared__ int s_bt[TABMAX];
 
     const int tid = threadIdx.x;
     const int tn = tid % (BN / TN);
     const int tm = tid / (BN / TN);
     const int m0 = blockIdx.y * BM;
-    const int n0 = blockIdx.x * BN;
+    const int n0 = blockIdx.z * BN;
     // loader coordinates: A column (k) and B column (n) are fixed per thread
     const int a_k = tid % BK;
     const int a_m = tid / BK;
     const int b_n = tid % BN;
     const int b_k = tid / BN;
 
-    for (int g = blockIdx.z; g < G; g += gridDim.z) {
+    for (int g = blockIdx.x; g < G; g += gridDim.x) {
         const int a_start = desc[g * 5 + 0];
         const int b_start = desc[g * 5 + 1];
         const int K = desc[g * 5 + 2];
         const int b_add = desc[g * 5 + 3];
         const int o_add = desc[g * 5 + 4];
+        const bool staged = K <= TABMAX;
+        if (staged) {
+            for (int i = tid; i < K; i += NT) {
+                s_at[i] = tab[a_start + i];
+                if (b_ld <= 0) s_bt[i] = tab[b_start + i];
+            }
+            __syncthreads();
+        }
 
         float acc[TM][TN];
 #pragma unroll
@@ -80,7 +95,7 @@ __device__ __forceinline__ void gemm_nn_body(
         auto load = [&](int k0) {
             const int k = k0 + a_k;
             int ao = A_ZERO;
-            if (k < K) ao = tab[a_start + k];
+            if (k < K) ao = staged ? s_at[k] : tab[a_start + k];
 #pragma unroll
             for (int i = 0; i < A_PER; ++i) {
                 const int m = m0 + a_m + i * (NT / BK);
@@ -96,7 +111,10 @@ __device__ __forceinline__ void gemm_nn_body(
             for (int i = 0; i < B_PER; ++i) {
                 const int kb = k0 + b_k + i * (NT / BN);
                 float v = 0.f;
-                if (kb < K && n < N) v = B[(i64)tab[b_start + kb] + b_add + n];
+                if (kb < K && n < N) {
+                    const i64 bo = b_ld > 0 ? (i64)kb * b_ld : (i64)(staged ? s_bt[kb] : tab[b_start + kb]);
+                    v = B[bo + b_add + n];
+                }
                 rb[i] = v;
             }
         };
@@ -154,10 +172,11 @@ __device__ __forceinline__ void gemm_nn_body(
 #define GEMM_NN(NAME, BM, BN, BK, TM, TN)                                                        \
     extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))                           \
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
-         const int* __restrict__ desc, const float* __restrict__ B, int M, int N,                \
+         const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,      \
          float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)      \
     {                                                                                             \
-        gemm_nn_body<BM, BN, BK, TM, TN>(src, lda, tab, desc, B, M, N, out, ldo, prior, epi, G); \
+        gemm_nn_body<BM, BN, BK, TM, TN>(src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior,    \
+                                         epi, G);                                                 \
     }
 
 GEMM_NN(gemm_nn_128x64, 128, 64, 8, 8, 4)
