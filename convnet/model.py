@@ -94,17 +94,22 @@ class Model:
 def _device_backend(arch, params):
     """The CUDA backend, imported only when asked for."""
     try:
-        from .device.backend import DeviceBackend
+        from .device import backend as device
     except Exception as e:          # ImportError, or a PyCUDA / driver failure at import
         raise ConvnetError(f"CUDA requested but not usable: {_reason(e)}") from None
+    unavailable = getattr(device, "DeviceUnavailable", ())
     try:
-        return DeviceBackend(arch, params=params)
-    except ConvnetError:
+        return device.DeviceBackend(arch, params=params)
+    except unavailable as e:        # no PyCUDA, no driver, no GPU, a kernel that did not build
+        raise ConvnetError(f"CUDA requested but not usable: {_reason(e, False)}") from None
+    except ConvnetError:            # a user error in the device parameters
         raise
     except Exception as e:
         raise ConvnetError(f"CUDA requested but not usable: {_reason(e)}") from None
 
 
-def _reason(e):
+def _reason(e, with_type=True):
     text = str(e).strip().splitlines()
+    if not with_type:
+        return text[0] if text else type(e).__name__
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__

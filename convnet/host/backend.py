@@ -36,8 +36,8 @@ from .output import softmax_block, tanh_backward
 from .pool import PoolLayer
 from .threads import default_threads, single_threaded_blas
 
-BLOCK_BYTES = 8 << 20     # target size of one worker's work areas
-MAX_BLOCK = 256           # most cases in a block
+BLOCK_BYTES = 32 << 20    # target size of one worker's per-case work areas
+MAX_BLOCK = 64            # most cases in a block
 
 FORWARD, DELTA, GRADIENT = 0, 1, 2
 ACTIVITIES = ("forward", "delta", "gradient")
@@ -101,10 +101,11 @@ class _Work:
         self.cols = [np.empty(capacity * L.kept_per_case()) if plan.kinds[i] in (LOCAL, CONV)
                      else None for i, L in enumerate(layers)]
         self.net = np.empty(capacity * plan.net_per_case)
+        self.tprior = np.empty(capacity * plan.prior_per_case)
         self.logits = np.empty(capacity * plan.n_classes)
         if gradient:
-            self.dacts = [np.empty(capacity * L.n_out) for L in layers]
-            self.dcols = np.empty(capacity * plan.dcols_per_case)
+            # d criterion / d activations of the layer being worked on and of the one below it
+            self.deltas = (np.empty(capacity * plan.max_neurons), np.empty(capacity * plan.max_neurons))
             self.gtmp = np.empty(plan.grad_scratch)
             self.grad = np.empty(plan.n_weights)
         self.seconds = np.zeros((len(layers) + 1, 3))
@@ -136,19 +137,21 @@ class _Plan:
         self.slices = [L.weight_slice for L in arch.layers]
         self.out_slice = arch.output.weight_slice
         lc = [L for L in self.layers if isinstance(L, LocalConvLayer)]
-        self.net_per_case = max([L.P * L.depth for L in lc] + [1])
-        self.dcols_per_case = max([L.P * L.K for L in lc] + [1])
+        self.net_per_case = max([L.net_per_case() for L in lc] + [1])
+        self.prior_per_case = max([L.prior_per_case() for L in lc] + [1])
+        self.max_neurons = max([L.n_out for L in self.layers] + [1])
         self.grad_scratch = max([L.grad_scratch() for L in self.layers
                                  if isinstance(L, (FCLayer, LocalConvLayer))]
                                 + [self.output.grad_scratch(), 1])
         self.labels = [f"Layer {i + 1} {k}" for i, k in enumerate(self.kinds)] + ["Output"]
 
     def bytes_per_case(self, gradient):
-        floats = sum(L.n_out for L in self.layers) + self.net_per_case + self.n_classes
+        floats = (sum(L.n_out for L in self.layers) + self.net_per_case + self.prior_per_case
+                  + self.n_classes)
         floats += sum(L.kept_per_case() for L in self.layers if isinstance(L, LocalConvLayer))
         ints = sum(L.n_out for L, k in zip(self.layers, self.kinds) if k == POOLMAX)
         if gradient:
-            floats += sum(L.n_out for L in self.layers) + self.dcols_per_case
+            floats += 2 * self.max_neurons
         return 8 * floats + 4 * ints
 
     def fixed_bytes(self, gradient):
@@ -169,8 +172,7 @@ def _forward_block(plan, w, x, work, n, classes, want_delta):
             L.forward(w[plan.slices[i]], prior, out)
             np.tanh(out, out=out)
         elif kind in (LOCAL, CONV):
-            L.forward(w[plan.slices[i]], prior, _view(work.cols[i], L.P, n, L.K),
-                      _view(work.net, L.P, n, L.depth), out)
+            L.forward(w[plan.slices[i]], prior, out, work.cols[i], work.net, work.tprior)
             np.tanh(out, out=out)
         else:
             ids = _view(work.ids[i], n, L.n_out) if kind == POOLMAX else _NO_IDS
@@ -198,7 +200,8 @@ def _backward_block(plan, w, x, work, n):
         return _view(work.acts[i], n, plan.layers[i].n_out) if i >= 0 else x
 
     def dact(i):
-        return _view(work.dacts[i], n, plan.layers[i].n_out) if i >= 0 else None
+        # layers alternate between the two delta buffers, as the book's this_delta / prior_delta
+        return _view(work.deltas[i % 2], n, plan.layers[i].n_out) if i >= 0 else None
 
     dnet = _view(work.logits, n, plan.n_classes)
     t0 = time.perf_counter()
@@ -223,9 +226,7 @@ def _backward_block(plan, w, x, work, n):
             if kind == FC:
                 L.gradient(wl, gl, d, act(i - 1), work.gtmp)
             else:
-                dnet_p = _view(work.net, L.P, n, L.depth)
-                L.gradient(wl, gl, d, _view(work.cols[i], L.P, n, L.K), dnet_p,
-                           _view(work.gtmp, L.P, L.depth, L.K) if kind == LOCAL else None)
+                L.gradient(wl, gl, d, work.cols[i], work.net, work.gtmp)
             t1 = time.perf_counter()
             sec[i, GRADIENT] += t1 - t0
             calls[i, GRADIENT] += 1
@@ -233,7 +234,7 @@ def _backward_block(plan, w, x, work, n):
                 if kind == FC:
                     L.delta(wl, d, dact(i - 1))
                 else:
-                    L.delta(wl, dnet_p, _view(work.dcols, L.P, n, L.K), dact(i - 1))
+                    L.delta(wl, work.cols[i], work.net, work.tprior, dact(i - 1))
                 sec[i - 1, DELTA] += time.perf_counter() - t1
                 calls[i - 1, DELTA] += 1
         elif i > 0:

@@ -2,25 +2,26 @@
 
 Both layer kinds see the same windows of the prior layer (Equations 1-5 to 1-8); they differ only in
 whether a slice shares one weight set over the visual field (CONV) or every neuron has its own
-(LOCAL). So both start by unrolling the windows of a block of B cases into a matrix of "columns":
+(LOCAL). Indices: b is a case of the block of n cases, p a position (row*width+col) in this layer's
+visual field, k = (prior slice, filter row, filter col), the order of the weights, d a slice of this
+layer.
 
-    cols[p, b, k]   p: position (row*width+col) in this layer's visual field
-                    b: case in the block
-                    k: (prior slice, filter row, filter col), the order of the weights
+Both start by unrolling the windows into a matrix of "columns" cols[k, p, b]: the prior value under
+element k of the window of position p, or 0 where the window hangs over the padding. The prior
+block is first transposed to priorT[i, b] (prior activation i of case b), so that every (k, p) of
+the unrolled matrix is one contiguous copy of n values (or n zeros). Then
 
-with zeros where a window hangs over the padding. Then
+    CONV   net (D, P*n) = W[:, :K] (D, K) @ cols (K, P*n)         one matrix product for the block
+           dW (D, K)   += dnet (D, P*n) @ cols.T                  weight gradient
+           dcols (K, P*n) = W[:, :K].T @ dnet                     deltas of the window elements
+    LOCAL  net[p] (D, n) = W[:, p, :K] (D, K) @ cols[:, p] (K, n) one product per position
+           dW[:, p]    += dnet[p] (D, n) @ cols[:, p].T
+           dcols[p] (K, n) = W[:, p, :K].T @ dnet[p]
 
-* CONV:  net (P*B, D) = cols (P*B, K) @ W[:, :K].T        one matrix product for the block;
-* LOCAL: net[p] (B, D) = cols[p] (B, K) @ W[:, p, :K].T   one product per position.
-
-Backward, with dnet the derivative of the criterion with respect to the net inputs:
-
-* weight gradient:  CONV  dW (D, K) += dnet.T @ cols;  LOCAL  dW[:, p] += dnet[p].T @ cols[p];
-* prior delta:      dcols = dnet @ W[:, :K] (per position for LOCAL), then the windows are folded
-  back onto the prior layer, adding where they overlap (the book's loop reversal, done on blocks).
-
-The products are numpy matrix products (BLAS); the unrolling, folding and reordering are compiled
-loops that release the GIL so that several workers can run at once.
+Folding dcols back onto the prior layer, adding where windows overlap, gives d criterion / d prior
+activations: the book's loop reversal, done on blocks. The products are numpy matrix products
+(BLAS); unrolling, folding and reordering are compiled loops that release the GIL, so that several
+workers run at once.
 """
 
 import numpy as np
@@ -28,173 +29,218 @@ from numba import njit
 
 from ..architecture import CONV
 
+TILE = 8
+
 
 @njit(cache=True, nogil=True)
-def unroll_windows(prior, in_slices, in_rows, in_cols, rows, cols_, nfv, nfh,
-                   pad_v, pad_h, stride_v, stride_h, out):
-    """prior (n, in_slices*in_rows*in_cols) -> out (rows*cols_, n, in_slices*nfv*nfh)."""
-    for b in range(prior.shape[0]):
-        for r in range(rows):
-            r0 = stride_v * r - pad_v
-            for c in range(cols_):
-                c0 = stride_h * c - pad_h
-                p = r * cols_ + c
-                m = 0
-                for sl in range(in_slices):
-                    for fr in range(nfv):
-                        ir = r0 + fr
-                        if ir < 0 or ir >= in_rows:
-                            for fc in range(nfh):
-                                out[p, b, m + fc] = 0.0
+def transpose_into(src, dst):
+    """dst (m, n) = src (n, m).T, in tiles of rows so that both sides stream through cache."""
+    n, m = src.shape
+    for i0 in range(0, n, TILE):
+        i1 = min(n, i0 + TILE)
+        for j in range(m):
+            for i in range(i0, i1):
+                dst[j, i] = src[i, j]
+
+
+@njit(cache=True, nogil=True)
+def unroll_windows(priorT, S, IR, IC, R, C, nfv, nfh, pv, ph, sv, sh, cols):
+    """priorT (S*IR*IC, n) -> cols (K, R*C, n)."""
+    n = priorT.shape[1]
+    for sl in range(S):
+        for fr in range(nfv):
+            for fc in range(nfh):
+                k = (sl * nfv + fr) * nfh + fc
+                for r in range(R):
+                    ir = r * sv + fr - pv
+                    for c in range(C):
+                        ic = c * sh + fc - ph
+                        p = r * C + c
+                        if 0 <= ir < IR and 0 <= ic < IC:
+                            src = (sl * IR + ir) * IC + ic
+                            for b in range(n):
+                                cols[k, p, b] = priorT[src, b]
                         else:
-                            base = (sl * in_rows + ir) * in_cols
-                            for fc in range(nfh):
-                                ic = c0 + fc
-                                if 0 <= ic < in_cols:
-                                    out[p, b, m + fc] = prior[b, base + ic]
-                                else:
-                                    out[p, b, m + fc] = 0.0
-                        m += nfh
+                            for b in range(n):
+                                cols[k, p, b] = 0.0
 
 
 @njit(cache=True, nogil=True)
-def fold_windows(dcols, in_slices, in_rows, in_cols, rows, cols_, nfv, nfh,
-                 pad_v, pad_h, stride_v, stride_h, dprior):
-    """The adjoint of :func:`unroll_windows`: dprior (n, in_size) = sum of the window pieces."""
-    size = in_slices * in_rows * in_cols
-    for b in range(dprior.shape[0]):
-        for i in range(size):
-            dprior[b, i] = 0.0
-        for r in range(rows):
-            r0 = stride_v * r - pad_v
-            for c in range(cols_):
-                c0 = stride_h * c - pad_h
-                p = r * cols_ + c
-                m = 0
-                for sl in range(in_slices):
-                    for fr in range(nfv):
-                        ir = r0 + fr
-                        if 0 <= ir < in_rows:
-                            base = (sl * in_rows + ir) * in_cols
-                            for fc in range(nfh):
-                                ic = c0 + fc
-                                if 0 <= ic < in_cols:
-                                    dprior[b, base + ic] += dcols[p, b, m + fc]
-                        m += nfh
+def fold_windows(dcols, by_position, S, IR, IC, R, C, nfv, nfh, pv, ph, sv, sh, dpriorT):
+    """The adjoint of :func:`unroll_windows`: dpriorT (S*IR*IC, n) = sum of the window pieces.
+    dcols is (K, R*C, n), or (R*C, K, n) when by_position."""
+    n = dpriorT.shape[1]
+    for i in range(dpriorT.shape[0]):
+        for b in range(n):
+            dpriorT[i, b] = 0.0
+    for sl in range(S):
+        for fr in range(nfv):
+            for fc in range(nfh):
+                k = (sl * nfv + fr) * nfh + fc
+                for r in range(R):
+                    ir = r * sv + fr - pv
+                    if ir < 0 or ir >= IR:
+                        continue
+                    for c in range(C):
+                        ic = c * sh + fc - ph
+                        if ic < 0 or ic >= IC:
+                            continue
+                        p = r * C + c
+                        dst = (sl * IR + ir) * IC + ic
+                        if by_position:
+                            for b in range(n):
+                                dpriorT[dst, b] += dcols[p, k, b]
+                        else:
+                            for b in range(n):
+                                dpriorT[dst, b] += dcols[k, p, b]
 
 
 @njit(cache=True, nogil=True)
-def scatter_net(net, w, npw, shared, out):
-    """net (P, n, D) plus bias -> out (n, D*P) in (depth, height, width) order.
-
-    The bias of slice d is w[d*npw + npw-1] (CONV) or that of neuron (d, p) is
-    w[(d*P + p)*npw + npw-1] (LOCAL)."""
-    P = net.shape[0]
-    D = net.shape[2]
+def scatter_net(net, by_position, w, npw, out):
+    """net (D, P, n), or (P, D, n) when by_position (LOCAL), plus the biases -> out (n, D*P) in
+    (depth, height, width) order. The bias of slice d is w[d*npw + npw-1] (CONV); that of
+    neuron (d, p) is w[(d*P + p)*npw + npw-1] (LOCAL)."""
+    n = out.shape[0]
+    if by_position:
+        P, D = net.shape[0], net.shape[1]
+    else:
+        D, P = net.shape[0], net.shape[1]
     kb = npw - 1
-    for b in range(net.shape[1]):
-        for p in range(P):
-            for d in range(D):
-                if shared:
-                    bias = w[d * npw + kb]
-                else:
-                    bias = w[(d * P + p) * npw + kb]
-                out[b, d * P + p] = net[p, b, d] + bias
+    for d in range(D):
+        for p0 in range(0, P, TILE):
+            p1 = min(P, p0 + TILE)
+            for b in range(n):
+                for p in range(p0, p1):
+                    if by_position:
+                        out[b, d * P + p] = net[p, d, b] + w[(d * P + p) * npw + kb]
+                    else:
+                        out[b, d * P + p] = net[d, p, b] + w[d * npw + kb]
 
 
 @njit(cache=True, nogil=True)
-def gather_delta(dnet, npw, shared, dnet_p, grad):
-    """dnet (n, D*P) -> dnet_p (P, n, D); adds the bias gradient into grad (layer's part)."""
-    P = dnet_p.shape[0]
-    D = dnet_p.shape[2]
+def gather_delta(dnet, by_position, npw, dnet_t, grad):
+    """dnet (n, D*P) -> dnet_t (D, P, n), or (P, D, n) when by_position; adds the bias gradients
+    into grad (this layer's part of the gradient vector)."""
+    n = dnet.shape[0]
+    if by_position:
+        P, D = dnet_t.shape[0], dnet_t.shape[1]
+    else:
+        D, P = dnet_t.shape[0], dnet_t.shape[1]
     kb = npw - 1
-    for b in range(dnet.shape[0]):
-        for d in range(D):
-            for p in range(P):
-                x = dnet[b, d * P + p]
-                dnet_p[p, b, d] = x
-                if shared:
-                    grad[d * npw + kb] += x
-                else:
-                    grad[(d * P + p) * npw + kb] += x
+    for d in range(D):
+        s = 0.0
+        for p0 in range(0, P, TILE):
+            p1 = min(P, p0 + TILE)
+            for b in range(n):
+                for p in range(p0, p1):
+                    x = dnet[b, d * P + p]
+                    if by_position:
+                        dnet_t[p, d, b] = x
+                        grad[(d * P + p) * npw + kb] += x
+                    else:
+                        dnet_t[d, p, b] = x
+                        s += x
+        if not by_position:
+            grad[d * npw + kb] += s
+
+
+def _view(flat, *shape):
+    size = 1
+    for s in shape:
+        size *= s
+    return flat[:size].reshape(shape)
 
 
 class LocalConvLayer:
-    """A LOCAL or CONV hidden layer bound to its shapes."""
+    """A LOCAL or CONV hidden layer bound to its shapes.
+
+    Work areas are flat float64 arrays handed in by the caller, sized from :meth:`kept_per_case`,
+    :meth:`net_per_case`, :meth:`prior_per_case` (times the block size) and :meth:`grad_scratch`."""
 
     def __init__(self, layer):
         s = layer.spec
         self.layer = layer
         self.shared = layer.kind == CONV
-        self.in_slices = layer.prior_depth
-        self.in_rows, self.in_cols = layer.prior_height, layer.prior_width
-        self.rows, self.cols, self.depth = layer.height, layer.width, layer.depth
-        self.nfv, self.nfh = s.filter_v, s.filter_h
-        self.pad_v, self.pad_h = s.pad_v, s.pad_h
-        self.stride_v, self.stride_h = s.stride_v, s.stride_h
-        self.P = self.rows * self.cols
-        self.K = self.in_slices * self.nfv * self.nfh
+        self.S, self.IR, self.IC = layer.prior_depth, layer.prior_height, layer.prior_width
+        self.R, self.C, self.D = layer.height, layer.width, layer.depth
+        self.geometry = (self.S, self.IR, self.IC, self.R, self.C, s.filter_v, s.filter_h,
+                         s.pad_v, s.pad_h, s.stride_v, s.stride_h)
+        self.P = self.R * self.C
+        self.K = self.S * s.filter_v * s.filter_h
         self.npw = layer.n_prior_weights
         self.n_in = layer.n_prior
         self.n_out = layer.n_neurons
 
-    # -- sizes of the work areas this layer needs, in float64 elements per case
     def kept_per_case(self):
-        """Kept from forward to backward: the unrolled windows."""
+        """Kept from forward to backward: the unrolled windows (later their deltas)."""
         return self.P * self.K
 
-    def scratch_per_case(self):
-        """Scratch, shared with other layers: net inputs or dnet reordered, and dcols."""
-        return {"net": self.P * self.depth, "dcols": self.P * self.K}
+    def net_per_case(self):
+        """Scratch: the net inputs, later the reordered deltas."""
+        return self.P * self.D
+
+    def prior_per_case(self):
+        """Scratch: the prior activations (later their deltas) transposed."""
+        return self.n_in
 
     def grad_scratch(self):
         """Scratch for one block's weight gradient before it is added in (LOCAL only)."""
-        return 0 if self.shared else self.P * self.depth * self.K
+        return 0 if self.shared else self.P * self.D * self.K
 
-    def _weights(self, w):
-        if self.shared:
-            return w.reshape(self.depth, self.npw)[:, :self.K]                 # (D, K)
-        return w.reshape(self.depth, self.P, self.npw)[:, :, :self.K]          # (D, P, K)
+    def _local_weights(self, w):
+        return w.reshape(self.D, self.P, self.npw)[:, :, :self.K].transpose(1, 0, 2)  # (P, D, K)
 
-    def forward(self, w, prior, cols, net, out):
-        """prior (n, n_in) -> out (n, n_out), the net inputs (the caller applies tanh).
-        Work areas sized for this block: cols (P, n, K), kept for backward; net (P, n, D)."""
+    def forward(self, w, prior, out, cols_area, net_area, t_area):
+        """prior (n, n_in) -> out (n, n_out), the net inputs (the caller applies tanh)."""
         n = prior.shape[0]
-        unroll_windows(prior, self.in_slices, self.in_rows, self.in_cols, self.rows, self.cols,
-                       self.nfv, self.nfh, self.pad_v, self.pad_h, self.stride_v, self.stride_h,
-                       cols)
-        W = self._weights(w)
+        P, K, D = self.P, self.K, self.D
+        priorT = _view(t_area, self.n_in, n)
+        transpose_into(prior, priorT)
+        cols = _view(cols_area, K, P, n)
+        unroll_windows(priorT, *self.geometry, cols)
         if self.shared:
-            np.matmul(cols.reshape(self.P * n, self.K), W.T,
-                      out=net.reshape(self.P * n, self.depth))
+            net = _view(net_area, D, P, n)
+            W = w.reshape(D, self.npw)[:, :K]
+            np.matmul(W, cols.reshape(K, P * n), out=net.reshape(D, P * n))
         else:
-            np.matmul(cols, W.transpose(1, 2, 0), out=net)
-        scatter_net(net, w, self.npw, self.shared, out)
+            net = _view(net_area, P, D, n)
+            np.matmul(self._local_weights(w), cols.transpose(1, 0, 2), out=net)
+        scatter_net(net, not self.shared, w, self.npw, out)
 
-    def gradient(self, w, g, dnet, cols, dnet_p, gtmp):
-        """dnet (n, n_out): d criterion / d net inputs. Reorders it into dnet_p (P, n, D) for
-        :meth:`delta` and adds the weight gradient into g (this layer's part of the gradient
-        vector). cols as left by forward; gtmp (P, D, K) scratch for LOCAL (None for CONV)."""
+    def gradient(self, w, g, dnet, cols_area, net_area, gtmp):
+        """dnet (n, n_out): d criterion / d net inputs. Adds the weight gradient into g (this
+        layer's part of the gradient vector) and leaves dnet reordered in net_area for
+        :meth:`delta`. cols_area as left by forward; gtmp: LOCAL scratch."""
         n = dnet.shape[0]
-        gather_delta(dnet, self.npw, self.shared, dnet_p, g)
+        P, K, D = self.P, self.K, self.D
+        cols = _view(cols_area, K, P, n)
         if self.shared:
-            G = g.reshape(self.depth, self.npw)[:, :self.K]
-            G += dnet_p.reshape(self.P * n, self.depth).T @ cols.reshape(self.P * n, self.K)
+            dnet_t = _view(net_area, D, P, n)
+            gather_delta(dnet, False, self.npw, dnet_t, g)
+            G = g.reshape(D, self.npw)[:, :K]
+            G += dnet_t.reshape(D, P * n) @ cols.reshape(K, P * n).T
         else:
-            np.matmul(dnet_p.transpose(0, 2, 1), cols, out=gtmp)
-            G = g.reshape(self.depth, self.P, self.npw)[:, :, :self.K]
-            G += gtmp.transpose(1, 0, 2)
+            dnet_p = _view(net_area, P, D, n)
+            gather_delta(dnet, True, self.npw, dnet_p, g)
+            t = _view(gtmp, P, D, K)
+            np.matmul(dnet_p, cols.transpose(1, 2, 0), out=t)
+            G = g.reshape(D, P, self.npw)[:, :, :K]
+            G += t.transpose(1, 0, 2)
 
-    def delta(self, w, dnet_p, dcols, dprior):
-        """d criterion / d prior activations into dprior (n, n_in), from dnet_p (P, n, D) as left
-        by :meth:`gradient`; dcols (P, n, K) scratch."""
-        n = dnet_p.shape[1]
-        W = self._weights(w)
+    def delta(self, w, cols_area, net_area, t_area, dprior):
+        """d criterion / d prior activations into dprior (n, n_in), from the reordered deltas
+        :meth:`gradient` left in net_area. The unrolled windows are used up by then: cols_area
+        takes the window deltas."""
+        n = dprior.shape[0]
+        P, K, D = self.P, self.K, self.D
+        dpriorT = _view(t_area, self.n_in, n)
         if self.shared:
-            np.matmul(dnet_p.reshape(self.P * n, self.depth), W,
-                      out=dcols.reshape(self.P * n, self.K))
+            W = w.reshape(D, self.npw)[:, :K]
+            dcols = _view(cols_area, K, P, n)
+            np.matmul(W.T, _view(net_area, D, P * n), out=dcols.reshape(K, P * n))
         else:
-            np.matmul(dnet_p, W.transpose(1, 0, 2), out=dcols)
-        fold_windows(dcols, self.in_slices, self.in_rows, self.in_cols, self.rows, self.cols,
-                     self.nfv, self.nfh, self.pad_v, self.pad_h, self.stride_v, self.stride_h,
-                     dprior)
+            dcols = _view(cols_area, P, K, n)
+            np.matmul(self._local_weights(w).transpose(0, 2, 1), _view(net_area, P, D, n),
+                      out=dcols)
+        fold_windows(dcols, not self.shared, *self.geometry, dpriorT)
+        transpose_into(dpriorT, dprior)
