@@ -110,7 +110,7 @@ def test_gradient_matches_central_differences(seed, make_problem):
 
 def test_random_architectures_cover_every_layer_kind(make_problem):
     """The random problems above really exercise every kind, padding, strides and no layers."""
-    seen, pads, strides, empty, bands = set(), set(), set(), 0, set()
+    seen, pads, strides, empty, bands, inexact = set(), set(), set(), 0, set(), 0
     for seed in list(range(60)) + list(range(100, 140)):
         arch = make_problem(seed)[0]
         bands.add(arch.bands)
@@ -121,8 +121,11 @@ def test_random_architectures_cover_every_layer_kind(make_problem):
             if L.kind in ("LOCAL", "CONV"):
                 pads.add((s.pad_v == s.hw_v, s.pad_v == 0))
                 strides.add(max(s.stride_v, s.stride_h))
+                inexact += (L.prior_height - s.filter_v + 2 * s.pad_v) % s.stride_v != 0
     assert seen == {"FC", "LOCAL", "CONV", "POOLAVG", "POOLMAX"}
-    assert strides == {1, 2, 3} and len(pads) >= 2 and empty > 0 and bands == {1, 2, 3}
+    assert strides == {1, 2, 3} and empty > 0 and bands == {1, 2, 3}
+    assert {(True, False), (False, True), (False, False)} <= pads   # full, none, partial
+    assert inexact > 0
 
 
 # ------------------------------------------------------------------------------ threads and blocks
@@ -149,7 +152,7 @@ def test_block_size_bounded_by_memory_not_cases():
     big = be.block_size(60000)
     assert big == be.block_size(10 ** 7) <= hb.MAX_BLOCK
     plan = be._plan
-    assert big * plan.bytes_per_case(True) + plan.fixed_bytes(True) <= hb.BLOCK_BYTES
+    assert big * plan.bytes_per_case(True) <= hb.BLOCK_BYTES
     assert be.block_size(10) == 5          # every worker gets cases
 
 
@@ -158,9 +161,12 @@ def test_repeated_calls_and_work_area_reuse():
     be = HostBackend(arch, threads=2)
     ev = be.evaluator(x, y)
     first = ev.gradient(w)
+    areas = dict(be._works)
     be.evaluator(x[:7], y[:7]).gradient(w * 0.5)     # smaller blocks in the same work areas
+    ev.criterion(w)                                  # criterion shares the gradient's areas
     again = ev.gradient(w)
     assert first[0] == again[0] and np.array_equal(first[1], again[1])
+    assert be._works == areas
 
 
 def test_blas_threads_restored_after_a_call():

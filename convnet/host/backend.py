@@ -105,7 +105,7 @@ class _Work:
         self.logits = np.empty(capacity * plan.n_classes)
         if gradient:
             # d criterion / d activations of the layer being worked on and of the one below it
-            self.deltas = (np.empty(capacity * plan.max_neurons), np.empty(capacity * plan.max_neurons))
+            self.deltas = tuple(np.empty(capacity * plan.max_neurons) for _ in range(2))
             self.gtmp = np.empty(plan.grad_scratch)
             self.grad = np.empty(plan.n_weights)
         self.seconds = np.zeros((len(layers) + 1, 3))
@@ -153,9 +153,6 @@ class _Plan:
         if gradient:
             floats += 2 * self.max_neurons
         return 8 * floats + 4 * ints
-
-    def fixed_bytes(self, gradient):
-        return 8 * (self.grad_scratch + self.n_weights) if gradient else 0
 
 
 # ---------------------------------------------------------------------------------- one block
@@ -262,7 +259,7 @@ class HostBackend:
         self.threads = threads
         self._pool = None
         self._pool_size = 0
-        self._works = {}                      # (worker, gradient) -> _Work
+        self._works = {}                      # worker -> _Work
         self._call_lock = threading.Lock()
         n = len(arch.layers) + 1
         self._seconds = np.zeros((n, 3))
@@ -296,12 +293,12 @@ class HostBackend:
             self._pool_size = workers
         return self._pool
 
-    def block_size(self, n_cases, gradient=True, threads=None):
-        """Cases per block for a computation on n_cases cases."""
+    def block_size(self, n_cases, threads=None):
+        """Cases per block for a computation on n_cases cases: the per-case work areas of a
+        gradient within BLOCK_BYTES, at most MAX_BLOCK, and no more than gives every worker some
+        cases. The same for criterion and gradient, so that both share the work areas."""
         t = self._threads if threads is None else threads
-        plan = self._plan
-        b = (BLOCK_BYTES - plan.fixed_bytes(gradient)) // plan.bytes_per_case(gradient)
-        b = max(1, min(MAX_BLOCK, b))
+        b = max(1, min(MAX_BLOCK, BLOCK_BYTES // self._plan.bytes_per_case(True)))
         return max(1, min(b, -(-n_cases // t)))
 
     # -- the public interface
@@ -348,17 +345,16 @@ class HostBackend:
         plan = self._plan
         n = x.shape[0]
         gradient = mode == "gradient"
-        B = self.block_size(n, gradient)
+        B = self.block_size(n)
         blocks = [(s, min(s + B, n)) for s in range(0, n, B)]
         T = min(self._threads, len(blocks))
         groups = [blocks[t * len(blocks) // T:(t + 1) * len(blocks) // T] for t in range(T)]
         works = []
         for t in range(T):
-            key = (t, gradient)
-            wk = self._works.get(key)
-            if wk is None or wk.capacity < B:
-                wk = _Work(plan, B, gradient)
-                self._works[key] = wk
+            wk = self._works.get(t)
+            if wk is None or wk.capacity < B or (gradient and not wk.gradient):
+                wk = _Work(plan, B, gradient or (wk is not None and wk.gradient))
+                self._works[t] = wk
             works.append(wk)
         xf = x.reshape(n, plan.n_inputs)
         want_classes = classes.shape[0] > 0
