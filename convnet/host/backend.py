@@ -241,6 +241,21 @@ def _backward_block(plan, w, x, work, n):
             calls[i - 1, DELTA] += 1
 
 
+def _wait_all(futures):
+    """Wait until every worker has finished, even through a KeyboardInterrupt (a worker must
+    never be left writing into work areas that the next call uses); then re-raise it."""
+    interrupted = None
+    for f in futures:
+        while True:
+            try:
+                f.exception()
+                break
+            except BaseException as e:      # interrupted while waiting: wait on, raise later
+                interrupted = interrupted or e
+    if interrupted is not None:
+        raise interrupted
+
+
 # ---------------------------------------------------------------------------------- backend
 class HostBackend:
     """CPU backend for one architecture.
@@ -391,12 +406,7 @@ class HostBackend:
             try:
                 totals = [worker(0)]
             finally:
-                # Never leave while a worker still writes into the work areas.
-                for f in futures:
-                    try:
-                        f.exception()
-                    except BaseException:
-                        pass
+                _wait_all(futures)
             totals += [f.result() for f in futures]
             for wk in works:
                 self._seconds += wk.seconds
