@@ -53,6 +53,10 @@ def parse_args(argv=None):
     ap.add_argument("--host-repeat", type=int, default=2)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--params", default="", help='device parameters, e.g. "MAX BATCH=512"')
+    ap.add_argument("--profile", metavar="NET",
+                    help="run one gradient of NET between cuProfilerStart/Stop (for ncu) and exit")
+    ap.add_argument("--diagnose", metavar="NET",
+                    help="compare max-pooling winners and per-layer gradients with the host path")
     return ap.parse_args(argv)
 
 
@@ -279,8 +283,66 @@ def parse_params(text):
     return out
 
 
+def profile(args):
+    """Warm up, then one gradient evaluation between cuProfilerStart and cuProfilerStop."""
+    import ctypes
+    from convnet.device.backend import DeviceBackend
+    arch, x, c, wpen = load_net(args.bench_dir, args.profile)
+    be = DeviceBackend(arch, parse_params(args.params), timing=False)
+    ev = be.evaluator(x, c, wpen)
+    rng = np.random.default_rng(7)
+    w = rng.uniform(-0.1, 0.1, arch.n_weights)
+    ev.gradient(w)
+    ev.gradient(w + 1e-3)
+    lib = ctypes.CDLL("libcuda.so.1")
+    with be.rt.active():
+        lib.cuProfilerStart()
+        ev.gradient(w)
+        be.rt.stream.synchronize()
+        lib.cuProfilerStop()
+
+
+def diagnose(args):
+    """Where the device gradient departs from the host's: max-pooling winners that differ
+    (float32 near-ties), and the per-layer error with and without the cases they touch."""
+    from convnet.device.backend import DeviceBackend
+    from convnet.model import Model
+    arch, x, c, wpen = load_net(args.bench_dir, args.diagnose)
+    rng = np.random.default_rng(7)
+    w = rng.uniform(-0.1, 0.1, arch.n_weights)
+    be = DeviceBackend(arch, parse_params(args.params))
+    host = Model(arch, "cpu")
+    dwin = be.poolmax_winners(w, x)
+    hwin = host.backend.poolmax_winners(w, x)
+    bad = np.zeros(x.shape[0], bool)
+    for i in sorted(dwin):
+        diff = dwin[i] != hwin[i]
+        print(f"layer {i + 1}: {int(diff.sum())} pooled neurons in {int(diff.any(axis=1).sum())} cases "
+              f"have another winner on the device")
+        bad |= diff.any(axis=1)
+    for name, keep in (("all cases", np.ones_like(bad)), ("cases with the same winners", ~bad)):
+        if not keep.any():
+            continue
+        dc, dg = be.evaluator(x[keep], c[keep], wpen).gradient(w)
+        hc, hg = host.evaluator(x[keep], c[keep], wpen).gradient(w)
+        errs = [f"{rel(dg[L.weight_slice], hg[L.weight_slice]):.2e}" for L in arch.all_layers if L.n_weights]
+        print(f"{name} ({int(keep.sum())}): criterion {abs(dc - hc) / hc:.2e}, gradient {rel(dg, hg):.2e}, "
+              f"by layer {' '.join(errs)}")
+    for n in (1000, 2000, 4000, 8000):
+        if n > x.shape[0]:
+            break
+        dc, dg = be.evaluator(x[:n], c[:n], wpen).gradient(w)
+        hc, hg = host.evaluator(x[:n], c[:n], wpen).gradient(w)
+        errs = [f"{rel(dg[L.weight_slice], hg[L.weight_slice]):.2e}" for L in arch.all_layers if L.n_weights]
+        print(f"first {n} cases: gradient {rel(dg, hg):.2e}, by layer {' '.join(errs)}")
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.profile:
+        return profile(args)
+    if args.diagnose:
+        return diagnose(args)
     from convnet.device.backend import DeviceBackend, device_report
     from convnet.device.cuda_log import write_cuda_log
     from convnet.device.plan import ModelPlan, simulate
@@ -343,6 +405,9 @@ def main(argv=None):
         be.timer.enabled = True
         info.update(gradient_ms=g_ms, gradient_ms_untimed=g_ms_quiet, criterion_ms=c_ms,
                     event_ms=1000 * ev_seconds)
+        info["tiles"] = {" ".join(map(str, k)): v for k, v in ev.tuner.choice.items()}
+        info["tile_ms"] = {" ".join(map(str, k)): {t: round(ms, 4) for t, ms in v.items()}
+                           for k, v in ev.tuner.times.items()}
         if not args.no_host:
             info["host_ms"] = median_ms(lambda i: hev.gradient(ws[i % 2]), args.host_repeat)
             info["host_threads"] = host.threads

@@ -198,3 +198,26 @@ def test_model_cuda_errors_are_user_errors():
     m = Model(arch, "cuda")
     with pytest.raises(ConvnetError):
         m.gradient(np.zeros((2, 1, 4, 4)), np.zeros(2, int))
+
+
+@pytest.mark.parametrize("seed", [3, 5])
+def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
+    from convnet.device import backend as dbe
+    rng = np.random.default_rng(2000 + seed)
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 37 1 2 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "LOCAL LAYER 20 1 1 1 0 1 1", "FULLY CONNECTED LAYER 70"],
+                                   12, 11, 2, 5) if seed == 3 else random_architecture(rng)
+    x = rng.random((900, arch.bands, arch.rows, arch.cols))
+    c = rng.integers(0, arch.n_classes, 900)
+    w = rng.normal(0, 0.4, arch.n_weights)
+    results = {}
+    for nn in dbe.NN_TILES:
+        for tn in dbe.TN_TILES:
+            if nn != tn and not (nn == "64x16_4x2" or tn == "32x32_2x4"):
+                continue            # every shape once, paired with a fixed other
+            monkeypatch.setattr(dbe, "_nn_candidates", lambda M, N, t=nn: [t])
+            monkeypatch.setattr(dbe, "_tn_candidates", lambda R, N, t=tn: [t])
+            results[(nn, tn)] = _backend(arch).evaluator(x, c, 0.001).gradient(w)
+    first = next(iter(results.values()))
+    for key, (crit, grad) in results.items():
+        assert crit == first[0] and np.array_equal(grad, first[1]), key

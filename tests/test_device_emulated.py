@@ -202,8 +202,16 @@ class _Kernels:
             idx = (p * R + np.arange(R))[:, None] * pld + col[None, :]
             self.mem.view(part, np.float32, int(idx.max()) + 1)[idx] = acc.astype(np.float32)
 
+    def grad_slot_sum(self, grid, block, part, slots, chunks, pstride, tot):
+        assert grid[0] * block[0] >= chunks * pstride
+        P = self.mem.view(part, np.float32, chunks * slots * pstride).reshape(chunks, slots, pstride)
+        self.mem.view(tot, np.float64, chunks * pstride)[:] = P.astype(np.float64).sum(axis=1).ravel()
+
+    def grad_flatten_d(self, grid, block, *args):
+        self.grad_flatten(grid, block, *args, dtype=np.float64)
+
     def grad_flatten(self, grid, block, part, n_part, R, pld, NL, n_lo, depth, local_cols, ldw,
-                     dev2host, acc):
+                     dev2host, acc, dtype=np.float32):
         total = R * pld
         assert grid[0] * block[0] >= total
         idx = np.arange(total)
@@ -211,7 +219,7 @@ class _Kernels:
         col = (c // NL) * depth + n_lo + c % NL if local_cols else n_lo + c
         h = self.gather(dev2host, np.int32, k * ldw + col).astype(np.int64)
         assert h.min() >= 0, "flatten reached a padding column"
-        P = self.mem.view(part, np.float32, n_part * total).reshape(n_part, total).astype(np.float64)
+        P = self.mem.view(part, dtype, n_part * total).reshape(n_part, total).astype(np.float64)
         a = self.mem.view(acc, np.float64, int(h.max()) + 1)
         a[h] += P.sum(axis=0)
 
@@ -259,7 +267,7 @@ class _Kernels:
                    sh, Wf, ldw, N, out, total):
         assert grid[0] * block[0] >= total and width >= N and width % 4 == 0
         K = fv * fh * PD + 1
-        assert shared == 4 * K * width
+        assert shared == 4 * (K * width + block[0] * N) <= 48 * 1024
         Bm = self.f32(Wf, (K - 1) * ldw + N).astype(np.float64)
         Bm = np.stack([Bm[k * ldw:k * ldw + N] for k in range(K)])
         nb = total // (H * W)

@@ -48,11 +48,19 @@ EPI_NONE, EPI_TANH, EPI_DERIV = 0, 1, 2
 KIND_NAMES = {FC: "fully connected", LOCAL: "locally connected", CONV: "convolutional",
               POOLAVG: "average pooling", POOLMAX: "max pooling"}
 
-# gemm_nn tiles: (name, BM, BN, threads); gemm_tn tiles: (name, BM rows, BN cols, threads)
-NN_TILES = {"128x64": (128, 64, 256), "256x32": (256, 32, 256), "128x32": (128, 32, 256),
-            "64x16": (64, 16, 128)}
-TN_TILES = {"128x64": (128, 64, 256), "128x32": (128, 32, 256), "64x16": (64, 16, 128),
-            "32x32": (32, 32, 128)}
+# Tile shapes of gemm.cu, "BMxBN_TMxTN": (BM, BN, threads). gemm_nn: BM cases x BN columns;
+# gemm_tn: BM weight rows x BN columns. All shapes give the same bits; for every launch site
+# the evaluator times its candidates once on the real data (see _Tuner) and keeps the fastest.
+NN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
+            "256x32_8x4": (256, 32, 256), "256x32_8x8": (256, 32, 128),
+            "128x32_4x4": (128, 32, 256), "128x32_8x4": (128, 32, 128),
+            "64x16_4x2": (64, 16, 128), "128x16_8x2": (128, 16, 128)}
+TN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
+            "128x32_4x4": (128, 32, 256), "128x32_8x4": (128, 32, 128),
+            "64x32_4x4": (64, 32, 128), "64x16_4x2": (64, 16, 128),
+            "32x32_2x4": (32, 32, 128), "32x32_4x4": (32, 32, 64)}
+# Launches with less work than this (multiply-adds) are not worth timing: first candidate.
+TUNE_MIN_WORK = 2e8
 
 _SIGNATURES = {
     "gemm_nn": "PiPPPiiiPiPii",
@@ -64,6 +72,8 @@ _SIGNATURES = {
     "ll_sum": "PiP",
     "weights_scatter": "PiPPPP",
     "grad_flatten": "PiiiiiiiiPP",
+    "grad_flatten_d": "PiiiiiiiiPP",
+    "grad_slot_sum": "PiiiP",
     "grad_finish": "PPPiddP",
 }
 
@@ -73,6 +83,9 @@ MAX_GRID_X = 2 ** 31 - 1
 # CONV_SMALL_FLOATS floats (slices padded to a multiple of 4) compute their activation directly.
 CONV_SMALL_SLICES = 32
 CONV_SMALL_FLOATS = 8192
+CONV_SMALL_THREADS = 128
+# Pooling launches: about this many blocks, each thread looping over cases.
+POOL_CASES_PER_THREAD = 8
 CONV_SMALL_WIDTHS = (4, 8, 12, 16, 20, 24, 28, 32)
 
 
@@ -165,7 +178,8 @@ class _Runtime:
             self.functions[f"conv_small_{np_}"] = f
         for mod_name, names in (("pool.cu", ("pool_forward", "pool_backward")),
                                 ("output.cu", ("softmax_ll", "ll_sum")),
-                                ("weights.cu", ("weights_scatter", "grad_flatten", "grad_finish"))):
+                                ("weights.cu", ("weights_scatter", "grad_flatten", "grad_flatten_d",
+                                                "grad_slot_sum", "grad_finish"))):
             for fn in names:
                 f = self.modules[mod_name].get_function(fn)
                 f.prepare(_SIGNATURES[fn])
@@ -255,29 +269,78 @@ def _ptr(buf, offset_elems=0, itemsize=4):
 NULL = np.uintp(0)
 
 
-def _nn_tile(M, N):
+def _pool_grid(per_case, nb):
+    """Grid x covers a case's neurons; each thread does about POOL_CASES_PER_THREAD cases."""
+    gx = (per_case + 255) // 256
+    return gx, max(1, min(MAX_GRID_Z, -(-nb // POOL_CASES_PER_THREAD))), 1
+
+
+def _nn_candidates(M, N):
     if N > 32:
-        return "128x64"
+        return ["128x64_8x4", "128x64_8x8"]
     if N > 16:
-        return "256x32" if M >= 4096 else "128x32"
-    return "64x16"
+        big = ["256x32_8x4", "256x32_8x8", "128x32_4x4", "128x32_8x4"]
+        return big if M >= 4096 else big[2:] + big[:2]
+    return ["64x16_4x2", "128x16_8x2"]
 
 
-def _tn_tile(R, N):
-    if N > 32 and R > 32:
-        return "128x64"
+def _tn_candidates(R, N):
     if R <= 32:
-        return "32x32"
+        return ["32x32_2x4", "32x32_4x4"]
+    if N > 32:
+        return ["128x64_8x4", "128x64_8x8"]
     if N > 16:
-        return "128x32"
-    return "64x16"
+        return ["128x32_4x4", "128x32_8x4", "64x32_4x4"]
+    return ["64x16_4x2"]
+
+
+class _Tuner:
+    """Picks the tile shape of every gemm launch site: the first time a site runs with enough
+    work, each candidate is launched twice, timed with events, and the fastest is kept. The
+    launches are idempotent (they overwrite their outputs), so the timed runs also do the work."""
+
+    def __init__(self, rt, enabled):
+        self.rt = rt
+        self.enabled = enabled
+        self.choice = {}
+        self.times = {}             # site -> {tile: ms}, for the notes
+
+    def run(self, site, candidates, work, launch):
+        tile = self.choice.get(site)
+        if tile is None:
+            if not self.enabled or len(candidates) == 1 or work < TUNE_MIN_WORK:
+                tile = candidates[0]
+            else:
+                tile = self._tune(site, candidates, launch)
+            self.choice[site] = tile
+        launch(tile)
+        return tile
+
+    def _tune(self, site, candidates, launch):
+        cuda, stream = self.rt.cuda, self.rt.stream
+        best, times = None, {}
+        for tile in candidates:
+            ms = []
+            for _ in range(2):
+                e0, e1 = cuda.Event(), cuda.Event()
+                e0.record(stream)
+                launch(tile)
+                e1.record(stream)
+                e1.synchronize()
+                ms.append(e1.time_since(e0))
+            times[tile] = min(ms)
+            if best is None or times[tile] < times[best]:
+                best = tile
+        self.times[site] = times
+        return best
 
 
 class DeviceBackend:
     """See the module docstring."""
 
-    def __init__(self, arch, params=None, timing=True, poison=False):
+    def __init__(self, arch, params=None, timing=True, poison=False, tune=True):
         self.rt = _Runtime.get()
+        self.tune = tune            # time the tile shapes of each product once per evaluator
         self.poison = poison        # tests: fill new work buffers with NaN to catch unwritten outputs
         self.arch = arch
         params = dict(params or {})
@@ -448,6 +511,16 @@ class _Workspace:
         self.scratch_floats = scratch
         self.scratch = backend.alloc(4 * scratch)
         self.sizes.append(("gradient partial-sum scratch", 4 * scratch))
+        # float64 per-chunk totals of convolutional layers' partial sums
+        tot = 1
+        chunks = -(-nb // CHUNK)
+        for lp in plan.layers:
+            if lp.grad is not None and lp.kind == CONV:
+                per, _, _, _, slots = self.splits[lp.index]
+                if slots > 1:
+                    tot = max(tot, chunks * lp.grad.rows * per)
+        self.chunk_tot = backend.alloc(8 * tot)
+        self.sizes.append(("convolution gradient chunk totals (float64)", 8 * tot))
 
 
 class DeviceEvaluator:
@@ -482,6 +555,7 @@ class DeviceEvaluator:
             self.d_acc = backend.alloc(8 * backend.n_weights)
             self.d_grad = backend.alloc(8 * backend.n_weights)
             self.ws = _Workspace(backend, self.nb, n)
+            self.tuner = _Tuner(rt, backend.tune)
             self.h_crit = rt.cuda.pagelocked_empty(1, np.float64)
             self.h_grad = rt.cuda.pagelocked_empty(backend.n_weights, np.float64)
         data_bytes = 4 * n * plan.n_inputs + 4 * n + 8 * n * ncls + 8 * n + 8 + 16 * backend.n_weights
@@ -573,7 +647,7 @@ class DeviceEvaluator:
             layer = lp.layer
             if lp.kind in POOL_KINDS:
                 s = layer.spec
-                rt.launch("pool_forward", ((lp.nhid + 255) // 256, min(nb, MAX_GRID_Z), 1), (256, 1, 1), src,
+                rt.launch("pool_forward", _pool_grid(lp.nhid, nb), (256, 1, 1), src,
                           np.int32(layer.prior_height), np.int32(layer.prior_width),
                           np.int32(layer.prior_depth), np.int32(layer.height), np.int32(layer.width),
                           np.int32(s.width_v), np.int32(s.width_h), np.int32(s.stride_v),
@@ -582,7 +656,7 @@ class DeviceEvaluator:
             elif li in b.conv_small:
                 self._conv_small(lp, src, lda, nb, ws.acts[li], b.conv_small[li])
             else:
-                self._gemm_nn(src, lda, b.fwd_desc[li], lp.fwd, _ptr(b.d_wfwd, lp.lay.fwd_offset),
+                self._gemm_nn(("forward", li), src, lda, b.fwd_desc[li], lp.fwd, _ptr(b.d_wfwd, lp.lay.fwd_offset),
                               lp.lay.cols, nb, ws.acts[li], lp.nhid, NULL,
                               EPI_NONE if lp.is_output else EPI_TANH)
             b.timer.mark(rt.stream, b.labels[li], "forward", 1)
@@ -592,29 +666,34 @@ class DeviceEvaluator:
                   _ptr(self.d_ll, start, 8), ws.deltas[0] if want_delta else NULL)
         b.timer.mark(rt.stream, "Output", "softmax", 1)
 
-    def _gemm_nn(self, src, lda, desc_pos, groups, B, b_ld, M, out, ldo, prior, epi):
+    def _gemm_nn(self, site, src, lda, desc_pos, groups, B, b_ld, M, out, ldo, prior, epi):
         b = self.backend
-        tile = _nn_tile(M, groups.n_cols)
-        BM, BN, nt = NN_TILES[tile]
         G = groups.n_groups
-        grid = (min(G, MAX_GRID_X), (M + BM - 1) // BM, (groups.n_cols + BN - 1) // BN)
-        b.rt.launch(f"gemm_nn_{tile}", grid, (nt, 1, 1), src, np.int32(lda), b.d_tables,
-                    _ptr(b.d_desc, desc_pos), B, np.int32(b_ld), np.int32(M),
-                    np.int32(groups.n_cols), out, np.int32(ldo), prior, np.int32(epi), np.int32(G))
+        N = groups.n_cols
+
+        def launch(tile):
+            BM, BN, nt = NN_TILES[tile]
+            grid = (min(G, MAX_GRID_X), (M + BM - 1) // BM, (N + BN - 1) // BN)
+            b.rt.launch(f"gemm_nn_{tile}", grid, (nt, 1, 1), src, np.int32(lda), b.d_tables,
+                        _ptr(b.d_desc, desc_pos), B, np.int32(b_ld), np.int32(M), np.int32(N), out,
+                        np.int32(ldo), prior, np.int32(epi), np.int32(G))
+
+        work = float(M) * N * groups.max_k * G
+        self.tuner.run(site + (M,), _nn_candidates(M, N), work, launch)
 
     def _conv_small(self, lp, src, lda, nb, out, width):
         b = self.backend
         L = lp.layer
         s = L.spec
         total = nb * L.height * L.width
-        nt = 256
+        nt = CONV_SMALL_THREADS
         b.rt.launch(f"conv_small_{width}", ((total + nt - 1) // nt, 1, 1), (nt, 1, 1), src,
                     np.int32(lda), np.int32(L.prior_height), np.int32(L.prior_width),
                     np.int32(L.prior_depth), np.int32(L.height), np.int32(L.width),
                     np.int32(s.filter_v), np.int32(s.filter_h), np.int32(s.pad_v), np.int32(s.pad_h),
                     np.int32(s.stride_v), np.int32(s.stride_h), _ptr(b.d_wfwd, lp.lay.fwd_offset),
                     np.int32(lp.lay.cols), np.int32(L.depth), out, np.int32(total),
-                    shared=4 * lp.rows * width)
+                    shared=4 * (lp.rows * width + nt * L.depth))
 
     def _backward(self, start, stop):
         b = self.backend
@@ -635,7 +714,7 @@ class DeviceEvaluator:
             if lp.kind in POOL_KINDS:
                 layer = lp.layer
                 s = layer.spec
-                rt.launch("pool_backward", ((prior.nhid + 255) // 256, min(nb, MAX_GRID_Z), 1), (256, 1, 1),
+                rt.launch("pool_backward", _pool_grid(prior.nhid, nb), (256, 1, 1),
                           ws.deltas[cur],
                           ws.ids.get(li, NULL), np.int32(layer.prior_height),
                           np.int32(layer.prior_width), np.int32(layer.prior_depth),
@@ -643,7 +722,7 @@ class DeviceEvaluator:
                           np.int32(s.width_h), np.int32(s.stride_v), np.int32(s.stride_h),
                           np.int32(lp.kind == POOLMAX), prior_act, ws.deltas[other], np.int32(nb))
             else:
-                self._gemm_nn(ws.deltas[cur], lp.nhid, b.bwd_desc[li], lp.bwd,
+                self._gemm_nn(("delta", li), ws.deltas[cur], lp.nhid, b.bwd_desc[li], lp.bwd,
                               _ptr(b.d_wbwd, lp.lay.bwd_offset), 0, nb, ws.deltas[other], prior.nhid,
                               prior_act, EPI_NONE if prior.kind in POOL_KINDS else EPI_DERIV)
             b.timer.mark(rt.stream, b.labels[li - 1], "delta", 1)    # the layer that receives it
@@ -665,19 +744,31 @@ class DeviceEvaluator:
         for n_lo in range(0, lp.depth, per):
             n_hi = min(lp.depth, n_lo + per)
             NL = n_hi - n_lo
-            tile = _tn_tile(R, NL)
-            BM, BN, nt = TN_TILES[tile]
-            grid = ((NL + BN - 1) // BN, (R + BM - 1) // BM, min(nz, MAX_GRID_Z))
-            rt.launch(f"gemm_tn_{tile}", grid, (nt, 1, 1), src, np.int32(lda), b.d_tables,
-                      _ptr(b.d_desc, b.fwd_desc[lp.index]), delta, np.int32(lp.nhid),
-                      np.int32(lp.depth if lp.kind != FC else 0), np.int32(R), np.int32(n_lo),
-                      np.int32(n_hi), np.int32(nb), np.int32(CHUNK), np.int32(gp.groups),
-                      np.int32(gps), np.int32(slots), np.int32(gp.local_cols),
-                      self.ws.scratch, np.int32(nz))
+
+            def launch(tile, n_lo=n_lo, n_hi=n_hi, NL=NL):
+                BM, BN, nt = TN_TILES[tile]
+                grid = ((NL + BN - 1) // BN, (R + BM - 1) // BM, min(nz, MAX_GRID_Z))
+                rt.launch(f"gemm_tn_{tile}", grid, (nt, 1, 1), src, np.int32(lda), b.d_tables,
+                          _ptr(b.d_desc, b.fwd_desc[lp.index]), delta, np.int32(lp.nhid),
+                          np.int32(lp.depth if lp.kind != FC else 0), np.int32(R), np.int32(n_lo),
+                          np.int32(n_hi), np.int32(nb), np.int32(CHUNK), np.int32(gp.groups),
+                          np.int32(gps), np.int32(slots), np.int32(gp.local_cols),
+                          self.ws.scratch, np.int32(nz))
+
+            work = float(R) * NL * nb * gp.groups
+            self.tuner.run(("gradient", lp.index, NL, nb), _tn_candidates(R, NL), work, launch)
             pld = gp.groups * NL if gp.local_cols else NL
             total = R * pld
-            rt.launch("grad_flatten", ((total + 255) // 256, 1, 1), (256, 1, 1), self.ws.scratch,
-                      np.int32(n_part), np.int32(R), np.int32(pld), np.int32(NL), np.int32(n_lo),
+            part, n_sum, flatten = self.ws.scratch, n_part, "grad_flatten"
+            if slots > 1 and not gp.local_cols:
+                # a convolutional layer: add each chunk's position ranges first
+                rt.launch("grad_slot_sum", ((chunks * total + 255) // 256, 1, 1), (256, 1, 1),
+                          self.ws.scratch, np.int32(slots), np.int32(chunks), np.int32(total),
+                          self.ws.chunk_tot)
+                part, n_sum, flatten = self.ws.chunk_tot, chunks, "grad_flatten_d"
+                launches += 1
+            rt.launch(flatten, ((total + 255) // 256, 1, 1), (256, 1, 1), part,
+                      np.int32(n_sum), np.int32(R), np.int32(pld), np.int32(NL), np.int32(n_lo),
                       np.int32(lp.depth), np.int32(gp.local_cols), np.int32(lay.cols),
                       _ptr(b.d_dev2host, lay.fwd_offset), self.d_acc)
             launches += 2

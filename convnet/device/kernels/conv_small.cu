@@ -1,7 +1,8 @@
 // Activation of a convolutional layer with few slices (at most 32) and a small filter, computed
 // directly: one thread per neuron position of one case works out every slice of that position,
 // the layer's whole weight matrix sitting in shared memory. Adjacent threads take adjacent
-// positions, so their reads of the prior layer overlap and coalesce. Used where the tiled
+// positions, so their reads of the prior layer overlap and coalesce; the block's results are
+// gathered in shared memory and written out as one contiguous run. Used where the tiled
 // products of gemm.cu would spend most of their time starting and finishing tiles (a first
 // layer with a 5x5 filter on one band has only 26 weights per slice).
 //
@@ -11,14 +12,18 @@
 
 #include "common.cuh"
 
+#define CONV_SMALL_THREADS 128
+
 template <int NP>
 __device__ __forceinline__ void conv_small_body(
     const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv, int fh,
     int pv, int ph, int sv, int sh, const float* __restrict__ Wf, int ldw, int N,
     float* __restrict__ out, int total)
 {
-    extern __shared__ __align__(16) float Bs[];      // K x NP, bias row last
+    extern __shared__ __align__(16) float smem[];
+    float* Bs = smem;                                   // K x NP, bias row last
     const int K = fv * fh * PD + 1;
+    float* Os = smem + K * NP;                          // CONV_SMALL_THREADS x N results
     for (int i = threadIdx.x; i < K * NP; i += blockDim.x) {
         const int k = i / NP;
         const int n = i - k * NP;
@@ -26,48 +31,55 @@ __device__ __forceinline__ void conv_small_body(
     }
     __syncthreads();
     const int P = H * W;
-    for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += gridDim.x * blockDim.x) {
-        const int cs = idx / P;
-        const int p = idx - cs * P;
-        const int oh = p / W;
-        const int ow = p - oh * W;
-        const int r0 = oh * sv - pv;
-        const int c0 = ow * sh - ph;
-        float acc[NP];
+    for (int base = blockIdx.x * CONV_SMALL_THREADS; base < total; base += gridDim.x * CONV_SMALL_THREADS) {
+        const int idx = base + threadIdx.x;
+        if (idx < total) {
+            const int cs = idx / P;
+            const int p = idx - cs * P;
+            const int oh = p / W;
+            const int ow = p - oh * W;
+            const int r0 = oh * sv - pv;
+            const int c0 = ow * sh - ph;
+            float acc[NP];
 #pragma unroll
-        for (int n = 0; n < NP; ++n) acc[n] = 0.f;
-        const float* x = src + (i64)cs * lda;
-        for (int fr = 0; fr < fv; ++fr) {
-            const int r = r0 + fr;
-            if (r < 0 || r >= PH) continue;
-            for (int fc = 0; fc < fh; ++fc) {
-                const int c = c0 + fc;
-                if (c < 0 || c >= PW) continue;
-                const float* xp = x + (r * PW + c) * PD;
-                const float* bp = Bs + (fr * fh + fc) * PD * NP;
-                for (int s = 0; s < PD; ++s) {
-                    const float a = xp[s];
+            for (int n = 0; n < NP; ++n) acc[n] = 0.f;
+            const float* x = src + (i64)cs * lda;
+            for (int fr = 0; fr < fv; ++fr) {
+                const int r = r0 + fr;
+                if (r < 0 || r >= PH) continue;
+                for (int fc = 0; fc < fh; ++fc) {
+                    const int c = c0 + fc;
+                    if (c < 0 || c >= PW) continue;
+                    const float* xp = x + (r * PW + c) * PD;
+                    const float* bp = Bs + (fr * fh + fc) * PD * NP;
+                    for (int s = 0; s < PD; ++s) {
+                        const float a = xp[s];
 #pragma unroll
-                    for (int n = 0; n < NP; n += 4) {
-                        const float4 b = *reinterpret_cast<const float4*>(bp + s * NP + n);
-                        acc[n] = fmaf(a, b.x, acc[n]);
-                        acc[n + 1] = fmaf(a, b.y, acc[n + 1]);
-                        acc[n + 2] = fmaf(a, b.z, acc[n + 2]);
-                        acc[n + 3] = fmaf(a, b.w, acc[n + 3]);
+                        for (int n = 0; n < NP; n += 4) {
+                            const float4 b = *reinterpret_cast<const float4*>(bp + s * NP + n);
+                            acc[n] = fmaf(a, b.x, acc[n]);
+                            acc[n + 1] = fmaf(a, b.y, acc[n + 1]);
+                            acc[n + 2] = fmaf(a, b.z, acc[n + 2]);
+                            acc[n + 3] = fmaf(a, b.w, acc[n + 3]);
+                        }
                     }
                 }
             }
-        }
-        const float* bias = Bs + (K - 1) * NP;
-        float* o = out + (i64)idx * N;
+            const float* bias = Bs + (K - 1) * NP;
 #pragma unroll
-        for (int n = 0; n < NP; ++n)
-            if (n < N) o[n] = tanhf(fmaf(1.f, bias[n], acc[n]));
+            for (int n = 0; n < NP; ++n)
+                if (n < N) Os[threadIdx.x * N + n] = tanhf(fmaf(1.f, bias[n], acc[n]));
+        }
+        __syncthreads();
+        const int count = min(CONV_SMALL_THREADS, total - base) * N;
+        float* o = out + (i64)base * N;
+        for (int i = threadIdx.x; i < count; i += CONV_SMALL_THREADS) o[i] = Os[i];
+        __syncthreads();
     }
 }
 
 #define CONV_SMALL(NP)                                                                            \
-    extern "C" __global__ void __launch_bounds__(256) conv_small_##NP(                            \
+    extern "C" __global__ void __launch_bounds__(CONV_SMALL_THREADS) conv_small_##NP(             \
         const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv,     \
         int fh, int pv, int ph, int sv, int sh, const float* __restrict__ Wf, int ldw, int N,     \
         float* __restrict__ out, int total)                                                       \

@@ -6,7 +6,6 @@
 //     out[m*ldo + o_add + n] = epilogue( sum_k A(m, k) * B[boff(k) + b_add + n] )
 //     A(m, k) = src[m*lda + tab[a_start + k]]  (or 1 for the bias, 0 for padding)
 //     boff(k) = k * b_ld when b_ld > 0 (activation: rows of the forward layout), else tab[b_start + k]
-// A group's tables are staged in shared memory when they fit (TABMAX entries).
 // gemm_tn: weight-gradient partial sums
 //     part[p][k][c] = sum over (group g, case m) of A_g(m, k) * delta[m*ldd + g*depth + n]
 // The sums over k (gemm_nn) and over (g, m) (gemm_tn) always run in the same sequential order,
@@ -39,7 +38,6 @@ __device__ __forceinline__ void load_frag(float* r, const float* p)
 
 // ------------------------------------------------------------------------------------ gemm_nn
 // BM x BN outputs per block, BK-deep steps, TM x TN outputs per thread.
-#define TABMAX 2048
 
 template <int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void gemm_nn_body(
@@ -54,8 +52,6 @@ __device__ __forceinline__ void gemm_nn_body(
     static_assert(A_PER >= 1 && B_PER >= 1, "loader shape");
     __shared__ __align__(16) float As[2][BK][BM + 4];
     __shared__ __align__(16) float Bs[2][BK][BN];
-    __shared__ int s_at[TABMAX];
-    __shared__ int s_bt[TABMAX];
 
     const int tid = threadIdx.x;
     const int tn = tid % (BN / TN);
@@ -74,14 +70,6 @@ __device__ __forceinline__ void gemm_nn_body(
         const int K = desc[g * 5 + 2];
         const int b_add = desc[g * 5 + 3];
         const int o_add = desc[g * 5 + 4];
-        const bool staged = K <= TABMAX;
-        if (staged) {
-            for (int i = tid; i < K; i += NT) {
-                s_at[i] = tab[a_start + i];
-                if (b_ld <= 0) s_bt[i] = tab[b_start + i];
-            }
-            __syncthreads();
-        }
 
         float acc[TM][TN];
 #pragma unroll
@@ -95,7 +83,7 @@ __device__ __forceinline__ void gemm_nn_body(
         auto load = [&](int k0) {
             const int k = k0 + a_k;
             int ao = A_ZERO;
-            if (k < K) ao = staged ? s_at[k] : tab[a_start + k];
+            if (k < K) ao = tab[a_start + k];
 #pragma unroll
             for (int i = 0; i < A_PER; ++i) {
                 const int m = m0 + a_m + i * (NT / BK);
@@ -112,7 +100,7 @@ __device__ __forceinline__ void gemm_nn_body(
                 const int kb = k0 + b_k + i * (NT / BN);
                 float v = 0.f;
                 if (kb < K && n < N) {
-                    const i64 bo = b_ld > 0 ? (i64)kb * b_ld : (i64)(staged ? s_bt[kb] : tab[b_start + kb]);
+                    const i64 bo = b_ld > 0 ? (i64)kb * b_ld : (i64)tab[b_start + kb];
                     v = B[bo + b_add + n];
                 }
                 rb[i] = v;
@@ -169,6 +157,8 @@ __device__ __forceinline__ void gemm_nn_body(
     }
 }
 
+// Tile shapes (BM x BN per block, TM x TN per thread); the backend times the candidates for each
+// launch once, on the real data, and keeps the fastest (they all give the same bits).
 #define GEMM_NN(NAME, BM, BN, BK, TM, TN)                                                        \
     extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))                           \
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
@@ -179,10 +169,14 @@ __device__ __forceinline__ void gemm_nn_body(
                                          epi, G);                                                 \
     }
 
-GEMM_NN(gemm_nn_128x64, 128, 64, 8, 8, 4)
-GEMM_NN(gemm_nn_256x32, 256, 32, 8, 8, 4)
-GEMM_NN(gemm_nn_128x32, 128, 32, 8, 4, 4)
-GEMM_NN(gemm_nn_64x16, 64, 16, 8, 4, 2)
+GEMM_NN(gemm_nn_128x64_8x4, 128, 64, 8, 8, 4)
+GEMM_NN(gemm_nn_128x64_8x8, 128, 64, 8, 8, 8)
+GEMM_NN(gemm_nn_256x32_8x4, 256, 32, 8, 8, 4)
+GEMM_NN(gemm_nn_256x32_8x8, 256, 32, 8, 8, 8)
+GEMM_NN(gemm_nn_128x32_4x4, 128, 32, 8, 4, 4)
+GEMM_NN(gemm_nn_128x32_8x4, 128, 32, 8, 8, 4)
+GEMM_NN(gemm_nn_64x16_4x2, 64, 16, 8, 4, 2)
+GEMM_NN(gemm_nn_128x16_8x2, 128, 16, 8, 8, 2)
 
 // ------------------------------------------------------------------------------------ gemm_tn
 // Tile: BM weight rows (k) x BN columns (n); the reduction runs over (group, case) in BK steps.
@@ -315,7 +309,11 @@ __device__ __forceinline__ void gemm_tn_body(
                                          nz);                                                     \
     }
 
-GEMM_TN(gemm_tn_128x64, 128, 64, 8, 8, 4)
-GEMM_TN(gemm_tn_128x32, 128, 32, 8, 4, 4)
-GEMM_TN(gemm_tn_64x16, 64, 16, 8, 4, 2)
-GEMM_TN(gemm_tn_32x32, 32, 32, 8, 2, 4)
+GEMM_TN(gemm_tn_128x64_8x4, 128, 64, 8, 8, 4)
+GEMM_TN(gemm_tn_128x64_8x8, 128, 64, 8, 8, 8)
+GEMM_TN(gemm_tn_128x32_4x4, 128, 32, 8, 4, 4)
+GEMM_TN(gemm_tn_128x32_8x4, 128, 32, 8, 8, 4)
+GEMM_TN(gemm_tn_64x32_4x4, 64, 32, 8, 4, 4)
+GEMM_TN(gemm_tn_64x16_4x2, 64, 16, 8, 4, 2)
+GEMM_TN(gemm_tn_32x32_2x4, 32, 32, 8, 2, 4)
+GEMM_TN(gemm_tn_32x32_4x4, 32, 32, 8, 4, 4)

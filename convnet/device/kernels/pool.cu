@@ -1,7 +1,7 @@
 // Average and max pooling layers: activation and delta backpropagation (Equations 1-7 and 1-19).
 // Activations are (case, row, col, slice), slice fastest. Grid x covers the neurons of one case
-// (one thread each, adjacent threads on adjacent slices), grid y the cases (looping when there
-// are more than the grid holds), so all index arithmetic stays in 32 bits.
+// (one thread each, adjacent threads on adjacent slices); each thread then walks through the
+// cases grid y apart, so a neuron's position is worked out once for many cases.
 
 #include "common.cuh"
 
@@ -68,22 +68,22 @@ extern "C" __global__ void pool_backward(
     const int nhid = H * W * PD;
     for (int cs = blockIdx.y; cs < nb; cs += gridDim.y) {
         const i64 base = (i64)cs * nhid;
+        const i64 o = (i64)cs * nprior + j;
+        const float a = prior_act ? prior_act[o] : 0.f;     // issued before the window's loads
         float sum = 0.f;
         for (int oh = rlo; oh <= rhi; ++oh)
             for (int ow = clo; ow <= chi; ++ow) {
                 const i64 k = base + (oh * W + ow) * PD + s;
+                const float dv = delta[k];
                 if (is_max) {
-                    if (ids[k] == me) sum += delta[k];
+                    const int id = ids[k];
+                    if (id == me) sum += dv;
                 } else {
-                    sum += delta[k];
+                    sum += dv;
                 }
             }
         if (!is_max) sum /= (float)(wv * wh);
-        const i64 o = (i64)cs * nprior + j;
-        if (prior_act) {
-            const float a = prior_act[o];
-            sum *= 1.f - a * a;
-        }
+        if (prior_act) sum *= 1.f - a * a;
         out[o] = sum;
     }
 }
