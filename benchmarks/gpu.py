@@ -406,8 +406,10 @@ def main(argv=None):
         info.update(gradient_ms=g_ms, gradient_ms_untimed=g_ms_quiet, criterion_ms=c_ms,
                     event_ms=1000 * ev_seconds)
         info["tiles"] = {" ".join(map(str, k)): v for k, v in ev.tuner.choice.items()}
+        with be.rt.active():
+            steady = ev.tuner.measure()
         info["tile_ms"] = {" ".join(map(str, k)): {t: round(ms, 4) for t, ms in v.items()}
-                           for k, v in ev.tuner.times.items()}
+                           for k, v in steady.items()}
         if not args.no_host:
             info["host_ms"] = median_ms(lambda i: hev.gradient(ws[i % 2]), args.host_repeat)
             info["host_threads"] = host.threads

@@ -54,11 +54,14 @@ KIND_NAMES = {FC: "fully connected", LOCAL: "locally connected", CONV: "convolut
 NN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
             "256x32_8x4": (256, 32, 256), "256x32_8x8": (256, 32, 128),
             "128x32_4x4": (128, 32, 256), "128x32_8x4": (128, 32, 128),
-            "64x16_4x2": (64, 16, 128), "128x16_8x2": (128, 16, 128)}
+            "64x16_4x2": (64, 16, 128), "128x16_8x2": (128, 16, 128),
+            "128x64_8x4_k16": (128, 64, 256), "256x32_8x4_k16": (256, 32, 256),
+            "128x32_8x4_k16": (128, 32, 128)}
 TN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
             "128x32_4x4": (128, 32, 256), "128x32_8x4": (128, 32, 128),
             "64x32_4x4": (64, 32, 128), "64x16_4x2": (64, 16, 128),
-            "32x32_2x4": (32, 32, 128), "32x32_4x4": (32, 32, 64)}
+            "32x32_2x4": (32, 32, 128), "32x32_4x4": (32, 32, 64),
+            "128x64_8x4_k16": (128, 64, 256), "32x32_4x4_k16": (32, 32, 64)}
 # Launches with less work than this (multiply-adds) are not worth timing: first candidate.
 TUNE_MIN_WORK = 2e8
 
@@ -277,18 +280,19 @@ def _pool_grid(per_case, nb):
 
 def _nn_candidates(M, N):
     if N > 32:
-        return ["128x64_8x4", "128x64_8x8"]
+        return ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16"]
     if N > 16:
-        big = ["256x32_8x4", "256x32_8x8", "128x32_4x4", "128x32_8x4"]
-        return big if M >= 4096 else big[2:] + big[:2]
+        big = ["256x32_8x4", "256x32_8x8", "256x32_8x4_k16", "128x32_4x4", "128x32_8x4",
+               "128x32_8x4_k16"]
+        return big if M >= 4096 else big[3:] + big[:3]
     return ["64x16_4x2", "128x16_8x2"]
 
 
 def _tn_candidates(R, N):
     if R <= 32:
-        return ["32x32_2x4", "32x32_4x4"]
+        return ["32x32_2x4", "32x32_4x4", "32x32_4x4_k16"]
     if N > 32:
-        return ["128x64_8x4", "128x64_8x8"]
+        return ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16"]
     if N > 16:
         return ["128x32_4x4", "128x32_8x4", "64x32_4x4"]
     return ["64x16_4x2"]
@@ -299,40 +303,48 @@ class _Tuner:
     work, each candidate is launched twice, timed with events, and the fastest is kept. The
     launches are idempotent (they overwrite their outputs), so the timed runs also do the work."""
 
+    ROUNDS = 3
+
     def __init__(self, rt, enabled):
         self.rt = rt
         self.enabled = enabled
         self.choice = {}
-        self.times = {}             # site -> {tile: ms}, for the notes
+        self.times = {}             # site -> {tile: ms} measured when choosing
+        self.sites = {}             # site -> (candidates, launch), for measure()
 
     def run(self, site, candidates, work, launch):
         tile = self.choice.get(site)
+        self.sites[site] = (candidates, launch)
         if tile is None:
             if not self.enabled or len(candidates) == 1 or work < TUNE_MIN_WORK:
                 tile = candidates[0]
             else:
-                tile = self._tune(site, candidates, launch)
+                self.times[site] = self._time(candidates, launch)
+                tile = min(candidates, key=lambda t: self.times[site][t])
             self.choice[site] = tile
         launch(tile)
         return tile
 
-    def _tune(self, site, candidates, launch):
+    def _time(self, candidates, launch):
+        """Best of ROUNDS launches of each candidate, the candidates taken in turn (so a clock
+        still rising after idle time favours none of them)."""
         cuda, stream = self.rt.cuda, self.rt.stream
-        best, times = None, {}
-        for tile in candidates:
-            ms = []
-            for _ in range(2):
+        best = {}
+        for _ in range(self.ROUNDS):
+            for tile in candidates:
                 e0, e1 = cuda.Event(), cuda.Event()
                 e0.record(stream)
                 launch(tile)
                 e1.record(stream)
                 e1.synchronize()
-                ms.append(e1.time_since(e0))
-            times[tile] = min(ms)
-            if best is None or times[tile] < times[best]:
-                best = tile
-        self.times[site] = times
+                ms = e1.time_since(e0)
+                best[tile] = min(ms, best.get(tile, ms))
         return best
+
+    def measure(self):
+        """Times every candidate of every site seen (benchmarks; call between evaluations, as
+        it reruns launches whose inputs may since have been overwritten)."""
+        return {site: self._time(c, launch) for site, (c, launch) in self.sites.items()}
 
 
 class DeviceBackend:

@@ -177,6 +177,9 @@ GEMM_NN(gemm_nn_128x32_4x4, 128, 32, 8, 4, 4)
 GEMM_NN(gemm_nn_128x32_8x4, 128, 32, 8, 8, 4)
 GEMM_NN(gemm_nn_64x16_4x2, 64, 16, 8, 4, 2)
 GEMM_NN(gemm_nn_128x16_8x2, 128, 16, 8, 8, 2)
+GEMM_NN(gemm_nn_128x64_8x4_k16, 128, 64, 16, 8, 4)
+GEMM_NN(gemm_nn_256x32_8x4_k16, 256, 32, 16, 8, 4)
+GEMM_NN(gemm_nn_128x32_8x4_k16, 128, 32, 16, 8, 4)
 
 // ------------------------------------------------------------------------------------ gemm_tn
 // Tile: BM weight rows (k) x BN columns (n); the reduction runs over (group, case) in BK steps.
@@ -317,3 +320,5 @@ GEMM_TN(gemm_tn_64x32_4x4, 64, 32, 8, 4, 4)
 GEMM_TN(gemm_tn_64x16_4x2, 64, 16, 8, 4, 2)
 GEMM_TN(gemm_tn_32x32_2x4, 32, 32, 8, 2, 4)
 GEMM_TN(gemm_tn_32x32_4x4, 32, 32, 8, 4, 4)
+GEMM_TN(gemm_tn_128x64_8x4_k16, 128, 64, 16, 8, 4)
+GEMM_TN(gemm_tn_32x32_4x4_k16, 32, 32, 16, 4, 4)
