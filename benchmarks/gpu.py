@@ -55,6 +55,8 @@ def parse_args(argv=None):
     ap.add_argument("--params", default="", help='device parameters, e.g. "MAX BATCH=512"')
     ap.add_argument("--profile", metavar="NET",
                     help="run one gradient of NET between cuProfilerStart/Stop (for ncu) and exit")
+    ap.add_argument("--sync-check", metavar="NET",
+                    help="per activity: CUDA-event time against a synchronized host clock")
     ap.add_argument("--diagnose", metavar="NET",
                     help="compare max-pooling winners and per-layer gradients with the host path")
     return ap.parse_args(argv)
@@ -302,6 +304,41 @@ def profile(args):
         lib.cuProfilerStop()
 
 
+def sync_check(args):
+    from convnet.device.backend import DeviceBackend
+    arch, x, c, wpen = load_net(args.bench_dir, args.sync_check)
+    be = DeviceBackend(arch, parse_params(args.params))
+    ev = be.evaluator(x, c, wpen)
+    rng = np.random.default_rng(7)
+    w = rng.uniform(-0.1, 0.1, arch.n_weights)
+    for i in range(3):
+        ev.gradient(w + i * 1e-4)
+    be.reset_timings()
+    be.timer.host_sync = True
+    for i in range(5):
+        ev.gradient(w + i * 1e-3)
+    print(f"{'layer':<18}{'activity':<16}{'events ms':>10}{'host ms':>10}")
+    for (label, act), (n, s) in be.timer.totals.items():
+        h = be.timer.host_totals.get((label, act), (0, 0.0))[1]
+        print(f"{label:<18}{act:<16}{s * 200:>10.3f}{h * 200:>10.3f}")
+    be.timer.host_sync = False
+    be.rt.trace = []
+    t0 = be.timer._event()
+    with be.rt.active():
+        t0.record(be.rt.stream)
+    ev.gradient(w + 0.5)
+    print("launch trace of one evaluation (start, duration in ms from the first event):")
+    for name, grid, e0, e1 in be.rt.trace:
+        print(f"   {name:<26}{str(grid):<18}{e0.time_since(t0):9.3f}{e1.time_since(e0):9.3f}")
+    be.rt.trace = None
+    print(f"events in that evaluation: {sum(s for (_, _), (_, s) in be.timer.totals.items()):.6f}")
+    w2 = w + 0.01
+    c1, g1 = ev.gradient(w2)
+    c2, g2 = DeviceBackend(arch, parse_params(args.params)).evaluator(x, c, wpen).gradient(w2)
+    print(f"reused evaluator vs fresh one: criterion equal {c1 == c2}, gradient equal "
+          f"{bool(np.array_equal(g1, g2))}, max difference {float(np.abs(g1 - g2).max()):.3e}")
+
+
 def diagnose(args):
     """Where the device gradient departs from the host's: max-pooling winners that differ
     (float32 near-ties), and the per-layer error with and without the cases they touch."""
@@ -341,6 +378,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.profile:
         return profile(args)
+    if args.sync_check:
+        return sync_check(args)
     if args.diagnose:
         return diagnose(args)
     from convnet.device.backend import DeviceBackend, device_report

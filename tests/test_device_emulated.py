@@ -340,6 +340,8 @@ class FakeRuntime:
         self.lock = threading.RLock()
         self.stream = _Stream()
         self.pycuda_version = "emulated"
+        self.tensor_cores = True
+        self.trace = None
         self.launches = []
 
     @contextlib.contextmanager

@@ -35,7 +35,9 @@ from .plan import CHUNK, ModelPlan, gradient_launch_slices, split_batches
 from .timers import EventTimer
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
-KERNEL_FILES = ("gemm.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu")
+KERNEL_FILES = ("gemm.cu", "gemm_tc.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu")
+# gemm_tc.cu needs the TF32 tensor cores of compute capability 8.0 and up.
+TC_MIN_CC = (8, 0)
 COMMON_HEADER = "common.cuh"
 
 DEFAULT_MAX_HID_GRAD = 65535
@@ -62,6 +64,13 @@ TN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
             "64x32_4x4": (64, 32, 128), "64x16_4x2": (64, 16, 128),
             "32x32_2x4": (32, 32, 128), "32x32_4x4": (32, 32, 64),
             "128x64_8x4_k16": (128, 64, 256), "32x32_4x4_k16": (32, 32, 64)}
+# Tensor-core shapes (gemm_tc.cu, "tcBMxBN"): the same products, 3xTF32 on the tensor cores.
+NN_TILES.update({"tc128x64": (128, 64, 128), "tc64x64": (64, 64, 128), "tc128x56": (128, 56, 128),
+                 "tc128x32": (128, 32, 128), "tc256x32": (256, 32, 256), "tc128x24": (128, 24, 128),
+                 "tc128x16": (128, 16, 128)})
+TN_TILES.update({"tc128x64": (128, 64, 128), "tc128x56": (128, 56, 128), "tc64x64": (64, 64, 128),
+                 "tc128x32": (128, 32, 128), "tc64x32": (64, 32, 64), "tc64x16": (64, 16, 64),
+                 "tc32x32": (32, 32, 64), "tc32x24": (32, 24, 64)})
 # Launches with less work than this (multiply-adds) are not worth timing: first candidate.
 TUNE_MIN_WORK = 2e8
 
@@ -140,8 +149,10 @@ class _Runtime:
         self.cuda = cuda
         self.pycuda_version = getattr(pycuda, "VERSION_TEXT", "?")
         self.device = cuda.Device(0)
+        self.tensor_cores = self.device.compute_capability() >= TC_MIN_CC
         self.ctx = self.device.retain_primary_context()
         self.lock = threading.RLock()
+        self.trace = None
         with self.active():
             self.stream = cuda.Stream()
             self.functions = {}
@@ -161,20 +172,21 @@ class _Runtime:
         from pycuda.compiler import SourceModule
         self.modules = {}
         for name in KERNEL_FILES:
+            if name == "gemm_tc.cu" and not self.tensor_cores:
+                continue
             try:
                 mod = SourceModule(_kernel_source(name), no_extern_c=True, options=["-O3"])
             except Exception as e:
                 raise DeviceUnavailable(f"kernel file {name} did not build: {e}") from None
             self.modules[name] = mod
-        gemm = self.modules["gemm.cu"]
-        for tile in NN_TILES:
-            f = gemm.get_function(f"gemm_nn_{tile}")
-            f.prepare(_SIGNATURES["gemm_nn"])
-            self.functions[f"gemm_nn_{tile}"] = f
-        for tile in TN_TILES:
-            f = gemm.get_function(f"gemm_tn_{tile}")
-            f.prepare(_SIGNATURES["gemm_tn"])
-            self.functions[f"gemm_tn_{tile}"] = f
+        for kind, tiles in (("nn", NN_TILES), ("tn", TN_TILES)):
+            for tile in tiles:
+                mod = "gemm_tc.cu" if tile.startswith("tc") else "gemm.cu"
+                if mod not in self.modules:
+                    continue
+                f = self.modules[mod].get_function(f"gemm_{kind}_{tile}")
+                f.prepare(_SIGNATURES[f"gemm_{kind}"])
+                self.functions[f"gemm_{kind}_{tile}"] = f
         for np_ in CONV_SMALL_WIDTHS:
             f = self.modules["conv_small.cu"].get_function(f"conv_small_{np_}")
             f.prepare(_SIGNATURES["conv_small"])
@@ -200,6 +212,14 @@ class _Runtime:
         return buf
 
     def launch(self, name, grid, block, *args, shared=0):
+        if self.trace is not None:          # checks: an event pair around every launch
+            e0, e1 = self.cuda.Event(), self.cuda.Event()
+            e0.record(self.stream)
+            self.functions[name].prepared_async_call(grid, block, self.stream, *args,
+                                                     shared_size=shared)
+            e1.record(self.stream)
+            self.trace.append((name, grid, e0, e1))
+            return
         self.functions[name].prepared_async_call(grid, block, self.stream, *args, shared_size=shared)
 
     def free_memory(self):
@@ -278,7 +298,17 @@ def _pool_grid(per_case, nb):
     return gx, max(1, min(MAX_GRID_Z, -(-nb // POOL_CASES_PER_THREAD))), 1
 
 
-def _nn_candidates(M, N):
+def _nn_candidates(M, N, tc=False):
+    if tc:
+        if N > 56:
+            return ["tc128x64", "tc64x64"]
+        if N > 32:
+            return ["tc128x56", "tc128x64", "tc64x64"]
+        if N > 24:
+            return ["tc128x32", "tc256x32"]
+        if N > 16:
+            return ["tc128x24", "tc128x32"]
+        return ["tc128x16"]
     if N > 32:
         return ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16"]
     if N > 16:
@@ -288,7 +318,17 @@ def _nn_candidates(M, N):
     return ["64x16_4x2", "128x16_8x2"]
 
 
-def _tn_candidates(R, N):
+def _tn_candidates(R, N, tc=False):
+    if tc:
+        if R <= 32:
+            return ["tc32x24", "tc32x32"] if N <= 24 else ["tc32x32"]
+        if N > 56:
+            return ["tc128x64", "tc64x64"]
+        if N > 32:
+            return ["tc128x56", "tc128x64", "tc64x64"]
+        if N > 16:
+            return ["tc128x32", "tc64x32"]
+        return ["tc64x16"]
     if R <= 32:
         return ["32x32_2x4", "32x32_4x4", "32x32_4x4_k16"]
     if N > 32:
@@ -350,8 +390,10 @@ class _Tuner:
 class DeviceBackend:
     """See the module docstring."""
 
-    def __init__(self, arch, params=None, timing=True, poison=False, tune=True):
+    def __init__(self, arch, params=None, timing=True, poison=False, tune=True, tensor_cores=True):
         self.rt = _Runtime.get()
+        # the products on the tensor cores (3xTF32) where the device has them, else plain FFMA
+        self.tensor_cores = bool(tensor_cores and self.rt.tensor_cores)
         self.tune = tune            # time the tile shapes of each product once per evaluator
         self.poison = poison        # tests: fill new work buffers with NaN to catch unwritten outputs
         self.arch = arch
@@ -691,7 +733,7 @@ class DeviceEvaluator:
                         np.int32(ldo), prior, np.int32(epi), np.int32(G))
 
         work = float(M) * N * groups.max_k * G
-        self.tuner.run(site + (M,), _nn_candidates(M, N), work, launch)
+        self.tuner.run(site + (M,), _nn_candidates(M, N, b.tensor_cores), work, launch)
 
     def _conv_small(self, lp, src, lda, nb, out, width):
         b = self.backend
@@ -768,7 +810,8 @@ class DeviceEvaluator:
                           self.ws.scratch, np.int32(nz))
 
             work = float(R) * NL * nb * gp.groups
-            self.tuner.run(("gradient", lp.index, NL, nb), _tn_candidates(R, NL), work, launch)
+            self.tuner.run(("gradient", lp.index, NL, nb), _tn_candidates(R, NL, b.tensor_cores), work,
+                           launch)
             pld = gp.groups * NL if gp.local_cols else NL
             total = R * pld
             part, n_sum, flatten = self.ws.scratch, n_part, "grad_flatten"

@@ -8,10 +8,16 @@ after the evaluation has synchronized, and are reused.
 """
 
 
+import time
+
+
 class EventTimer:
     def __init__(self, cuda, enabled=True):
         self.cuda = cuda
         self.enabled = enabled
+        self.host_sync = False      # checks: also synchronize and read the host clock at each mark
+        self.host_totals = {}
+        self._host_t = None
         self._free = []
         self._pending = []          # (label, activity, launches, event)
         self._start = None
@@ -29,6 +35,9 @@ class EventTimer:
             self._discard()
         self._start = self._event()
         self._start.record(stream)
+        if self.host_sync:
+            stream.synchronize()
+            self._host_t = time.perf_counter()
 
     def mark(self, stream, label, activity, launches):
         if not self.enabled or self._start is None:
@@ -36,6 +45,13 @@ class EventTimer:
         ev = self._event()
         ev.record(stream)
         self._pending.append((label, activity, launches, ev))
+        if self.host_sync:
+            stream.synchronize()
+            t = time.perf_counter()
+            cell = self.host_totals.setdefault((label, activity), [0, 0.0])
+            cell[0] += launches
+            cell[1] += t - self._host_t
+            self._host_t = t
 
     def resolve(self):
         """Call after the stream has synchronized: adds this evaluation's intervals to the totals."""
@@ -64,6 +80,7 @@ class EventTimer:
         return [(label, activity, calls, secs) for (label, activity), (calls, secs) in self.totals.items()]
 
     def reset(self):
+        self.host_totals = {}
         self.totals = {}
         self.total_seconds = 0.0
         self.evaluations = 0
