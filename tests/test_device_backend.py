@@ -210,7 +210,8 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     x = rng.random((900, arch.bands, arch.rows, arch.cols))
     c = rng.integers(0, arch.n_classes, 900)
     w = rng.normal(0, 0.4, arch.n_weights)
-    for family in ("tc", "ffma"):
+    from convnet.device.backend import _Runtime
+    for family in ("tc", "ffma") if _Runtime.get().tensor_cores else ("ffma",):
         nns = [t for t in dbe.NN_TILES if t.startswith("tc") == (family == "tc")]
         tns = [t for t in dbe.TN_TILES if t.startswith("tc") == (family == "tc")]
         results = {}
@@ -223,4 +224,5 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
         for key, (crit, grad) in results.items():
             assert crit == first[0] and np.array_equal(grad, first[1]), key
         crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.001)
-        assert abs(first[0] - crit_ref) <= 1e-6 * crit_ref and _rel(first[1], grad_ref) <= 1e-5
+        tol = 1e-4 if family == "tc" else 1e-5       # 3xTF32 on the tensor cores is less exact
+        assert abs(first[0] - crit_ref) <= tol / 10 * crit_ref and _rel(first[1], grad_ref) <= tol

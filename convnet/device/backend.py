@@ -168,25 +168,34 @@ class _Runtime:
             finally:
                 self.cuda.Context.pop()
 
-    def _build(self):
+    def _module(self, name):
         from pycuda.compiler import SourceModule
-        self.modules = {}
-        for name in KERNEL_FILES:
-            if name == "gemm_tc.cu" and not self.tensor_cores:
-                continue
-            try:
-                mod = SourceModule(_kernel_source(name), no_extern_c=True, options=["-O3"])
-            except Exception as e:
-                raise DeviceUnavailable(f"kernel file {name} did not build: {e}") from None
-            self.modules[name] = mod
+        try:
+            return SourceModule(_kernel_source(name), no_extern_c=True, options=["-O3"])
+        except Exception as e:
+            raise DeviceUnavailable(f"kernel file {name} did not build: {e}") from None
+
+    def _gemm_functions(self, module_name, tc):
         for kind, tiles in (("nn", NN_TILES), ("tn", TN_TILES)):
             for tile in tiles:
-                mod = "gemm_tc.cu" if tile.startswith("tc") else "gemm.cu"
-                if mod not in self.modules:
-                    continue
-                f = self.modules[mod].get_function(f"gemm_{kind}_{tile}")
-                f.prepare(_SIGNATURES[f"gemm_{kind}"])
-                self.functions[f"gemm_{kind}_{tile}"] = f
+                if tile.startswith("tc") == tc:
+                    f = self.modules[module_name].get_function(f"gemm_{kind}_{tile}")
+                    f.prepare(_SIGNATURES[f"gemm_{kind}"])
+                    self.functions[f"gemm_{kind}_{tile}"] = f
+
+    def load_tensor_core_kernels(self):
+        """Builds gemm_tc.cu the first time a backend asks for the tensor-core products."""
+        with self.active():
+            if "gemm_tc.cu" not in self.modules:
+                self.modules["gemm_tc.cu"] = self._module("gemm_tc.cu")
+                self._gemm_functions("gemm_tc.cu", True)
+
+    def _build(self):
+        self.modules = {}
+        for name in KERNEL_FILES:
+            if name != "gemm_tc.cu":            # built on demand: load_tensor_core_kernels
+                self.modules[name] = self._module(name)
+        self._gemm_functions("gemm.cu", False)
         for np_ in CONV_SMALL_WIDTHS:
             f = self.modules["conv_small.cu"].get_function(f"conv_small_{np_}")
             f.prepare(_SIGNATURES["conv_small"])
@@ -390,10 +399,14 @@ class _Tuner:
 class DeviceBackend:
     """See the module docstring."""
 
-    def __init__(self, arch, params=None, timing=True, poison=False, tune=True, tensor_cores=True):
+    def __init__(self, arch, params=None, timing=True, poison=False, tune=True, tensor_cores=False):
         self.rt = _Runtime.get()
-        # the products on the tensor cores (3xTF32) where the device has them, else plain FFMA
+        # tensor_cores: the products on the tensor cores (3xTF32, gemm_tc.cu) where the device has
+        # them. Off by default: on the H200 they were no faster than the FFMA kernels (both are
+        # limited by their gathering loads) and about ten times less accurate (see NOTES.md).
         self.tensor_cores = bool(tensor_cores and self.rt.tensor_cores)
+        if self.tensor_cores:
+            self.rt.load_tensor_core_kernels()
         self.tune = tune            # time the tile shapes of each product once per evaluator
         self.poison = poison        # tests: fill new work buffers with NaN to catch unwritten outputs
         self.arch = arch
