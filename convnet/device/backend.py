@@ -79,7 +79,7 @@ _SIGNATURES = {
     "conv_small": "Pi" + "i" * 11 + "PiiPi",
     "gemm_tn": "PiPPPiiiiiiiiiiiPi",
     "pool_forward": "P" + "i" * 10 + "PPi",
-    "pool_backward": "PP" + "i" * 10 + "PPi",
+    "pool_backward": "PP" + "i" * 10 + "PPPi",
     "softmax_ll": "PiiPPPP",
     "ll_sum": "PiP",
     "weights_scatter": "PiPPPP",
@@ -288,7 +288,7 @@ def device_report():
 
 
 def _same(a, b, first=4096):
-    """a == b element for element (two 1-D float64 arrays of one length), cheaply when they differ."""
+    """a == b element for element (two 1-D arrays of one length), cheaply when they differ."""
     if not np.array_equal(a[:first], b[:first]):
         return False
     return bool(np.array_equal(a[first:], b[first:]))
@@ -452,12 +452,13 @@ class DeviceBackend:
             self.d_dev2host = rt.upload(lay.dev_to_host.astype(np.int32))
             self.d_mask = rt.upload(arch.penalty_mask().astype(np.uint8))
             self.n_weights = arch.n_weights
-            self.d_w64 = rt.alloc(8 * self.n_weights)
+            self.d_w32 = rt.alloc(4 * self.n_weights)
             self.d_wfwd = rt.alloc(4 * lay.n_fwd)
             self.d_wbwd = rt.alloc(4 * max(lay.n_bwd, 1))
             rt.cuda.memset_d32(self.d_wfwd, 0, lay.n_fwd)
             rt.cuda.memset_d32(self.d_wbwd, 0, max(lay.n_bwd, 1))
-            self.h_w64 = [rt.cuda.pagelocked_empty(self.n_weights, np.float64) for _ in range(2)]
+            # two page-locked float32 staging buffers, used in turn (see _set_weights)
+            self.h_w32 = [rt.cuda.pagelocked_empty(self.n_weights, np.float32) for _ in range(2)]
             self.static_bytes = (desc_arr.nbytes + self.plan.tables.nbytes + 4 * 3 * self.n_weights
                                  + 4 * lay.n_fwd + self.n_weights + 8 * self.n_weights
                                  + 4 * lay.n_fwd + 4 * max(lay.n_bwd, 1))
@@ -510,21 +511,23 @@ class DeviceBackend:
     def _set_weights(self, weights):
         """Copy the weights to the device if they differ from the last copy (returns True if copied).
 
-        The host copy goes through two page-locked buffers used in turn; the last one sent is what
-        the next call compares with (in slices, so a change is usually found in the first)."""
+        The device computes in float32, so the weights are rounded to float32 into one of two
+        page-locked buffers, used in turn, and compared with the last float32 copy sent (in slices,
+        so a change is usually found in the first): a change too small to alter any float32 weight
+        changes nothing the device computes and is not sent."""
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (self.n_weights,):
             raise ConvnetError(f"this model has {self.n_weights} weights; got an array of shape {w.shape}")
-        last = self._last_weights
-        if last is not None and _same(w, last):
-            return False
         rt = self.rt
-        buf = self.h_w64[self.weight_uploads % 2]
-        np.copyto(buf, w)
-        rt.cuda.memcpy_htod_async(self.d_w64, buf, rt.stream)
+        buf = self.h_w32[self.weight_uploads % 2]
+        np.copyto(buf, w, casting="same_kind")
+        last = self._last_weights
+        if last is not None and _same(buf, last):
+            return False
+        rt.cuda.memcpy_htod_async(self.d_w32, buf, rt.stream)
         n = self.n_weights
         rt.launch("weights_scatter", ((n + 255) // 256, 1, 1), (256, 1, 1),
-                  self.d_w64, np.int32(n), self.d_fwd_index, self.d_bwd_index,
+                  self.d_w32, np.int32(n), self.d_fwd_index, self.d_bwd_index,
                   self.d_wfwd, self.d_wbwd)
         self.timer.mark(rt.stream, "Device", "weight copy", 1)
         self._last_weights = buf
@@ -658,7 +661,7 @@ class DeviceEvaluator:
             scale = 1.0 / (self.n_cases * b.arch.n_classes)
             pen2 = 2.0 * self.wpen / b.n_weights
             n = b.n_weights
-            rt.launch("grad_finish", ((n + 255) // 256, 1, 1), (256, 1, 1), self.d_acc, b.d_w64,
+            rt.launch("grad_finish", ((n + 255) // 256, 1, 1), (256, 1, 1), self.d_acc, b.d_w32,
                       b.d_mask, np.int32(n), np.float64(scale), np.float64(pen2), self.d_grad)
             rt.cuda.memcpy_dtoh_async(self.h_grad, self.d_grad, rt.stream)
             b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
@@ -787,7 +790,8 @@ class DeviceEvaluator:
                           np.int32(layer.prior_width), np.int32(layer.prior_depth),
                           np.int32(layer.height), np.int32(layer.width), np.int32(s.width_v),
                           np.int32(s.width_h), np.int32(s.stride_v), np.int32(s.stride_h),
-                          np.int32(lp.kind == POOLMAX), prior_act, ws.deltas[other], np.int32(nb))
+                          np.int32(lp.kind == POOLMAX), prior_act,
+                          ws.acts[li] if lp.kind == POOLMAX else NULL, ws.deltas[other], np.int32(nb))
             else:
                 self._gemm_nn(("delta", li), ws.deltas[cur], lp.nhid, b.bwd_desc[li], lp.bwd,
                               _ptr(b.d_wbwd, lp.lay.bwd_offset), 0, nb, ws.deltas[other], prior.nhid,

@@ -2,15 +2,16 @@
 
 #include "common.cuh"
 
-// w: host-order float64 weights. fwd_index[i]: place in the forward layout; bwd_index[i]: place
-// in the backward layout or -1 (biases). The padding of both layouts stays zero.
+// w: host-order weights (rounded to float32 on the host). fwd_index[i]: place in the forward
+// layout; bwd_index[i]: place in the backward layout or -1 (biases). The padding of both layouts
+// stays zero.
 extern "C" __global__ void weights_scatter(
-    const double* __restrict__ w, int n, const int* __restrict__ fwd_index,
+    const float* __restrict__ w, int n, const int* __restrict__ fwd_index,
     const int* __restrict__ bwd_index, float* __restrict__ fwd, float* __restrict__ bwd)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float v = (float)w[i];
+    const float v = w[i];
     fwd[fwd_index[i]] = v;
     const int b = bwd_index[i];
     if (b >= 0) bwd[b] = v;
@@ -69,13 +70,13 @@ extern "C" __global__ void grad_flatten_d(
 
 // grad[i] = acc[i] * scale + pen2 * w[i] for penalised (non-bias) weights.
 extern "C" __global__ void grad_finish(
-    const double* __restrict__ acc, const double* __restrict__ w,
+    const double* __restrict__ acc, const float* __restrict__ w,
     const unsigned char* __restrict__ mask, int n, double scale, double pen2,
     double* __restrict__ grad)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     double g = acc[i] * scale;
-    if (mask[i]) g += pen2 * w[i];
+    if (mask[i]) g += pen2 * (double)w[i];
     grad[i] = g;
 }
