@@ -241,8 +241,7 @@ class _Kernels:
                     o[:, oh, ow, :] = win.mean(axis=1)
 
     def pool_backward(self, grid, block, delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max,
-                      prior, pooled, out, nb):
-        assert bool(int(pooled)) == bool(is_max), "max pooling passes its own activation"
+                      prior, out, nb):
         assert grid[0] * block[0] >= PH * PW * PD and 1 <= grid[1] <= nb
         total = nb * PH * PW * PD
         dl = self.f32(delta, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)

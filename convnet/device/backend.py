@@ -79,7 +79,7 @@ _SIGNATURES = {
     "conv_small": "Pi" + "i" * 11 + "PiiPi",
     "gemm_tn": "PiPPPiiiiiiiiiiiPi",
     "pool_forward": "P" + "i" * 10 + "PPi",
-    "pool_backward": "PP" + "i" * 10 + "PPPi",
+    "pool_backward": "PP" + "i" * 10 + "PPi",
     "softmax_ll": "PiiPPPP",
     "ll_sum": "PiP",
     "weights_scatter": "PiPPPP",
@@ -790,8 +790,7 @@ class DeviceEvaluator:
                           np.int32(layer.prior_width), np.int32(layer.prior_depth),
                           np.int32(layer.height), np.int32(layer.width), np.int32(s.width_v),
                           np.int32(s.width_h), np.int32(s.stride_v), np.int32(s.stride_h),
-                          np.int32(lp.kind == POOLMAX), prior_act,
-                          ws.acts[li] if lp.kind == POOLMAX else NULL, ws.deltas[other], np.int32(nb))
+                          np.int32(lp.kind == POOLMAX), prior_act, ws.deltas[other], np.int32(nb))
             else:
                 self._gemm_nn(("delta", li), ws.deltas[cur], lp.nhid, b.bwd_desc[li], lp.bwd,
                               _ptr(b.d_wbwd, lp.lay.bwd_offset), 0, nb, ws.deltas[other], prior.nhid,

@@ -46,14 +46,11 @@ extern "C" __global__ void pool_forward(
 }
 
 // delta of the prior layer (cases, PH, PW, PD) from the pooled layer's delta (cases, H, W, PD);
-// prior_act is the prior layer's activation when it has a tanh (NULL after another pooling
-// layer). For max pooling, pooled (this layer's own activation) is given instead where the prior
-// has a tanh: only a window's winner receives delta, and its activation is the pooled value, so
-// the derivative needs no read of the whole prior layer.
+// prior_act is the prior layer's activation when it has a tanh (NULL after another pooling layer).
 extern "C" __global__ void pool_backward(
     const float* __restrict__ delta, const int* __restrict__ ids, int PH, int PW, int PD, int H,
     int W, int wv, int wh, int sv, int sh, int is_max, const float* __restrict__ prior_act,
-    const float* __restrict__ pooled, float* __restrict__ out, int nb)
+    float* __restrict__ out, int nb)
 {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     const int nprior = PH * PW * PD;
@@ -72,8 +69,7 @@ extern "C" __global__ void pool_backward(
     for (int cs = blockIdx.y; cs < nb; cs += gridDim.y) {
         const i64 base = (i64)cs * nhid;
         const i64 o = (i64)cs * nprior + j;
-        const bool from_pooled = is_max && pooled && prior_act;
-        float a = (prior_act && !from_pooled) ? prior_act[o] : 0.f;   // before the window's loads
+        const float a = prior_act ? prior_act[o] : 0.f;     // issued before the window's loads
         float sum = 0.f;
         for (int oh = rlo; oh <= rhi; ++oh)
             for (int ow = clo; ow <= chi; ++ow) {
@@ -81,11 +77,7 @@ extern "C" __global__ void pool_backward(
                 const float dv = delta[k];
                 if (is_max) {
                     const int id = ids[k];
-                    const float pv = from_pooled ? pooled[k] : 0.f;
-                    if (id == me) {
-                        sum += dv;
-                        if (from_pooled) a = pv;
-                    }
+                    if (id == me) sum += dv;
                 } else {
                     sum += dv;
                 }
