@@ -204,3 +204,13 @@ def test_weight_scales_follow_fan_in():
             fan_in = layer.n_prior_weights - 1
             assert np.allclose(s[layer.weight_slice], 0.1 * math.sqrt(REFERENCE_FAN_IN / fan_in))
     assert np.allclose(weight_scales(arch, 0.2), 2 * s)
+
+
+def test_slope_search_recovers_from_overflowing_first_step():
+    def fg(w):
+        if abs(w[0]) > 3.0:
+            return math.inf, np.array([math.nan])
+        return float((w[0] - 1.0) ** 2), np.array([2.0 * (w[0] - 1.0)])
+
+    r = line_search_slopes(fg, np.zeros(1), np.ones(1), 1.0, -2.0, 1e8, sigma=0.1)
+    assert r.step == pytest.approx(1.0, rel=0.1) and r.criterion < 0.01

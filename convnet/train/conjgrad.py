@@ -280,10 +280,12 @@ def line_search_slopes(fg, x, d, f0, slope0, step0, stop=None, sigma=0.1, c1=1e-
                 t = _cubic_min(ta, fa, sa, tb, fb, sb)
             else:
                 t = math.nan
-            if not math.isfinite(t) or not (lo_end <= t <= hi_end):
+            if not math.isfinite(fb):
+                t = ta + 0.1 * (tb - ta)      # the far end overflowed: come back a long way
+            elif not math.isfinite(t) or not (lo_end <= t <= hi_end):
                 if not math.isfinite(t):
                     # Quadratic through lo's value and slope and hi's value, else bisection.
-                    denom = 2.0 * (fb - fa - sa * (tb - ta)) if math.isfinite(fb) else 0.0
+                    denom = 2.0 * (fb - fa - sa * (tb - ta))
                     t = ta - sa * (tb - ta) ** 2 / denom if denom > 0 else 0.5 * (ta + tb)
                 t = min(max(t, lo_end), hi_end)
             if width <= 1e-12 * max(abs(ta), abs(tb)):
