@@ -164,7 +164,7 @@ def test_timings_and_cuda_log(tmp_path):
                                     "FULLY CONNECTED LAYER 6"], 8, 8, 1, 3)
     rng = np.random.default_rng(5)
     x, c = rng.random((300, 1, 8, 8)), rng.integers(0, 3, 300)
-    be = _backend(arch, {"MAX BATCH": 100})
+    be = _backend(arch, {"MAX BATCH": 100}, fuse=False)
     ev = be.evaluator(x, c)
     for k in range(3):
         ev.gradient(rng.normal(0, 0.3, arch.n_weights))
@@ -226,3 +226,24 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
         crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.001)
         tol = 1e-4 if family == "tc" else 1e-5       # 3xTF32 on the tensor cores is less exact
         assert abs(first[0] - crit_ref) <= tol / 10 * crit_ref and _rel(first[1], grad_ref) <= tol
+
+
+@pytest.mark.parametrize("lines", [
+    ["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2", "FULLY CONNECTED LAYER 30"],
+    ["CONVOLUTIONAL LAYER 7 1 1 1 1 1 1", "POOLED MAX LAYER 3 2 3 2", "CONVOLUTIONAL LAYER 5 1 1 1 1 1 1"],
+])
+def test_fused_first_layer_gives_the_same_bits(lines):
+    arch = Architecture.from_lines(lines, 15, 14, 2, 4)
+    rng = np.random.default_rng(11)
+    x, c = rng.random((700, 2, 15, 14)), rng.integers(0, 4, 700)
+    w = rng.normal(0, 0.4, arch.n_weights)
+    fused, plain = _backend(arch), _backend(arch, fuse=False)
+    assert fused.fused_pool and not plain.fused_pool
+    ef, ep = fused.evaluator(x, c, 0.01), plain.evaluator(x, c, 0.01)
+    cf, gf = ef.gradient(w)
+    cp, gp = ep.gradient(w)
+    assert cf == cp and np.array_equal(gf, gp)
+    assert ef.criterion(w) == ep.criterion(w)
+    assert np.array_equal(ef.outputs(w), ep.outputs(w))
+    for a, b in zip(fused.activations(w, x[:50]), plain.activations(w, x[:50])):
+        assert np.array_equal(a, b)

@@ -177,7 +177,8 @@ class _Kernels:
     # gemm_tn(src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi, n_cases, chunk, groups,
     #         gps, slots, local_cols, part, nz)
     def gemm_tn(self, tile, grid, block, src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi,
-                n_cases, chunk, groups, gps, slots, local_cols, part, nz):
+                n_cases, chunk, groups, gps, slots, local_cols, part, nz, pids, pact, pw1, ph2,
+                pw2, psv, psh, pnhid):
         BM, BN, nt = dbe.TN_TILES[tile]
         assert block[0] == nt
         NL = n_hi - n_lo
@@ -195,7 +196,19 @@ class _Kernels:
                 ao = self.gather(tab, np.int32, d[g, 0] + np.arange(R)).astype(np.int64)
                 A = self.gather(src, np.float32, m[:, None] * lda + np.maximum(ao, 0)[None, :])
                 A = np.where(ao[None, :] >= 0, A, np.where(ao == -2, 1.0, 0.0)[None, :])
-                D = self.gather(delta, np.float32, m[:, None] * ldd + g * depth + n[None, :])
+                if pids:
+                    r, cc = divmod(g, pw1)
+                    pr, pc = r // psv, cc // psh
+                    if pr < ph2 and pc < pw2:
+                        k = m[:, None] * pnhid + (pr * pw2 + pc) * depth + n[None, :]
+                        win = self.gather(pids, np.int32, k) == g
+                        a = self.gather(pact, np.float32, k).astype(np.float64)
+                        dv = self.gather(delta, np.float32, k).astype(np.float64)
+                        D = np.where(win, dv * (1 - a * a), 0.0)
+                    else:
+                        D = np.zeros((m.size, n.size))
+                else:
+                    D = self.gather(delta, np.float32, m[:, None] * ldd + g * depth + n[None, :])
                 acc += A.T.astype(np.float64) @ D.astype(np.float64)
             p = ch if local_cols else z
             col = (slot * NL if local_cols else 0) + np.arange(NL)
@@ -287,6 +300,17 @@ class _Kernels:
                     p = (cs * H + oh) * W + ow
                     o[p * N:(p + 1) * N] = np.tanh(acc)
 
+    def conv_small_pool(self, width, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv,
+                        ph, sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids, total):
+        assert grid[0] * block[0] >= total and width >= N
+        nb = total // (H2 * W2)
+        conv = self.mem.alloc(4 * nb * H * W * N)
+        self.conv_small(width, (-(-nb * H * W // block[0]), 1, 1), block,
+                        4 * ((fv * fh * PD + 1) * width + block[0] * N), src, lda, PH, PW, PD, H, W,
+                        fv, fh, pv, ph, sv, sh, Wf, ldw, N, int(conv), nb * H * W)
+        self.pool_forward((1, 1, 1), (H2 * W2 * N, 1, 1), int(conv), H, W, N, H2, W2, wv2, wh2,
+                          wv2, wh2, 1, pout, pids, nb)
+
     def softmax_ll(self, grid, block, logits, ncls, nb, classes, probs, ll, delta):
         assert grid[0] * block[0] >= nb
         z = self.f32(logits, nb * ncls).reshape(nb, ncls).astype(np.float64)
@@ -362,7 +386,9 @@ class FakeRuntime:
     def launch(self, name, grid, block, *args, shared=0):
         self.launches.append(name)
         args = [_arg(a) for a in args]
-        if name.startswith("conv_small_"):
+        if name.startswith("conv_small_pool_"):
+            self.kernels.conv_small_pool(int(name[16:]), grid, block, shared, *args)
+        elif name.startswith("conv_small_"):
             self.kernels.conv_small(int(name[11:]), grid, block, shared, *args)
         elif name.startswith("gemm_nn_") or name.startswith("gemm_tn_"):
             kind, tile = name[:7], name[8:]
@@ -515,7 +541,7 @@ def test_emulated_cuda_log(fake_runtime, tmp_path):
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 4 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
                                     "FULLY CONNECTED LAYER 6"], 8, 8, 1, 3)
     rng = np.random.default_rng(5)
-    be = dbe.DeviceBackend(arch, {"MAX BATCH": 100})
+    be = dbe.DeviceBackend(arch, {"MAX BATCH": 100}, fuse=False)
     ev = be.evaluator(rng.random((250, 1, 8, 8)), rng.integers(0, 3, 250))
     ev.gradient(rng.normal(0, 0.3, arch.n_weights))
     ev.criterion(rng.normal(0, 0.3, arch.n_weights))
@@ -541,3 +567,18 @@ def test_emulated_tensor_core_launches(fake_runtime):
     crit, grad = be.evaluator(x, c, 0.01).gradient(w)
     assert be.tensor_cores and any(n.startswith("gemm_nn_tc") for n in fake_runtime.launches)
     assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+
+
+def test_emulated_fused_first_layer(fake_runtime):
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 5 1 1 1 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "FULLY CONNECTED LAYER 7"], 9, 8, 2, 3)
+    rng = np.random.default_rng(9)
+    x, c = rng.random((300, 2, 9, 8)), rng.integers(0, 3, 300)
+    w = rng.normal(0, 0.5, arch.n_weights)
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    be = dbe.DeviceBackend(arch)
+    assert be.fused_pool
+    crit, grad = be.evaluator(x, c, 0.01).gradient(w)
+    assert "conv_small_pool_8" in fake_runtime.launches and "pool_backward" not in fake_runtime.launches
+    assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+    assert not dbe.DeviceBackend(arch, fuse=False).fused_pool

@@ -77,7 +77,8 @@ TUNE_MIN_WORK = 2e8
 _SIGNATURES = {
     "gemm_nn": "PiPPPiiiPiPii",
     "conv_small": "Pi" + "i" * 11 + "PiiPi",
-    "gemm_tn": "PiPPPiiiiiiiiiiiPi",
+    "gemm_tn": "PiPPPiiiiiiiiiiiPi" + "PP" + "i" * 6,
+    "conv_small_pool": "Pi" + "i" * 11 + "Pii" + "iiii" + "PPi",
     "pool_forward": "P" + "i" * 10 + "PPi",
     "pool_backward": "PP" + "i" * 10 + "PPi",
     "softmax_ll": "PiiPPPP",
@@ -197,9 +198,10 @@ class _Runtime:
                 self.modules[name] = self._module(name)
         self._gemm_functions("gemm.cu", False)
         for np_ in CONV_SMALL_WIDTHS:
-            f = self.modules["conv_small.cu"].get_function(f"conv_small_{np_}")
-            f.prepare(_SIGNATURES["conv_small"])
-            self.functions[f"conv_small_{np_}"] = f
+            for kind in ("conv_small", "conv_small_pool"):
+                f = self.modules["conv_small.cu"].get_function(f"{kind}_{np_}")
+                f.prepare(_SIGNATURES[kind])
+                self.functions[f"{kind}_{np_}"] = f
         for mod_name, names in (("pool.cu", ("pool_forward", "pool_backward")),
                                 ("output.cu", ("softmax_ll", "ll_sum")),
                                 ("weights.cu", ("weights_scatter", "grad_flatten", "grad_flatten_d",
@@ -399,7 +401,8 @@ class _Tuner:
 class DeviceBackend:
     """See the module docstring."""
 
-    def __init__(self, arch, params=None, timing=True, poison=False, tune=True, tensor_cores=False):
+    def __init__(self, arch, params=None, timing=True, poison=False, tune=True, tensor_cores=False,
+                 fuse=True):
         self.rt = _Runtime.get()
         # tensor_cores: the products on the tensor cores (3xTF32, gemm_tc.cu) where the device has
         # them. Off by default: on the H200 they were no faster than the FFMA kernels (both are
@@ -429,6 +432,17 @@ class DeviceBackend:
                 width = -(-lp.depth // 4) * 4
                 if lp.rows * width <= CONV_SMALL_FLOATS:
                     self.conv_small[lp.index] = width
+        # A conv_small first layer followed by max pooling whose windows tile it is computed
+        # together with the pooling, and its gradient reads its delta from the pooled layer's
+        # (criterion and gradient only; activations() computes the layers one by one).
+        self.fused_pool = False
+        layers = arch.layers
+        if fuse and 0 in self.conv_small and len(layers) > 1 and layers[1].kind == POOLMAX:
+            s = layers[1].spec
+            smem = 4 * (self.plan.layers[0].rows * self.conv_small[0]
+                        + 2 * CONV_SMALL_THREADS * layers[0].depth)
+            if s.stride_v == s.width_v and s.stride_h == s.width_h and smem <= 48 * 1024:
+                self.fused_pool = True
         rt = self.rt
         with rt.active():
             self.timer = EventTimer(rt.cuda, enabled=timing)
@@ -705,17 +719,22 @@ class DeviceEvaluator:
             return _ptr(self.d_x, start * plan.n_inputs), plan.n_inputs
         return _ptr(self.ws.acts[li - 1]), plan.layers[li - 1].nhid
 
-    def _forward(self, start, stop, want_delta):
+    def _forward(self, start, stop, want_delta, fused=True):
         b = self.backend
         rt = b.rt
         plan = b.plan
         ws = self.ws
         nb = stop - start
+        fused = fused and b.fused_pool
         for lp in plan.layers:
             li = lp.index
             src, lda = self._src(li, start)
             layer = lp.layer
-            if lp.kind in POOL_KINDS:
+            if fused and li == 1:
+                continue                        # computed with layer 1 (index 0)
+            if fused and li == 0:
+                self._conv_small_pool(lp, src, lda, nb)
+            elif lp.kind in POOL_KINDS:
                 s = layer.spec
                 rt.launch("pool_forward", _pool_grid(lp.nhid, nb), (256, 1, 1), src,
                           np.int32(layer.prior_height), np.int32(layer.prior_width),
@@ -751,6 +770,24 @@ class DeviceEvaluator:
         work = float(M) * N * groups.max_k * G
         self.tuner.run(site + (M,), _nn_candidates(M, N, b.tensor_cores), work, launch)
 
+    def _conv_small_pool(self, lp, src, lda, nb):
+        b = self.backend
+        L = lp.layer
+        s = L.spec
+        P = b.arch.layers[1]
+        ps = P.spec
+        width = b.conv_small[0]
+        total = nb * P.height * P.width
+        nt = CONV_SMALL_THREADS
+        b.rt.launch(f"conv_small_pool_{width}", ((total + nt - 1) // nt, 1, 1), (nt, 1, 1), src,
+                    np.int32(lda), np.int32(L.prior_height), np.int32(L.prior_width),
+                    np.int32(L.prior_depth), np.int32(L.height), np.int32(L.width),
+                    np.int32(s.filter_v), np.int32(s.filter_h), np.int32(s.pad_v), np.int32(s.pad_h),
+                    np.int32(s.stride_v), np.int32(s.stride_h), _ptr(b.d_wfwd, lp.lay.fwd_offset),
+                    np.int32(lp.lay.cols), np.int32(L.depth), np.int32(P.height), np.int32(P.width),
+                    np.int32(ps.width_v), np.int32(ps.width_h), self.ws.acts[1], self.ws.ids[1],
+                    np.int32(total), shared=4 * (lp.rows * width + 2 * nt * L.depth))
+
     def _conv_small(self, lp, src, lda, nb, out, width):
         b = self.backend
         L = lp.layer
@@ -775,10 +812,17 @@ class DeviceEvaluator:
         for li in range(len(plan.layers) - 1, -1, -1):
             lp = plan.layers[li]
             if lp.grad is not None:
-                launches = self._gradient(lp, start, nb, ws.deltas[cur])
+                pool = None
+                if li == 0 and b.fused_pool:    # delta from the pooled layer's (delta_from_pool)
+                    P = b.arch.layers[1]
+                    pool = (ws.ids[1], ws.acts[1], lp.layer.width, P.height, P.width,
+                            P.spec.stride_v, P.spec.stride_h, P.n_neurons)
+                launches = self._gradient(lp, start, nb, ws.deltas[cur], pool)
                 b.timer.mark(rt.stream, b.labels[li], "gradient", launches)
             if li == 0:
                 break
+            if li == 1 and b.fused_pool:
+                continue                        # layer 1's delta is read from this layer's
             prior = plan.layers[li - 1]
             prior_act = NULL if prior.kind in POOL_KINDS else ws.acts[li - 1]
             if lp.kind in POOL_KINDS:
@@ -798,7 +842,7 @@ class DeviceEvaluator:
             b.timer.mark(rt.stream, b.labels[li - 1], "delta", 1)    # the layer that receives it
             cur, other = other, cur
 
-    def _gradient(self, lp, start, nb, delta):
+    def _gradient(self, lp, start, nb, delta, pool=None):
         """Weight gradient of one layer for one batch: partial sums, then flatten into acc."""
         b = self.backend
         rt = b.rt
@@ -811,6 +855,10 @@ class DeviceEvaluator:
         n_part = chunks if gp.local_cols else nz
         lay = lp.lay
         launches = 0
+        if pool is None:
+            pool_args = (NULL, NULL) + (np.int32(0),) * 6
+        else:
+            pool_args = (pool[0], pool[1]) + tuple(np.int32(v) for v in pool[2:])
         for n_lo in range(0, lp.depth, per):
             n_hi = min(lp.depth, n_lo + per)
             NL = n_hi - n_lo
@@ -823,7 +871,7 @@ class DeviceEvaluator:
                           np.int32(lp.depth if lp.kind != FC else 0), np.int32(R), np.int32(n_lo),
                           np.int32(n_hi), np.int32(nb), np.int32(CHUNK), np.int32(gp.groups),
                           np.int32(gps), np.int32(slots), np.int32(gp.local_cols),
-                          self.ws.scratch, np.int32(nz))
+                          self.ws.scratch, np.int32(nz), *pool_args)
 
             work = float(R) * NL * nb * gp.groups
             self.tuner.run(("gradient", lp.index, NL, nb), _tn_candidates(R, NL, b.tensor_cores), work,
@@ -852,7 +900,7 @@ class DeviceEvaluator:
             b.timer.start(rt.stream)
             b._set_weights(weights)
             for start, stop in self.batches:
-                self._forward(start, stop, want_delta=False)
+                self._forward(start, stop, want_delta=False, fused=False)
                 rt.stream.synchronize()
                 collect(start, stop)
             b.timer.resolve()

@@ -96,3 +96,122 @@ CONV_SMALL(20)
 CONV_SMALL(24)
 CONV_SMALL(28)
 CONV_SMALL(32)
+
+// The same layer followed by a max-pooling layer whose windows tile it (stride = width), both
+// computed at once: one thread per pooled position of one case works out the convolution at
+// every position of its window, in row-then-column order, keeping each slice's first maximum.
+// Only the pooled layer's activation and winners (row * W + col in the convolutional layer, as
+// pool_forward writes them) are written; the convolutional layer's own activation is not needed
+// for the gradient (see delta_from_pool in common.cuh). Same bits as conv_small + pool_forward.
+template <int NP>
+__device__ __forceinline__ void conv_small_pool_body(
+    const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv, int fh,
+    int pv, int ph, int sv, int sh, const float* __restrict__ Wf, int ldw, int N, int H2, int W2,
+    int wv2, int wh2, float* __restrict__ pout, int* __restrict__ pids, int total)
+{
+    extern __shared__ __align__(16) float smem[];
+    float* Bs = smem;                                   // K x NP, bias row last
+    const int K = fv * fh * PD + 1;
+    float* Os = smem + K * NP;                          // CONV_SMALL_THREADS x N pooled values
+    int* Is = reinterpret_cast<int*>(Os + CONV_SMALL_THREADS * N);   // and their winners
+    for (int i = threadIdx.x; i < K * NP; i += blockDim.x) {
+        const int k = i / NP;
+        const int n = i - k * NP;
+        Bs[i] = n < N ? Wf[(i64)k * ldw + n] : 0.f;
+    }
+    __syncthreads();
+    const int P2 = H2 * W2;
+    const float* bias = Bs + (K - 1) * NP;
+    for (int base = blockIdx.x * CONV_SMALL_THREADS; base < total; base += gridDim.x * CONV_SMALL_THREADS) {
+        const int idx = base + threadIdx.x;
+        if (idx < total) {
+            const int cs = idx / P2;
+            const int q = idx - cs * P2;
+            const int pr = q / W2;
+            const int pc = q - pr * W2;
+            const float* x = src + (i64)cs * lda;
+            float best[NP];
+            int bid[NP];
+#pragma unroll
+            for (int n = 0; n < NP; ++n) {
+                best[n] = 0.f;
+                bid[n] = 0;
+            }
+            for (int wr = 0; wr < wv2; ++wr)
+                for (int wc = 0; wc < wh2; ++wc) {
+                    const int oh = pr * wv2 + wr;
+                    const int ow = pc * wh2 + wc;
+                    const int r0 = oh * sv - pv;
+                    const int c0 = ow * sh - ph;
+                    float acc[NP];
+#pragma unroll
+                    for (int n = 0; n < NP; ++n) acc[n] = 0.f;
+                    for (int fr = 0; fr < fv; ++fr) {
+                        const int r = r0 + fr;
+                        if (r < 0 || r >= PH) continue;
+                        for (int fc = 0; fc < fh; ++fc) {
+                            const int c = c0 + fc;
+                            if (c < 0 || c >= PW) continue;
+                            const float* xp = x + (r * PW + c) * PD;
+                            const float* bp = Bs + (fr * fh + fc) * PD * NP;
+                            for (int s = 0; s < PD; ++s) {
+                                const float a = xp[s];
+#pragma unroll
+                                for (int n = 0; n < NP; n += 4) {
+                                    const float4 b = *reinterpret_cast<const float4*>(bp + s * NP + n);
+                                    acc[n] = fmaf(a, b.x, acc[n]);
+                                    acc[n + 1] = fmaf(a, b.y, acc[n + 1]);
+                                    acc[n + 2] = fmaf(a, b.z, acc[n + 2]);
+                                    acc[n + 3] = fmaf(a, b.w, acc[n + 3]);
+                                }
+                            }
+                        }
+                    }
+                    const bool first = wr == 0 && wc == 0;
+#pragma unroll
+                    for (int n = 0; n < NP; ++n) {
+                        const float v = tanhf(fmaf(1.f, bias[n], acc[n]));
+                        if (first || v > best[n]) {
+                            best[n] = v;
+                            bid[n] = oh * W + ow;
+                        }
+                    }
+                }
+#pragma unroll
+            for (int n = 0; n < NP; ++n)
+                if (n < N) {
+                    Os[threadIdx.x * N + n] = best[n];
+                    Is[threadIdx.x * N + n] = bid[n];
+                }
+        }
+        __syncthreads();
+        const int count = min(CONV_SMALL_THREADS, total - base) * N;
+        float* o = pout + (i64)base * N;
+        int* oi = pids + (i64)base * N;
+        for (int i = threadIdx.x; i < count; i += CONV_SMALL_THREADS) {
+            o[i] = Os[i];
+            oi[i] = Is[i];
+        }
+        __syncthreads();
+    }
+}
+
+#define CONV_SMALL_POOL(NP)                                                                       \
+    extern "C" __global__ void __launch_bounds__(CONV_SMALL_THREADS) conv_small_pool_##NP(        \
+        const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv,     \
+        int fh, int pv, int ph, int sv, int sh, const float* __restrict__ Wf, int ldw, int N,     \
+        int H2, int W2, int wv2, int wh2, float* __restrict__ pout, int* __restrict__ pids,       \
+        int total)                                                                                \
+    {                                                                                             \
+        conv_small_pool_body<NP>(src, lda, PH, PW, PD, H, W, fv, fh, pv, ph, sv, sh, Wf, ldw, N,  \
+                                 H2, W2, wv2, wh2, pout, pids, total);                            \
+    }
+
+CONV_SMALL_POOL(4)
+CONV_SMALL_POOL(8)
+CONV_SMALL_POOL(12)
+CONV_SMALL_POOL(16)
+CONV_SMALL_POOL(20)
+CONV_SMALL_POOL(24)
+CONV_SMALL_POOL(28)
+CONV_SMALL_POOL(32)

@@ -232,7 +232,8 @@ __device__ __forceinline__ void gemm_tn_tc_body(
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
     const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,
     int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,
-    int local_cols, float* __restrict__ part, int nz)
+    int local_cols, float* __restrict__ part, int nz, const int* __restrict__ pids,
+    const float* __restrict__ pact, int pw1, int ph2, int pw2, int psv, int psh, int pnhid)
 {
     constexpr int BK = TC_BK;
     constexpr int WARPS_N = BN / WN;
@@ -300,7 +301,9 @@ __device__ __forceinline__ void gemm_tn_tc_body(
                 const int n = n_lo + c0 + nn;
                 float v = 0.f;
                 if (e < BK * BN && m < case_hi && n < n_hi)
-                    v = delta[(i64)m * ldd + (i64)g * depth + n];
+                    v = pids ? delta_from_pool(delta, pids, pact, m, g, n, depth, pw1, ph2, pw2,
+                                               psv, psh, pnhid)
+                             : delta[(i64)m * ldd + (i64)g * depth + n];
                 rd[i] = v;
             }
         };
@@ -353,10 +356,12 @@ __device__ __forceinline__ void gemm_tn_tc_body(
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                     \
          const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,       \
          int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,       \
-         int local_cols, float* __restrict__ part, int nz)                                        \
+         int local_cols, float* __restrict__ part, int nz, const int* __restrict__ pids,          \
+         const float* __restrict__ pact, int pw1, int ph2, int pw2, int psv, int psh, int pnhid)                                        \
     {                                                                                              \
         gemm_tn_tc_body<BM, BN, WM, WN>(src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi,     \
-                                        n_cases, chunk, groups, gps, slots, local_cols, part, nz); \
+                                        n_cases, chunk, groups, gps, slots, local_cols, part, nz,  \
+                                        pids, pact, pw1, ph2, pw2, psv, psh, pnhid);               \
     }
 
 GEMM_TN_TC(gemm_tn_tc128x64, 128, 64, 64, 32)
