@@ -18,16 +18,24 @@ typedef long long i64;
 // winners, row * pw1 + col) and pact (its activation, which is the winner's). The winner of a
 // window gets the window's delta times its tanh derivative, every other neuron 0: the same
 // numbers, bit for bit, as pool_backward writing the layer's delta out.
-__device__ __forceinline__ float delta_from_pool(
-    const float* __restrict__ dp, const int* __restrict__ pids, const float* __restrict__ pact,
-    i64 m, int g, int n, int depth, int pw1, int ph2, int pw2, int psv, int psh, int pnhid)
+// pool_window: where position g's window starts in a pooled case row, or -1 if no window holds g.
+__device__ __forceinline__ int pool_window(int g, int depth, int pw1, int ph2, int pw2, int psv,
+                                           int psh)
 {
     const int r = g / pw1;
     const int c = g - r * pw1;
     const int pr = r / psv, pc = c / psh;
-    if (pr >= ph2 || pc >= pw2) return 0.f;
-    const i64 k = m * pnhid + (pr * pw2 + pc) * depth + n;
-    if (pids[k] != g) return 0.f;
+    return (pr < ph2 && pc < pw2) ? (pr * pw2 + pc) * depth : -1;
+}
+
+__device__ __forceinline__ float delta_from_pool(
+    const float* __restrict__ dp, const int* __restrict__ pids, const float* __restrict__ pact,
+    i64 m, int g, int n, int window, int pnhid)
+{
+    if (window < 0) return 0.f;
+    const i64 k = m * pnhid + window + n;
+    const int id = pids[k];
+    const float dv = dp[k];
     const float a = pact[k];
-    return dp[k] * (1.f - a * a);
+    return id == g ? dv * (1.f - a * a) : 0.f;
 }

@@ -283,6 +283,7 @@ __device__ __forceinline__ void gemm_tn_tc_body(
             const int k = k0 + a_k;
             int ao = A_ZERO;
             if (k < R) ao = tab[desc[g * 5] + k];
+            const int window = pids ? pool_window(g, depth, pw1, ph2, pw2, psv, psh) : -1;
 #pragma unroll
             for (int i = 0; i < A_PER; ++i) {
                 const int m = cb + a_r + i * (NT / BM);
@@ -301,8 +302,7 @@ __device__ __forceinline__ void gemm_tn_tc_body(
                 const int n = n_lo + c0 + nn;
                 float v = 0.f;
                 if (e < BK * BN && m < case_hi && n < n_hi)
-                    v = pids ? delta_from_pool(delta, pids, pact, m, g, n, depth, pw1, ph2, pw2,
-                                               psv, psh, pnhid)
+                    v = pids ? delta_from_pool(delta, pids, pact, m, g, n, window, pnhid)
                              : delta[(i64)m * ldd + (i64)g * depth + n];
                 rd[i] = v;
             }
