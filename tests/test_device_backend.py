@@ -233,6 +233,7 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     ["CONVOLUTIONAL LAYER 7 1 1 1 1 1 1", "POOLED MAX LAYER 3 2 3 2", "CONVOLUTIONAL LAYER 5 1 1 1 1 1 1"],
 ])
 def test_fused_first_layer_gives_the_same_bits(lines):
+    """criterion and outputs use the fused kernel; gradients and activations the plain ones."""
     arch = Architecture.from_lines(lines, 15, 14, 2, 4)
     rng = np.random.default_rng(11)
     x, c = rng.random((700, 2, 15, 14)), rng.integers(0, 4, 700)

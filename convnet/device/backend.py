@@ -77,7 +77,7 @@ TUNE_MIN_WORK = 2e8
 _SIGNATURES = {
     "gemm_nn": "PiPPPiiiPiPii",
     "conv_small": "Pi" + "i" * 11 + "PiiPi",
-    "gemm_tn": "PiPPPiiiiiiiiiiiPi" + "PP" + "i" * 6,
+    "gemm_tn": "PiPPPiiiiiiiiiiiPi",
     "conv_small_pool": "Pi" + "i" * 11 + "Pii" + "iiii" + "PPi",
     "pool_forward": "P" + "i" * 10 + "PPi",
     "pool_backward": "PP" + "i" * 10 + "PPi",
@@ -433,8 +433,10 @@ class DeviceBackend:
                 if lp.rows * width <= CONV_SMALL_FLOATS:
                     self.conv_small[lp.index] = width
         # A conv_small first layer followed by max pooling whose windows tile it is computed
-        # together with the pooling, and its gradient reads its delta from the pooled layer's
-        # (criterion and gradient only; activations() computes the layers one by one).
+        # together with the pooling in forward-only evaluations (criterion, outputs): only the
+        # pooled values are written. Gradients need the layer's own activations and compute the
+        # layers one by one (a gradient reading its delta from the pooled layer's was tried: the
+        # per-element work in its loader cost more than the pooling kernels it saved).
         self.fused_pool = False
         layers = arch.layers
         if fuse and 0 in self.conv_small and len(layers) > 1 and layers[1].kind == POOLMAX:
@@ -670,7 +672,7 @@ class DeviceEvaluator:
             b._set_weights(weights)
             rt.cuda.memset_d32_async(self.d_acc, 0, 2 * b.n_weights, rt.stream)
             for start, stop in self.batches:
-                self._forward(start, stop, want_delta=True)
+                self._forward(start, stop, want_delta=True, fused=False)
                 self._backward(start, stop)
             scale = 1.0 / (self.n_cases * b.arch.n_classes)
             pen2 = 2.0 * self.wpen / b.n_weights
@@ -812,17 +814,10 @@ class DeviceEvaluator:
         for li in range(len(plan.layers) - 1, -1, -1):
             lp = plan.layers[li]
             if lp.grad is not None:
-                pool = None
-                if li == 0 and b.fused_pool:    # delta from the pooled layer's (delta_from_pool)
-                    P = b.arch.layers[1]
-                    pool = (ws.ids[1], ws.acts[1], lp.layer.width, P.height, P.width,
-                            P.spec.stride_v, P.spec.stride_h, P.n_neurons)
-                launches = self._gradient(lp, start, nb, ws.deltas[cur], pool)
+                launches = self._gradient(lp, start, nb, ws.deltas[cur])
                 b.timer.mark(rt.stream, b.labels[li], "gradient", launches)
             if li == 0:
                 break
-            if li == 1 and b.fused_pool:
-                continue                        # layer 1's delta is read from this layer's
             prior = plan.layers[li - 1]
             prior_act = NULL if prior.kind in POOL_KINDS else ws.acts[li - 1]
             if lp.kind in POOL_KINDS:
@@ -842,7 +837,7 @@ class DeviceEvaluator:
             b.timer.mark(rt.stream, b.labels[li - 1], "delta", 1)    # the layer that receives it
             cur, other = other, cur
 
-    def _gradient(self, lp, start, nb, delta, pool=None):
+    def _gradient(self, lp, start, nb, delta):
         """Weight gradient of one layer for one batch: partial sums, then flatten into acc."""
         b = self.backend
         rt = b.rt
@@ -855,10 +850,7 @@ class DeviceEvaluator:
         n_part = chunks if gp.local_cols else nz
         lay = lp.lay
         launches = 0
-        if pool is None:
-            pool_args = (NULL, NULL) + (np.int32(0),) * 6
-        else:
-            pool_args = (pool[0], pool[1]) + tuple(np.int32(v) for v in pool[2:])
+
         for n_lo in range(0, lp.depth, per):
             n_hi = min(lp.depth, n_lo + per)
             NL = n_hi - n_lo
@@ -871,7 +863,7 @@ class DeviceEvaluator:
                           np.int32(lp.depth if lp.kind != FC else 0), np.int32(R), np.int32(n_lo),
                           np.int32(n_hi), np.int32(nb), np.int32(CHUNK), np.int32(gp.groups),
                           np.int32(gps), np.int32(slots), np.int32(gp.local_cols),
-                          self.ws.scratch, np.int32(nz), *pool_args)
+                          self.ws.scratch, np.int32(nz))
 
             work = float(R) * NL * nb * gp.groups
             self.tuner.run(("gradient", lp.index, NL, nb), _tn_candidates(R, NL, b.tensor_cores), work,

@@ -101,8 +101,8 @@ CONV_SMALL(32)
 // computed at once: one thread per pooled position of one case works out the convolution at
 // every position of its window, in row-then-column order, keeping each slice's first maximum.
 // Only the pooled layer's activation and winners (row * W + col in the convolutional layer, as
-// pool_forward writes them) are written; the convolutional layer's own activation is not needed
-// for the gradient (see delta_from_pool in common.cuh). Same bits as conv_small + pool_forward.
+// pool_forward writes them) are written, which is all a forward-only evaluation (criterion,
+// outputs) needs. Same bits as conv_small followed by pool_forward.
 template <int NP>
 __device__ __forceinline__ void conv_small_pool_body(
     const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv, int fh,

@@ -8,8 +8,6 @@
 //     boff(k) = k * b_ld when b_ld > 0 (activation: rows of the forward layout), else tab[b_start + k]
 // gemm_tn: weight-gradient partial sums
 //     part[p][k][c] = sum over (group g, case m) of A_g(m, k) * delta[m*ldd + g*depth + n]
-//     (or, given pids, the delta worked out from the following max-pooling layer's: see
-//     delta_from_pool in common.cuh)
 // The sums over k (gemm_nn) and over (g, m) (gemm_tn) always run in the same sequential order,
 // whatever the tile shape, so every launch configuration gives the same bits.
 
@@ -193,8 +191,7 @@ __device__ __forceinline__ void gemm_tn_body(
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
     const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,
     int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,
-    int local_cols, float* __restrict__ part, int nz, const int* __restrict__ pids,
-    const float* __restrict__ pact, int pw1, int ph2, int pw2, int psv, int psh, int pnhid)
+    int local_cols, float* __restrict__ part, int nz)
 {
     constexpr int NT = (BM / TM) * (BN / TN);
     constexpr int A_PER = BM * BK / NT;
@@ -239,7 +236,6 @@ __device__ __forceinline__ void gemm_tn_body(
             const int k = k0 + a_k;
             int ao = A_ZERO;
             if (k < R) ao = tab[desc[g * 5] + k];
-            const int window = pids ? pool_window(g, depth, pw1, ph2, pw2, psv, psh) : -1;
 #pragma unroll
             for (int i = 0; i < A_PER; ++i) {
                 const int m = cb + a_r + i * (NT / BM);
@@ -255,9 +251,7 @@ __device__ __forceinline__ void gemm_tn_body(
             for (int i = 0; i < B_PER; ++i) {
                 const int m = cb + d_r + i * (NT / BN);
                 float v = 0.f;
-                if (m < case_hi && n < n_hi)
-                    v = pids ? delta_from_pool(delta, pids, pact, m, g, n, window, pnhid)
-                             : delta[(i64)m * ldd + (i64)g * depth + n];
+                if (m < case_hi && n < n_hi) v = delta[(i64)m * ldd + (i64)g * depth + n];
                 rd[i] = v;
             }
         };
@@ -311,12 +305,11 @@ __device__ __forceinline__ void gemm_tn_body(
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
          const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,      \
          int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,      \
-         int local_cols, float* __restrict__ part, int nz, const int* __restrict__ pids,          \
-         const float* __restrict__ pact, int pw1, int ph2, int pw2, int psv, int psh, int pnhid)                                       \
+         int local_cols, float* __restrict__ part, int nz)                                       \
     {                                                                                             \
         gemm_tn_body<BM, BN, BK, TM, TN>(src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi,   \
                                          n_cases, chunk, groups, gps, slots, local_cols, part,   \
-                                         nz, pids, pact, pw1, ph2, pw2, psv, psh, pnhid);         \
+                                         nz);                                                     \
     }
 
 GEMM_TN(gemm_tn_128x64_8x4, 128, 64, 8, 8, 4)

@@ -232,8 +232,7 @@ __device__ __forceinline__ void gemm_tn_tc_body(
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
     const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,
     int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,
-    int local_cols, float* __restrict__ part, int nz, const int* __restrict__ pids,
-    const float* __restrict__ pact, int pw1, int ph2, int pw2, int psv, int psh, int pnhid)
+    int local_cols, float* __restrict__ part, int nz)
 {
     constexpr int BK = TC_BK;
     constexpr int WARPS_N = BN / WN;
@@ -283,7 +282,6 @@ __device__ __forceinline__ void gemm_tn_tc_body(
             const int k = k0 + a_k;
             int ao = A_ZERO;
             if (k < R) ao = tab[desc[g * 5] + k];
-            const int window = pids ? pool_window(g, depth, pw1, ph2, pw2, psv, psh) : -1;
 #pragma unroll
             for (int i = 0; i < A_PER; ++i) {
                 const int m = cb + a_r + i * (NT / BM);
@@ -302,8 +300,7 @@ __device__ __forceinline__ void gemm_tn_tc_body(
                 const int n = n_lo + c0 + nn;
                 float v = 0.f;
                 if (e < BK * BN && m < case_hi && n < n_hi)
-                    v = pids ? delta_from_pool(delta, pids, pact, m, g, n, window, pnhid)
-                             : delta[(i64)m * ldd + (i64)g * depth + n];
+                    v = delta[(i64)m * ldd + (i64)g * depth + n];
                 rd[i] = v;
             }
         };
@@ -356,12 +353,10 @@ __device__ __forceinline__ void gemm_tn_tc_body(
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                     \
          const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,       \
          int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,       \
-         int local_cols, float* __restrict__ part, int nz, const int* __restrict__ pids,          \
-         const float* __restrict__ pact, int pw1, int ph2, int pw2, int psv, int psh, int pnhid)                                        \
+         int local_cols, float* __restrict__ part, int nz)                                        \
     {                                                                                              \
         gemm_tn_tc_body<BM, BN, WM, WN>(src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi,     \
-                                        n_cases, chunk, groups, gps, slots, local_cols, part, nz,  \
-                                        pids, pact, pw1, ph2, pw2, psv, psh, pnhid);               \
+                                        n_cases, chunk, groups, gps, slots, local_cols, part, nz); \
     }
 
 GEMM_TN_TC(gemm_tn_tc128x64, 128, 64, 64, 32)
