@@ -196,3 +196,48 @@ def test_mismatched_contents(tmp_path, model):
 def test_unstorable_series(tmp_path, model):
     with pytest.raises(TypeError):
         save_model(tmp_path / "m", model, series_info={"f": object()})
+
+
+def test_test_after_save_and_load_in_a_new_process(tmp_path):
+    """TEST of a model loaded in another process gives the same criterion and confusion matrix."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    first = tmp_path / "first.ctl"
+    first.write_text("MAKE IMAGE 6 6 1 3 90\nCONVOLUTIONAL LAYER 2 1 1 1 1 1 1\n"
+                     "POOLED MAX LAYER 2 2 2 2\nFULLY CONNECTED LAYER 4\nANNEAL ITERS = 10\n"
+                     "MAXITERS = 25\nWPEN = 0.01\nTRAIN\nTEST\nSAVE MODEL \"m.cnm\"\nPRINT WEIGHTS\n")
+    second = tmp_path / "second.ctl"
+    second.write_text("MAKE IMAGE 6 6 1 3 90\nLOAD MODEL \"m.cnm\"\nTEST\nPRINT WEIGHTS\n")
+
+    def run(ctl, out):
+        r = subprocess.run([sys.executable, "-m", "convnet", "run", str(ctl), "--out", str(out),
+                            "--seed", "11", "--threads", "1", "--quiet", "--device", "cpu"],
+                           cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        return (out / "CONVNET.LOG").read_text().splitlines()
+
+    a = run(first, tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "m.cnm").write_bytes((tmp_path / "a" / "m.cnm").read_bytes())
+    b = run(second, tmp_path / "b")
+
+    def test_block(lines):
+        i = max(k for k, l in enumerate(lines) if l.startswith("Test of "))
+        j = next(k for k in range(i, len(lines)) if lines[k].startswith("Total misclassification"))
+        return lines[i:j + 1]
+
+    assert test_block(a) == test_block(b)
+    assert re.match(r"Test of 90 cases: mean negative log likelihood = \d", test_block(a)[0])
+
+    def weights_block(lines):
+        i = max(k for k, l in enumerate(lines) if l.strip() == "PRINT WEIGHTS")
+        return [l for l in lines[i + 1:] if l.startswith(("     ", "Layer "))]
+
+    wa = weights_block(a)
+    assert wa[0] == "Layer 1 of 4 (Convolutional) Slice 1 of 2" and wa[-1].endswith(" BIAS")
+    assert wa == weights_block(b)
