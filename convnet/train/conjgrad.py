@@ -14,11 +14,18 @@ One iteration:
      "PR+" form, which falls back to steepest descent on its own when successive gradients stop
      being nearly orthogonal). When d is not a descent direction (g.d >= 0) it is replaced by the
      negative gradient: a restart.
-  2. A line minimization along d: a first trial step (the previous step rescaled by the ratio of the
-     directional derivatives, so the first trial is usually close), expansion or parabolic shrinking
-     until the minimum is bracketed, then Brent's parabolic / golden-section search inside the
-     bracket. Only criterion evaluations are used here; the gradient is taken once, at the accepted
-     point.
+  2. A line minimization along d, starting with a trial step equal to the previous step rescaled
+     by the ratio of the directional derivatives (so the first trial is usually close). Two
+     searches are available:
+       "slopes" (the default, line_search_slopes): every trial point costs one gradient
+       evaluation and gives the criterion and its slope along d; the step grows until the minimum
+       is bracketed, then safeguarded cubic interpolation narrows the bracket until the slope has
+       fallen to a tenth of its starting size. The accepted point's gradient is already known.
+       "values" (line_minimize): criterion-only trials, bracketing by expansion or parabolic
+       shrinking, then Brent's parabolic / golden-section search, and one gradient at the end.
+     With our evaluators a gradient costs less than twice a criterion, and the slope search needs
+     about two evaluations per iteration, so it is the cheaper of the two on nets (measured on the
+     manual example and on MNIST).
   3. Convergence: the relative improvement (f_old - f_new) / f_old is compared with TOL. A small
      improvement first restarts the search along the negative gradient (conjugacy may simply have
      been lost); only ``patience`` small improvements in a row end the refinement. This avoids
