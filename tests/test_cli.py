@@ -152,3 +152,17 @@ def test_cuda_yes_without_gpu_is_a_clear_error(tmp_path):
     assert result.exit_code == 2
     assert f"{ctl}:4: CUDA was requested but is not usable" in result.output
 
+
+
+def test_log_example_is_a_real_log_of_the_manual_example():
+    """CONVNET.LOG.example: a real run of controlfiles/manual_example.ctl --seed 1 (README says how
+    to regenerate it); the summary reads it and its training error is far under the book's 17.87."""
+    example = ROOT / "CONVNET.LOG.example"
+    result = invoke("log", "summary", example)
+    assert result.exit_code == 0, result.output
+    text = example.read_text()
+    assert "controlfiles/manual_example.ctl" in text and "Random seed = 1" in text
+    assert "4267 Total weights for the entire model" in text
+    from convnet.logs.reader import read_log
+    run = read_log(str(example)).runs[0]
+    assert run.misclassification < 17.87 / 2
