@@ -6,6 +6,7 @@ import pytest
 import convnet.host.backend as hb
 from convnet.architecture import Architecture
 from convnet.errors import ConvnetError
+from convnet.host import local_conv
 from convnet.host.backend import HostBackend
 from convnet.host.reference import ReferenceModel
 from convnet.host.threads import blas_controllable, blas_threads, set_blas_threads
@@ -84,6 +85,39 @@ def test_fast_path_matches_reference_on_random_architectures(seed, make_problem,
     for i, ids in be.poolmax_winners(w, x).items():
         for c in range(x.shape[0]):
             assert np.array_equal(ids[c], ref.trial(w, x[c])[1][i])
+
+
+CRITERION_NETS = [
+    ["POOLED MAX LAYER 2 2 2 2", "FULLY CONNECTED LAYER 3"],
+    ["CONVOLUTIONAL LAYER 3 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 1 1", "POOLED MAX LAYER 2 2 2 2"],
+    ["FULLY CONNECTED LAYER 4", "POOLED MAX LAYER 1 1 1 1", "FULLY CONNECTED LAYER 2"],
+    ["LOCAL LAYER 2 1 1 0 0 1 1", "POOLED MAX LAYER 2 2 2 2", "POOLED AVERAGE LAYER 2 2 1 1"],
+    ["CONVOLUTIONAL LAYER 2 1 1 0 0 2 1", "POOLED AVERAGE LAYER 2 2 1 1",
+     "POOLED MAX LAYER 2 3 1 2", "LOCAL LAYER 3 1 0 1 0 1 1"],
+    [],
+]
+
+
+@pytest.mark.parametrize("lines", CRITERION_NETS)
+@pytest.mark.parametrize("scale", [0.5, 1e4])
+@pytest.mark.parametrize("runs", [False, True])
+def test_criterion_only_path_matches_reference(lines, scale, runs, small_blocks, monkeypatch):
+    """The criterion's forward-only pass ((feature, case) order, tanh deferred past max pooling,
+    windows unrolled in runs of positions when ``runs``) against the reference path and the
+    gradient's own criterion, also with saturated tanh (many ties in the max pooling)."""
+    if runs:
+        monkeypatch.setattr(local_conv, "WHOLE_BYTES", 0)
+        monkeypatch.setattr(local_conv, "CHUNK_BYTES", 700)    # runs of 2 to 4 positions
+    rng = np.random.default_rng(len(lines))
+    arch = Architecture.from_lines(lines, 8, 8, 2, 3)
+    w = rng.normal(0, scale, arch.n_weights)
+    x = rng.uniform(-1, 1, (5, 2, 8, 8))
+    y = rng.integers(0, 3, 5)
+    ev = HostBackend(arch, threads=2).evaluator(x, y, 0.01)
+    rcrit = ReferenceModel(arch).gradient(w, x, y, 0.01)[0]
+    crit = ev.criterion(w)
+    assert rel(crit, rcrit) < 1e-12
+    assert rel(crit, ev.gradient(w)[0]) < 1e-13
 
 
 # ------------------------------------------------------------------------------ finite differences

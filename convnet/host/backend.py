@@ -10,6 +10,11 @@ and a gradient accumulator sized for one block. Within a block each layer is a f
 :mod:`~convnet.host.output`). At the end the workers' criterion sums and gradients are added in
 worker order, divided by n_cases * n_classes (Equation 1-13), and the weight penalty is added.
 
+The criterion alone (no gradient) takes a forward-only route, :func:`_criterion_block`: the input
+block is transposed once and every layer then works in (feature, case) order, keeps nothing for a
+backward pass, and a max pooling layer after a layer with tanh pools the net inputs before the tanh
+(tanh is monotonic). It uses the same work areas as the gradient.
+
 So memory grows with threads x block size and not with the number of cases: B is chosen so that
 one worker's work areas stay near :data:`BLOCK_BYTES`, at most :data:`MAX_BLOCK` cases.
 
@@ -32,7 +37,8 @@ from ..architecture import CONV, FC, LOCAL, POOLMAX
 from ..errors import ConvnetError
 from .fc import FCLayer
 from .local_conv import LocalConvLayer
-from .output import softmax_block, tanh_backward
+from .local_conv import transpose_into
+from .output import softmax_block, softmax_criterion_t, tanh_backward
 from .pool import PoolLayer
 from .threads import default_threads, single_threaded_blas
 
@@ -138,7 +144,8 @@ class _Plan:
         self.out_slice = arch.output.weight_slice
         lc = [L for L in self.layers if isinstance(L, LocalConvLayer)]
         self.net_per_case = max([L.net_per_case() for L in lc] + [1])
-        self.prior_per_case = max([L.prior_per_case() for L in lc] + [1])
+        # also the whole input of a case: the criterion transposes the input block into it
+        self.prior_per_case = max([L.prior_per_case() for L in lc] + [self.n_inputs])
         self.max_neurons = max([L.n_out for L in self.layers] + [1])
         self.grad_scratch = max([L.grad_scratch() for L in self.layers
                                  if isinstance(L, (FCLayer, LocalConvLayer))]
@@ -181,6 +188,48 @@ def _forward_block(plan, w, x, work, n, classes, want_delta):
     logits = _view(work.logits, n, plan.n_classes)
     plan.output.forward(w[plan.out_slice], prior, logits)
     total = softmax_block(logits, classes, want_delta)
+    sec[-1, FORWARD] += time.perf_counter() - t0
+    calls[-1, FORWARD] += 1
+    return total
+
+
+def _criterion_block(plan, w, x, work, n, classes):
+    """Forward pass of one block of n cases for the criterion alone; returns the block's -log
+    likelihood sum. Every layer works in (feature, case) order from the transposed input block
+    on, so no layer transposes or reorders, and nothing the backward pass would need (unrolled
+    windows, winner ids, probabilities) is kept. work.acts then hold (feature, case) blocks.
+
+    tanh is monotonic, so a max pooling layer that follows a layer with tanh pools the net inputs
+    and its pooled values get the tanh instead (the same values, for far fewer of them). Such a
+    deferred tanh is timed with the layer that applies it."""
+    sec, calls = work.seconds, work.calls
+    prior = _view(work.tprior, plan.n_inputs, n)
+    transpose_into(x, prior)
+    pending = False                       # prior still needs its tanh
+    for i, L in enumerate(plan.layers):
+        t0 = time.perf_counter()
+        out = _view(work.acts[i], L.n_out, n)
+        kind = plan.kinds[i]
+        if pending and kind != POOLMAX:
+            np.tanh(prior, out=prior)
+            pending = False
+        if kind == FC:
+            L.forward_t(w[plan.slices[i]], prior, out)
+            pending = True
+        elif kind in (LOCAL, CONV):
+            L.forward_t(w[plan.slices[i]], prior, out, work.cols[i])
+            pending = True
+        else:
+            L.forward_t(prior, out)
+        sec[i, FORWARD] += time.perf_counter() - t0
+        calls[i, FORWARD] += 1
+        prior = out
+    t0 = time.perf_counter()
+    if pending:
+        np.tanh(prior, out=prior)
+    logits = _view(work.logits, plan.n_classes, n)
+    plan.output.forward_t(w[plan.out_slice], prior, logits)
+    total = softmax_criterion_t(logits, classes)
     sec[-1, FORWARD] += time.perf_counter() - t0
     calls[-1, FORWARD] += 1
     return total
@@ -384,6 +433,9 @@ class HostBackend:
                     m = b1 - b0
                     xb = xf[b0:b1]
                     cb = classes[b0:b1] if want_classes else _NO_CLASSES
+                    if mode == "criterion":
+                        total += _criterion_block(plan, w, xb, wk, m, cb)
+                        continue
                     total += _forward_block(plan, w, xb, wk, m, cb, gradient)
                     if gradient:
                         _backward_block(plan, w, xb, wk, m)

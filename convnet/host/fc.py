@@ -29,6 +29,12 @@ class FCLayer:
         np.matmul(prior, W[:, :self.n_in].T, out=out)
         out += W[:, self.n_in]
 
+    def forward_t(self, w, priorT, outT):
+        """Forward only, in (feature, case) order: priorT (n_in, n) -> outT (n_out, n)."""
+        W = w.reshape(self.n_out, self.npw)
+        np.matmul(W[:, :self.n_in], priorT, out=outT)
+        outT += W[:, self.n_in, None]
+
     def gradient(self, w, g, dnet, prior, gtmp):
         """dnet (n, n_out) d criterion / d net inputs: adds the weight gradient into g (this
         layer's part of the gradient vector). gtmp: scratch of at least n_out*n_in elements."""

@@ -30,6 +30,11 @@ from numba import njit
 from ..architecture import CONV
 
 TILE = 8
+# Forward-only passes unroll the windows of a block in one piece when they take at most WHOLE_BYTES,
+# otherwise a run of positions of at most CHUNK_BYTES at a time, so that they are still in cache
+# for their product (both sizes from a sweep on the benchmark nets; see benchmarks/NOTES.md).
+WHOLE_BYTES = 1 << 20
+CHUNK_BYTES = 256 << 10
 
 
 @njit(cache=True, nogil=True)
@@ -63,6 +68,28 @@ def unroll_windows(priorT, S, IR, IC, R, C, nfv, nfh, pv, ph, sv, sh, cols):
                         else:
                             for b in range(n):
                                 cols[k, p, b] = 0.0
+
+
+@njit(cache=True, nogil=True)
+def unroll_range(priorT, S, IR, IC, R, C, nfv, nfh, pv, ph, sv, sh, p0, p1, cols):
+    """:func:`unroll_windows` for the positions p0 <= p < p1 only: cols (K, p1-p0, n)."""
+    n = priorT.shape[1]
+    for sl in range(S):
+        for fr in range(nfv):
+            for fc in range(nfh):
+                k = (sl * nfv + fr) * nfh + fc
+                for p in range(p0, p1):
+                    r = p // C
+                    c = p - r * C
+                    ir = r * sv + fr - pv
+                    ic = c * sh + fc - ph
+                    if 0 <= ir < IR and 0 <= ic < IC:
+                        src = (sl * IR + ir) * IC + ic
+                        for b in range(n):
+                            cols[k, p - p0, b] = priorT[src, b]
+                    else:
+                        for b in range(n):
+                            cols[k, p - p0, b] = 0.0
 
 
 @njit(cache=True, nogil=True)
@@ -144,6 +171,19 @@ def gather_delta(dnet, by_position, npw, dnet_t, grad):
             grad[d * npw + kb] += s
 
 
+@njit(cache=True, nogil=True)
+def add_bias(out, by_position, w, npw):
+    """out (D, P, n) net inputs in (slice, position, case) order, in place: plus the biases
+    (that of slice d for CONV, of neuron (d, p) when by_position, as in :func:`scatter_net`)."""
+    D, P, n = out.shape
+    kb = npw - 1
+    for d in range(D):
+        for p in range(P):
+            bias = w[(d * P + p) * npw + kb] if by_position else w[d * npw + kb]
+            for b in range(n):
+                out[d, p, b] += bias
+
+
 def _view(flat, *shape):
     size = 1
     for s in shape:
@@ -206,6 +246,30 @@ class LocalConvLayer:
             net = _view(net_area, P, D, n)
             np.matmul(self._local_weights(w), cols.transpose(1, 0, 2), out=net)
         scatter_net(net, not self.shared, w, self.npw, out)
+
+    def forward_t(self, w, priorT, outT, cols_area):
+        """Forward only, in (feature, case) order: priorT (n_in, n) -> outT (n_out, n), the net
+        inputs. The same windows and products as :meth:`forward`, without its transpose and
+        reorder; nothing is kept for a backward pass, so the windows are unrolled a run of
+        positions at a time (cols_area is only scratch) and stay in cache for their product."""
+        n = priorT.shape[1]
+        P, K, D = self.P, self.K, self.D
+        out = outT.reshape(D, P, n)
+        step = P if 8 * K * P * n <= WHOLE_BYTES else max(1, min(P, CHUNK_BYTES // (8 * K * n)))
+        if self.shared:
+            W = w.reshape(D, self.npw)[:, :K]
+        else:
+            LW = self._local_weights(w)
+        for p0 in range(0, P, step):
+            p1 = min(P, p0 + step)
+            cols = _view(cols_area, K, p1 - p0, n)
+            unroll_range(priorT, *self.geometry, p0, p1, cols)
+            if self.shared:
+                np.matmul(W, cols.reshape(K, (p1 - p0) * n),
+                          out=out[:, p0:p1].reshape(D, (p1 - p0) * n))
+            else:
+                np.matmul(LW[p0:p1], cols.transpose(1, 0, 2), out=out[:, p0:p1].transpose(1, 0, 2))
+        add_bias(out, not self.shared, w, self.npw)
 
     def gradient(self, w, g, dnet, cols_area, net_area, gtmp):
         """dnet (n, n_out): d criterion / d net inputs. Adds the weight gradient into g (this

@@ -43,6 +43,26 @@ def softmax_block(z, classes, want_delta):
     return total
 
 
+@njit(cache=True, nogil=True)
+def softmax_criterion_t(zT, classes):
+    """Forward only: zT (C, n) logits in (class, case) order -> the sum over the block of
+    -log(p_true + 1e-30), computed as :func:`softmax_block` computes it; the probabilities are
+    not stored."""
+    C = zT.shape[0]
+    total = 0.0
+    for b in range(zT.shape[1]):
+        top = zT[0, b]
+        for i in range(1, C):
+            if zT[i, b] > top:
+                top = zT[i, b]
+        s = 0.0
+        for i in range(C):
+            s += math.exp(zT[i, b] - top)
+        inv = 1.0 / s
+        total -= math.log(math.exp(zT[classes[b], b] - top) * inv + LOG_GUARD)
+    return total
+
+
 @njit(cache=True, nogil=True, fastmath={"contract"})
 def tanh_backward(dact, act):
     """dact (n, m) d criterion / d activations -> d criterion / d net inputs, in place:

@@ -45,6 +45,45 @@ def pool_forward(prior, depth, in_rows, in_cols, rows, cols, pw_v, pw_h, stride_
 
 
 @njit(cache=True, nogil=True)
+def pool_forward_t(priorT, depth, in_rows, in_cols, rows, cols, pw_v, pw_h, stride_v, stride_h,
+                   is_max, outT):
+    """Forward only, in (feature, case) order: priorT (depth*in_rows*in_cols, n) ->
+    outT (depth*rows*cols, n), no winner ids. The same values as :func:`pool_forward` (the same
+    comparisons and sums in the same order), with the cases as the inner loop."""
+    n = priorT.shape[1]
+    share = 1.0 / (pw_v * pw_h)
+    k = 0
+    for d in range(depth):
+        sbase = d * in_rows * in_cols
+        for r in range(rows):
+            r0 = stride_v * r
+            for c in range(cols):
+                c0 = stride_h * c
+                if is_max:
+                    first = sbase + r0 * in_cols + c0
+                    for b in range(n):
+                        outT[k, b] = priorT[first, b]
+                    for ir in range(r0, r0 + pw_v):
+                        for ic in range(c0, c0 + pw_h):
+                            src = sbase + ir * in_cols + ic
+                            for b in range(n):
+                                x = priorT[src, b]
+                                best = outT[k, b]
+                                outT[k, b] = x if x > best else best
+                else:
+                    for b in range(n):
+                        outT[k, b] = 0.0
+                    for ir in range(r0, r0 + pw_v):
+                        for ic in range(c0, c0 + pw_h):
+                            src = sbase + ir * in_cols + ic
+                            for b in range(n):
+                                outT[k, b] += priorT[src, b]
+                    for b in range(n):
+                        outT[k, b] *= share
+                k += 1
+
+
+@njit(cache=True, nogil=True)
 def pool_backward(dout, ids, depth, in_rows, in_cols, rows, cols, pw_v, pw_h, stride_v, stride_h,
                   is_max, dprior):
     """dout (n, depth*rows*cols) -> dprior (n, depth*in_rows*in_cols)."""
@@ -85,6 +124,10 @@ class PoolLayer:
     def forward(self, prior, out, ids):
         """prior (n, n_in) -> out (n, n_out); ids (n, n_out) int32 winners for max pooling."""
         pool_forward(prior, *self.args, out, ids)
+
+    def forward_t(self, priorT, outT):
+        """Forward only, in (feature, case) order: priorT (n_in, n) -> outT (n_out, n)."""
+        pool_forward_t(priorT, *self.args, outT)
 
     def backward(self, dout, ids, dprior):
         """dout (n, n_out): d criterion / d this layer's activations -> dprior (n, n_in)."""
