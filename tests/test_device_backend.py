@@ -210,22 +210,19 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     x = rng.random((900, arch.bands, arch.rows, arch.cols))
     c = rng.integers(0, arch.n_classes, 900)
     w = rng.normal(0, 0.4, arch.n_weights)
-    from convnet.device.backend import _Runtime
-    for family in ("tc", "ffma") if _Runtime.get().tensor_cores else ("ffma",):
-        nns = [t for t in dbe.NN_TILES if t.startswith("tc") == (family == "tc")]
-        tns = [t for t in dbe.TN_TILES if t.startswith("tc") == (family == "tc")]
-        results = {}
-        for i in range(max(len(nns), len(tns))):       # every shape at least once
-            nn, tn = nns[i % len(nns)], tns[i % len(tns)]
-            monkeypatch.setattr(dbe, "_nn_candidates", lambda M, N, tc=False, t=nn: [t])
-            monkeypatch.setattr(dbe, "_tn_candidates", lambda R, N, tc=False, t=tn: [t])
-            results[(nn, tn)] = _backend(arch, tensor_cores=family == "tc").evaluator(x, c, 0.001).gradient(w)
-        first = next(iter(results.values()))
-        for key, (crit, grad) in results.items():
-            assert crit == first[0] and np.array_equal(grad, first[1]), key
-        crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.001)
-        tol = 1e-4 if family == "tc" else 1e-5       # 3xTF32 on the tensor cores is less exact
-        assert abs(first[0] - crit_ref) <= tol / 10 * crit_ref and _rel(first[1], grad_ref) <= tol
+    nns, tns = list(dbe.NN_TILES), list(dbe.TN_TILES)
+    results = {}
+    for i in range(max(len(nns), len(tns))):       # every shape at least once
+        nn, tn = nns[i % len(nns)], tns[i % len(tns)]
+        monkeypatch.setattr(dbe, "_nn_candidates", lambda M, N, t=nn: [t])
+        monkeypatch.setattr(dbe, "_tn_candidates", lambda R, N, t=tn: [t])
+        results[(nn, tn)] = _backend(arch).evaluator(x, c, 0.001).gradient(w)
+    first = next(iter(results.values()))
+    for key, (crit, grad) in results.items():
+        assert crit == first[0] and np.array_equal(grad, first[1]), key
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.001)
+    tol = 1e-5
+    assert abs(first[0] - crit_ref) <= tol / 10 * crit_ref and _rel(first[1], grad_ref) <= tol
 
 
 @pytest.mark.parametrize("lines", [

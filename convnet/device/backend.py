@@ -35,9 +35,7 @@ from .plan import CHUNK, ModelPlan, gradient_launch_slices, split_batches
 from .timers import EventTimer
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
-KERNEL_FILES = ("gemm.cu", "gemm_tc.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu")
-# gemm_tc.cu needs the TF32 tensor cores of compute capability 8.0 and up.
-TC_MIN_CC = (8, 0)
+KERNEL_FILES = ("gemm.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu")
 COMMON_HEADER = "common.cuh"
 
 DEFAULT_MAX_HID_GRAD = 65535
@@ -64,13 +62,6 @@ TN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
             "64x32_4x4": (64, 32, 128), "64x16_4x2": (64, 16, 128),
             "32x32_2x4": (32, 32, 128), "32x32_4x4": (32, 32, 64),
             "128x64_8x4_k16": (128, 64, 256), "32x32_4x4_k16": (32, 32, 64)}
-# Tensor-core shapes (gemm_tc.cu, "tcBMxBN"): the same products, 3xTF32 on the tensor cores.
-NN_TILES.update({"tc128x64": (128, 64, 128), "tc64x64": (64, 64, 128), "tc128x56": (128, 56, 128),
-                 "tc128x32": (128, 32, 128), "tc256x32": (256, 32, 256), "tc128x24": (128, 24, 128),
-                 "tc128x16": (128, 16, 128)})
-TN_TILES.update({"tc128x64": (128, 64, 128), "tc128x56": (128, 56, 128), "tc64x64": (64, 64, 128),
-                 "tc128x32": (128, 32, 128), "tc64x32": (64, 32, 64), "tc64x16": (64, 16, 64),
-                 "tc32x32": (32, 32, 64), "tc32x24": (32, 24, 64)})
 # Launches with less work than this (multiply-adds) are not worth timing: first candidate.
 TUNE_MIN_WORK = 2e8
 
@@ -150,7 +141,6 @@ class _Runtime:
         self.cuda = cuda
         self.pycuda_version = getattr(pycuda, "VERSION_TEXT", "?")
         self.device = cuda.Device(0)
-        self.tensor_cores = self.device.compute_capability() >= TC_MIN_CC
         self.ctx = self.device.retain_primary_context()
         self.lock = threading.RLock()
         self.trace = None
@@ -176,27 +166,13 @@ class _Runtime:
         except Exception as e:
             raise DeviceUnavailable(f"kernel file {name} did not build: {e}") from None
 
-    def _gemm_functions(self, module_name, tc):
+    def _build(self):
+        self.modules = {name: self._module(name) for name in KERNEL_FILES}
         for kind, tiles in (("nn", NN_TILES), ("tn", TN_TILES)):
             for tile in tiles:
-                if tile.startswith("tc") == tc:
-                    f = self.modules[module_name].get_function(f"gemm_{kind}_{tile}")
-                    f.prepare(_SIGNATURES[f"gemm_{kind}"])
-                    self.functions[f"gemm_{kind}_{tile}"] = f
-
-    def load_tensor_core_kernels(self):
-        """Builds gemm_tc.cu the first time a backend asks for the tensor-core products."""
-        with self.active():
-            if "gemm_tc.cu" not in self.modules:
-                self.modules["gemm_tc.cu"] = self._module("gemm_tc.cu")
-                self._gemm_functions("gemm_tc.cu", True)
-
-    def _build(self):
-        self.modules = {}
-        for name in KERNEL_FILES:
-            if name != "gemm_tc.cu":            # built on demand: load_tensor_core_kernels
-                self.modules[name] = self._module(name)
-        self._gemm_functions("gemm.cu", False)
+                f = self.modules["gemm.cu"].get_function(f"gemm_{kind}_{tile}")
+                f.prepare(_SIGNATURES[f"gemm_{kind}"])
+                self.functions[f"gemm_{kind}_{tile}"] = f
         for np_ in CONV_SMALL_WIDTHS:
             for kind in ("conv_small", "conv_small_pool"):
                 f = self.modules["conv_small.cu"].get_function(f"{kind}_{np_}")
@@ -309,17 +285,7 @@ def _pool_grid(per_case, nb):
     return gx, max(1, min(MAX_GRID_Z, -(-nb // POOL_CASES_PER_THREAD))), 1
 
 
-def _nn_candidates(M, N, tc=False):
-    if tc:
-        if N > 56:
-            return ["tc128x64", "tc64x64"]
-        if N > 32:
-            return ["tc128x56", "tc128x64", "tc64x64"]
-        if N > 24:
-            return ["tc128x32", "tc256x32"]
-        if N > 16:
-            return ["tc128x24", "tc128x32"]
-        return ["tc128x16"]
+def _nn_candidates(M, N):
     if N > 32:
         return ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16"]
     if N > 16:
@@ -329,17 +295,7 @@ def _nn_candidates(M, N, tc=False):
     return ["64x16_4x2", "128x16_8x2"]
 
 
-def _tn_candidates(R, N, tc=False):
-    if tc:
-        if R <= 32:
-            return ["tc32x24", "tc32x32"] if N <= 24 else ["tc32x32"]
-        if N > 56:
-            return ["tc128x64", "tc64x64"]
-        if N > 32:
-            return ["tc128x56", "tc128x64", "tc64x64"]
-        if N > 16:
-            return ["tc128x32", "tc64x32"]
-        return ["tc64x16"]
+def _tn_candidates(R, N):
     if R <= 32:
         return ["32x32_2x4", "32x32_4x4", "32x32_4x4_k16"]
     if N > 32:
@@ -401,15 +357,8 @@ class _Tuner:
 class DeviceBackend:
     """See the module docstring."""
 
-    def __init__(self, arch, params=None, timing=True, poison=False, tune=True, tensor_cores=False,
-                 fuse=True):
+    def __init__(self, arch, params=None, timing=True, poison=False, tune=True, fuse=True):
         self.rt = _Runtime.get()
-        # tensor_cores: the products on the tensor cores (3xTF32, gemm_tc.cu) where the device has
-        # them. Off by default: on the H200 they were no faster than the FFMA kernels (both are
-        # limited by their gathering loads) and about ten times less accurate (see NOTES.md).
-        self.tensor_cores = bool(tensor_cores and self.rt.tensor_cores)
-        if self.tensor_cores:
-            self.rt.load_tensor_core_kernels()
         self.tune = tune            # time the tile shapes of each product once per evaluator
         self.poison = poison        # tests: fill new work buffers with NaN to catch unwritten outputs
         self.arch = arch
@@ -770,7 +719,7 @@ class DeviceEvaluator:
                         np.int32(ldo), prior, np.int32(epi), np.int32(G))
 
         work = float(M) * N * groups.max_k * G
-        self.tuner.run(site + (M,), _nn_candidates(M, N, b.tensor_cores), work, launch)
+        self.tuner.run(site + (M,), _nn_candidates(M, N), work, launch)
 
     def _conv_small_pool(self, lp, src, lda, nb):
         b = self.backend
@@ -866,7 +815,7 @@ class DeviceEvaluator:
                           self.ws.scratch, np.int32(nz))
 
             work = float(R) * NL * nb * gp.groups
-            self.tuner.run(("gradient", lp.index, NL, nb), _tn_candidates(R, NL, b.tensor_cores), work,
+            self.tuner.run(("gradient", lp.index, NL, nb), _tn_candidates(R, NL), work,
                            launch)
             pld = gp.groups * NL if gp.local_cols else NL
             total = R * pld

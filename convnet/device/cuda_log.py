@@ -95,9 +95,7 @@ def cuda_log_lines(backend, arch, params):
         lines += backend.rt.report()
     except Exception as e:              # the report is informative only
         lines.append(f"(device report failed: {e})")
-    lines.append("Products of FC, LOCAL and CONV layers: "
-                 + ("tensor cores, float32 operands split in 3 TF32 products (float32 accuracy)"
-                    if backend.tensor_cores else "float32 fused multiply-adds"))
+    lines.append("Products of FC, LOCAL and CONV layers: float32 fused multiply-adds")
     lines += _section("2. Architecture and training parameters")
     lines += arch.report()
     lines.append("Training parameters:")
