@@ -22,9 +22,6 @@ from .control import DEFAULT_PARAMETERS, parse_file
 from .errors import ConvnetError, Interrupted
 from .logs.writer import LogWriter
 
-_SERIES_FLAG_COMMANDS = ("SERIES TRANSFORM", "SERIES TARGET", "SERIES CLASS", "SERIES HEADER")
-
-
 class Interrupt:
     """Counts Ctrl-C presses: the first asks the running phase to move on, the second ends the run.
 
@@ -137,20 +134,19 @@ class Session:
 
     # ------------------------------------------------------------------ dispatch
     def execute(self, cmd):
-        name = cmd.name
-        if name == "SET":
-            return self._set(cmd)
-        if name in _SERIES_FLAG_COMMANDS:
-            self.series_settings.update(cmd.args)
-            return None
-        if name == "LAYER":
-            if self.layers_closed:
-                self.layer_specs = []
-                self.layers_closed = False
-            self.layer_specs.append(cmd.args["spec"])
-            return None
-        handler = getattr(self, "_cmd_" + name.lower().replace(" ", "_"))
-        return handler(cmd)
+        handler = self.HANDLERS.get(cmd.name)
+        if handler is None:  # pragma: no cover - a registry command without a handler
+            raise AssertionError(f"no handler for command {cmd.name}")
+        return handler(self, cmd)
+
+    def _series_flag(self, cmd):
+        self.series_settings.update(cmd.args)
+
+    def _layer(self, cmd):
+        if self.layers_closed:
+            self.layer_specs = []
+            self.layers_closed = False
+        self.layer_specs.append(cmd.args["spec"])
 
     def _set(self, cmd):
         name, value = cmd.args["name"], cmd.args["value"]
@@ -166,7 +162,7 @@ class Session:
         if self.dataset is not None:
             raise cmd.error(f"{cmd.name}: data is already present (use CLEAR first)")
 
-    def _cmd_make_image(self, cmd):
+    def _make_image(self, cmd):
         from .data.synthetic import make_image
         self._need_no_data(cmd)
         a = cmd.args
@@ -174,13 +170,13 @@ class Session:
                                   self.rng)
         self._data_note(cmd)
 
-    def _cmd_read_mnist_image(self, cmd):
+    def _read_mnist_image(self, cmd):
         from .data import mnist
         self._need_no_data(cmd)
         self.dataset = mnist.read_images(cmd.args["path"])
         self._data_note(cmd)
 
-    def _cmd_read_mnist_labels(self, cmd):
+    def _read_mnist_labels(self, cmd):
         from .data import mnist
         if self.dataset is None or self.dataset.kind != "MNIST":
             raise cmd.error("READ MNIST LABELS must follow READ MNIST IMAGE")
@@ -189,14 +185,14 @@ class Session:
         self.dataset = mnist.read_labels(cmd.args["path"], self.dataset)
         self._data_note(cmd)
 
-    def _cmd_read_c10_image(self, cmd):
+    def _read_c10_image(self, cmd):
         from .data import cifar
         if self.dataset is not None and self.dataset.kind != "C10":
             raise cmd.error("READ C10 IMAGE: other data is already present (use CLEAR first)")
         self.dataset = cifar.read_c10(cmd.args["path"], existing=self.dataset)
         self._data_note(cmd)
 
-    def _cmd_read_series(self, cmd):
+    def _read_series(self, cmd):
         from .data import series
         self._need_no_data(cmd)
         p = self.params
@@ -208,10 +204,10 @@ class Session:
         if self.model_series is not None:
             self.log.write("   (imaged and classed with the trained model's series scale and thresholds)")
 
-    def _cmd_clear(self, cmd):
+    def _clear(self, cmd):
         self.dataset = None
 
-    def _cmd_keep_cases(self, cmd):
+    def _keep_cases(self, cmd):
         self._need_data(cmd, labels=False)
         self.dataset = self.dataset.keep_cases(cmd.args["first"], cmd.args["last"])
         self._data_note(cmd)
@@ -266,7 +262,7 @@ class Session:
         from .model import Model
         return Model(arch, device=device, threads=self._threads(), params=self.params)
 
-    def _cmd_train(self, cmd):
+    def _train(self, cmd):
         data = self._need_data(cmd)
         if not self.layer_specs:
             raise cmd.error("TRAIN needs at least one layer line before it")
@@ -311,20 +307,13 @@ class Session:
         """A live progress line on a terminal, or None."""
         if self.quiet or self.check_only or not sys.stdout.isatty():
             return None
-        try:
-            from .display import ProgressLine
-        except ImportError:
-            return None
+        from .display import ProgressLine
         return ProgressLine(sys.stdout)
 
     def _after_train(self, result, device):
         """Pictures and the device log that follow a TRAIN."""
-        try:
-            from .display import criterion_curve
-        except ImportError:
-            criterion_curve = None
-        if criterion_curve is not None:
-            criterion_curve(result, os.path.join(self.out, "criterion.png"))
+        from .display import criterion_curve
+        criterion_curve(result, os.path.join(self.out, "criterion.png"))
         if device == "cpu":
             from .logs.timing import format_timing_table
             table = format_timing_table(self.model.backend.timings())
@@ -335,7 +324,7 @@ class Session:
             write_cuda_log(os.path.join(self.out, "CUDA.LOG"), self.model.backend, self.model.arch,
                            self.params)
 
-    def _cmd_test(self, cmd):
+    def _test(self, cmd):
         data = self._need_data(cmd)
         self._need_model(cmd)
         data.check_matches(self.model_arch.rows, self.model_arch.cols, self.model_arch.bands,
@@ -353,7 +342,7 @@ class Session:
         self.results.append(result)
         return result
 
-    def _cmd_print_weights(self, cmd):
+    def _print_weights(self, cmd):
         self._need_model(cmd)
         if self.check_only:
             return
@@ -363,7 +352,7 @@ class Session:
     def _output_path(self, name):
         return name if os.path.isabs(name) else os.path.join(self.out, name)
 
-    def _cmd_save_model(self, cmd):
+    def _save_model(self, cmd):
         self._need_model(cmd)
         if self.check_only:
             return
@@ -372,7 +361,7 @@ class Session:
         save_model(path, self.model, series_info=self.model_series)
         self.log.write(f"   Model saved to {path}")
 
-    def _cmd_load_model(self, cmd):
+    def _load_model(self, cmd):
         from .modelfile import load_model
         path = cmd.args["path"]
         if not os.path.exists(path) and not os.path.isabs(cmd.args["filename"]):
@@ -393,7 +382,7 @@ class Session:
         self.model.weights = loaded.weights
 
     # ------------------------------------------------------------------ pictures
-    def _cmd_display_training_images(self, cmd):
+    def _display_training_images(self, cmd):
         data = self._need_data(cmd, labels=False)
         if data.bands not in (1, 3):
             raise cmd.error(f"DISPLAY TRAINING IMAGES shows 1 or 3 bands; these images have {data.bands}")
@@ -403,7 +392,7 @@ class Session:
         a = cmd.args
         training_images(data, a["first"], a["rows"], a["columns"], self._output_path(a["file"]))
 
-    def _cmd_display_filter_images(self, cmd):
+    def _display_filter_images(self, cmd):
         self._need_model(cmd)
         arch = self.model_arch
         if not arch.layers or arch.layers[0].kind != CONV:
@@ -417,7 +406,7 @@ class Session:
         filter_images(self.model, a["first"], a["rows"], a["columns"], a["individual"],
                       self._output_path(a["file"]))
 
-    def _cmd_display_activation_images(self, cmd):
+    def _display_activation_images(self, cmd):
         self._need_model(cmd)
         data = self._need_data(cmd, labels=False)
         a = cmd.args
@@ -433,6 +422,34 @@ class Session:
         from .display import activation_images
         activation_images(self.model, data, a["first"], a["rows"], a["columns"], a["case"],
                           self._output_path(a["file"]))
+
+    # ------------------------------------------------------------------ the dispatch table
+    # Every command name the parser produces (control.COMMANDS' command_name, plus SET for
+    # ``NAME = value``) and the method that executes it.
+    HANDLERS = {
+        "SET": _set,
+        "SERIES TRANSFORM": _series_flag,
+        "SERIES TARGET": _series_flag,
+        "SERIES CLASS": _series_flag,
+        "SERIES HEADER": _series_flag,
+        "LAYER": _layer,
+        "MAKE IMAGE": _make_image,
+        "READ MNIST IMAGE": _read_mnist_image,
+        "READ MNIST LABELS": _read_mnist_labels,
+        "READ C10 IMAGE": _read_c10_image,
+        "READ SERIES": _read_series,
+        "CLEAR": _clear,
+        "KEEP CASES": _keep_cases,
+        "TRAIN": _train,
+        "TEST": _test,
+        "PRINT WEIGHTS": _print_weights,
+        "SAVE MODEL": _save_model,
+        "LOAD MODEL": _load_model,
+        "DISPLAY TRAINING IMAGES": _display_training_images,
+        "DISPLAY FILTER IMAGES": _display_filter_images,
+        "DISPLAY ACTIVATION IMAGES": _display_activation_images,
+    }
+
 
 
 def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True):

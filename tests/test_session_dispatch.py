@@ -1,0 +1,23 @@
+"""The session's command table: every command the parser can produce has a handler, found by name."""
+
+import inspect
+
+from convnet.control import COMMANDS
+from convnet.session import Session
+
+
+def test_every_registry_command_has_a_handler():
+    names = {spec.command_name for spec in COMMANDS} | {"SET"}
+    assert names == set(Session.HANDLERS)
+
+
+def test_handlers_are_session_methods():
+    for name, handler in Session.HANDLERS.items():
+        assert inspect.isfunction(handler), name
+        assert getattr(Session, handler.__name__) is handler, name
+
+
+def test_session_module_has_no_name_mangled_dispatch():
+    source = inspect.getsource(Session)
+    assert "getattr(self" not in source
+    assert "except ImportError" not in source
