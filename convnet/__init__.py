@@ -1,9 +1,17 @@
 """convnet: a command-line trainer for convolutional nets driven by plain-text control files."""
 
-__version__ = "0.1.0"
+from ._version import __version__
+from .architecture import Architecture
+from .errors import ConvnetError
 
-from .architecture import Architecture  # noqa: E402
-from .errors import ConvnetError  # noqa: E402
-from .model import Model  # noqa: E402
+
+def __getattr__(name):
+    # Model pulls in the numba kernels; load it on first use so that convnet.logs and
+    # convnet.data stay light.
+    if name == "Model":
+        from .model import Model
+        return Model
+    raise AttributeError(f"module 'convnet' has no attribute {name!r}")
+
 
 __all__ = ["Architecture", "ConvnetError", "Model", "__version__"]

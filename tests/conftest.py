@@ -1,5 +1,6 @@
 """Shared fixtures: the golden reference vectors and small random problems."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -7,11 +8,17 @@ import pytest
 
 from convnet.architecture import Architecture, LayerSpec
 
-REFERENCE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+# The golden vectors made by the author's C++ code (see its README.md), kept in the repository so
+# that every checkout runs them; this is the one place the tests look for them.
+REFERENCE_DIR = Path(__file__).resolve().parent / "fixtures" / "reference"
 
 
-def _reference_files():
-    return sorted(REFERENCE_DIR.glob("*.npz")) if REFERENCE_DIR.is_dir() else []
+def reference_files():
+    """Every golden-vector file; a missing or empty folder is an error, never a skip."""
+    files = sorted(REFERENCE_DIR.glob("*.npz"))
+    if not files:
+        raise FileNotFoundError(f"no golden vectors (*.npz) in {REFERENCE_DIR}")
+    return files
 
 
 class ReferenceCase:
@@ -53,29 +60,20 @@ class ReferenceCase:
 
 
 def pytest_generate_tests(metafunc):
-    """Tests asking for ``reference_case`` run once per golden file (skipped if none exist)."""
+    """Tests asking for ``reference_case`` run once per golden file."""
     if "reference_case" in metafunc.fixturenames:
-        files = _reference_files()
-        if files:
-            metafunc.parametrize("reference_case", files, ids=[f.stem for f in files],
-                                 indirect=True)
-        else:
-            metafunc.parametrize("reference_case", [None], ids=["no-reference-folder"],
-                                 indirect=True)
+        files = reference_files()
+        metafunc.parametrize("reference_case", files, ids=[f.stem for f in files], indirect=True)
 
 
 @pytest.fixture(scope="session")
-def reference_dir():
-    """The folder of golden vectors; tests using it are skipped where the folder is absent."""
-    if not REFERENCE_DIR.is_dir():
-        pytest.skip(f"no reference folder at {REFERENCE_DIR}")
-    return REFERENCE_DIR
+def reference_index():
+    """The golden vectors' index.json: the cases and their conventions."""
+    return json.loads((REFERENCE_DIR / "index.json").read_text())
 
 
 @pytest.fixture
 def reference_case(request):
-    if request.param is None:
-        pytest.skip(f"no reference folder at {REFERENCE_DIR}")
     return ReferenceCase(request.param)
 
 

@@ -1,15 +1,10 @@
 """Architecture: Equation 1-8 shapes, weight counts, offsets, penalty mask, the book's report."""
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from convnet.architecture import CONV, FC, LOCAL, POOLAVG, POOLMAX, Architecture, LayerSpec
 from convnet.errors import ConvnetError
-
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
 MANUAL_LINES = [
     "CONVOLUTIONAL LAYER 6 1 1 1 1 1 1",
@@ -66,10 +61,9 @@ def test_penalty_mask_excludes_every_bias():
     assert np.all(mask[9:60:10] == 0) and mask[0] == 1
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="reference vectors not present")
-def test_weight_counts_of_every_reference_case():
-    index = json.loads((REFERENCE / "index.json").read_text())
-    for case in index["cases"]:
+def test_weight_counts_of_every_reference_case(reference_index):
+    assert reference_index["cases"]
+    for case in reference_index["cases"]:
         arch = Architecture.from_lines(case["control_lines"], case["rows"], case["cols"],
                                        case["bands"], case["n_classes"])
         assert arch.n_weights == case["n_weights"], case["name"]

@@ -1,9 +1,6 @@
 """The CUDA path on a real GPU: reference vectors, random architectures of every layer type, launch
 splits, weight copies, timings and CUDA.LOG. Skipped where PyCUDA or a GPU is missing."""
 
-import glob
-import os
-
 import numpy as np
 import pytest
 
@@ -15,11 +12,6 @@ from convnet.errors import ConvnetError
 _OK, _WHY = device_available()
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not _OK, reason=f"no CUDA device: {_WHY}")]
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-REF = next((d for d in (os.path.join(_HERE, "..", "..", "shared", "reference"),
-                        os.path.join(_HERE, "..", "shared", "reference")) if os.path.isdir(d)), "")
-REF_FILES = sorted(glob.glob(os.path.join(REF, "*.npz"))) if REF else []
-
 
 def _backend(arch, params=None, **kw):
     from convnet.device.backend import DeviceBackend
@@ -30,17 +22,8 @@ def _rel(a, b):
     return float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / max(np.linalg.norm(b), 1e-300))
 
 
-def _load(path):
-    z = np.load(path, allow_pickle=False)
-    arch = Architecture.from_lines(list(z["control_lines"]), int(z["rows"]), int(z["cols"]),
-                                   int(z["bands"]), int(z["n_classes"]))
-    return z, arch
-
-
-@pytest.mark.skipif(not REF_FILES, reason="reference vectors not found")
-@pytest.mark.parametrize("path", REF_FILES, ids=[os.path.basename(p) for p in REF_FILES])
-def test_reference_vectors(path):
-    z, arch = _load(path)
+def test_reference_vectors(reference_case):
+    z, arch = reference_case.arrays, reference_case.arch
     be = _backend(arch)
     ev = be.evaluator(z["inputs"], z["classes"], float(z["wpen"]))
     crit, grad = ev.gradient(z["weights"])
@@ -53,12 +36,12 @@ def test_reference_vectors(path):
     for i, a in enumerate(acts):
         for c in range(a.shape[0]):
             key = f"act_L{i}_case{c}"
-            if key in z.files:
+            if key in z:
                 assert np.abs(a[c] - z[key]).max() < 1e-5
     for i, a in be.poolmax_winners(z["weights"], z["inputs"]).items():
         for c in range(a.shape[0]):
             key = f"poolmax_id_L{i}_case{c}"
-            if key in z.files:
+            if key in z:
                 assert np.array_equal(a[c], z[key])
 
 

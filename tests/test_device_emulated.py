@@ -8,7 +8,6 @@ results on a GPU by test_device_backend.py.
 """
 
 import contextlib
-import glob
 import os
 import threading
 
@@ -20,9 +19,6 @@ from convnet.device import backend as dbe
 from convnet.device.plan import ModelPlan, simulate
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-REF = next((d for d in (os.path.join(_HERE, "..", "..", "shared", "reference"),
-                        os.path.join(_HERE, "..", "shared", "reference")) if os.path.isdir(d)), "")
-REF_FILES = sorted(glob.glob(os.path.join(REF, "*.npz"))) if REF else []
 
 
 # ---------------------------------------------------------------------------- fake device memory
@@ -396,22 +392,13 @@ def fake_runtime(monkeypatch):
     return rt
 
 
-def _load(path):
-    z = np.load(path, allow_pickle=False)
-    arch = Architecture.from_lines(list(z["control_lines"]), int(z["rows"]), int(z["cols"]),
-                                   int(z["bands"]), int(z["n_classes"]))
-    return z, arch
-
-
 def _rel(a, b):
     return float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / max(np.linalg.norm(b), 1e-300))
 
 
 # ---------------------------------------------------------------------------- tests
-@pytest.mark.skipif(not REF_FILES, reason="reference vectors not found")
-@pytest.mark.parametrize("path", REF_FILES, ids=[os.path.basename(p) for p in REF_FILES])
-def test_emulated_backend_matches_reference(fake_runtime, path):
-    z, arch = _load(path)
+def test_emulated_backend_matches_reference(fake_runtime, reference_case):
+    z, arch = reference_case.arrays, reference_case.arch
     be = dbe.DeviceBackend(arch)
     ev = be.evaluator(z["inputs"], z["classes"], float(z["wpen"]))
     crit, grad = ev.gradient(z["weights"])
@@ -423,13 +410,13 @@ def test_emulated_backend_matches_reference(fake_runtime, path):
     for i, a in enumerate(acts):
         for c in range(a.shape[0]):
             key = f"act_L{i}_case{c}"
-            if key in z.files:
+            if key in z:
                 assert np.abs(a[c] - z[key]).max() < 1e-5
     wins = be.poolmax_winners(z["weights"], z["inputs"])
     for i, a in wins.items():
         for c in range(a.shape[0]):
             key = f"poolmax_id_L{i}_case{c}"
-            if key in z.files:
+            if key in z:
                 assert np.array_equal(a[c], z[key])
 
 

@@ -6,7 +6,7 @@ Lines are flushed as they are written, so the log is complete up to any interrup
 import datetime
 import os
 
-from .. import __version__
+from .._version import __version__
 
 # The first line of every CONVNET.LOG; the log reader refuses a format version it does not know.
 LOG_FORMAT_VERSION = 1
