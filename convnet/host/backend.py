@@ -19,8 +19,11 @@ So memory grows with threads x block size and not with the number of cases: B is
 one worker's work areas stay near :data:`BLOCK_BYTES`, at most :data:`MAX_BLOCK` cases.
 
 Thread count: ``threads`` workers (default: Numba's configured thread count, which is every core
-unless NUMBA_NUM_THREADS says otherwise). Results do not depend on it beyond rounding: only the
-order in which the per-worker sums are added changes.
+unless NUMBA_NUM_THREADS says otherwise). Results are the same to the last bit whatever it is: the
+block size and the cut of the blocks into chunks (:meth:`HostBackend.partition`) depend only on the
+data and the architecture, each chunk's criterion and gradient are summed block by block into a
+partial of their own, and the partials are added in chunk order; a worker takes a contiguous run
+of whole chunks. (On another machine the BLAS library may sum a product in another order.)
 
 Timings: every layer's forward pass, delta and weight gradient are timed per block (two clock
 reads each); :meth:`HostBackend.timings` reports calls (blocks) and seconds summed over workers.
@@ -44,6 +47,9 @@ from .threads import default_threads, single_threaded_blas
 
 BLOCK_BYTES = 32 << 20    # target size of one worker's per-case work areas
 MAX_BLOCK = 64            # most cases in a block
+MIN_BLOCKS = 16           # small data sets are cut into this many blocks at least (workers' share)
+MAX_CHUNKS = 48           # chunks of blocks, each with its own partial sums (48 = 2^4 * 3)
+PARTIAL_BYTES = 64 << 20  # at most this much memory for the chunks' partial gradients
 
 FORWARD, DELTA, GRADIENT = 0, 1, 2
 ACTIVITIES = ("forward", "delta", "gradient")
@@ -359,11 +365,22 @@ class HostBackend:
 
     def block_size(self, n_cases, threads=None):
         """Cases per block for a computation on n_cases cases: the per-case work areas of a
-        gradient within BLOCK_BYTES, at most MAX_BLOCK, and no more than gives every worker some
-        cases. The same for criterion and gradient, so that both share the work areas."""
-        t = self._threads if threads is None else threads
+        gradient within BLOCK_BYTES, at most MAX_BLOCK, and small enough to cut the cases into
+        MIN_BLOCKS blocks. The same for criterion and gradient, so that both share the work areas,
+        and independent of the thread count (``threads`` is accepted and ignored), so that results
+        are too."""
         b = max(1, min(MAX_BLOCK, BLOCK_BYTES // self._plan.bytes_per_case(True)))
-        return max(1, min(b, -(-n_cases // t)))
+        return max(1, min(b, -(-n_cases // MIN_BLOCKS)))
+
+    def partition(self, n_cases):
+        """The blocks [(first, stop)] of a computation and their chunks [(first block, stop)]:
+        at most MAX_CHUNKS chunks, fewer where their partial gradients would pass PARTIAL_BYTES.
+        Neither depends on the thread count."""
+        B = self.block_size(n_cases)
+        blocks = [(s, min(s + B, n_cases)) for s in range(0, n_cases, B)]
+        nb = len(blocks)
+        c = min(nb, MAX_CHUNKS, max(1, PARTIAL_BYTES // (8 * max(1, self.arch.n_weights))))
+        return blocks, [(k * nb // c, (k + 1) * nb // c) for k in range(c)]
 
     # -- the public interface
     def evaluator(self, inputs, classes, wpen=0.0):
@@ -409,10 +426,10 @@ class HostBackend:
         plan = self._plan
         n = x.shape[0]
         gradient = mode == "gradient"
-        B = self.block_size(n)
-        blocks = [(s, min(s + B, n)) for s in range(0, n, B)]
-        T = min(self._threads, len(blocks))
-        groups = [blocks[t * len(blocks) // T:(t + 1) * len(blocks) // T] for t in range(T)]
+        blocks, chunks = self.partition(n)
+        B = blocks[0][1] - blocks[0][0]
+        T = min(self._threads, len(chunks))
+        groups = [range(t * len(chunks) // T, (t + 1) * len(chunks) // T) for t in range(T)]
         works = []
         for t in range(T):
             wk = self._works.get(t)
@@ -422,32 +439,36 @@ class HostBackend:
             works.append(wk)
         xf = x.reshape(n, plan.n_inputs)
         want_classes = classes.shape[0] > 0
+        totals = np.zeros(len(blocks))                  # each block's -log likelihood sum
+        partials = np.empty((len(chunks), plan.n_weights)) if gradient else None
 
         def worker(t):
             wk = works[t]
             with wk.lock:
-                total = 0.0
-                if gradient:
-                    wk.grad[:] = 0.0
-                for b0, b1 in groups[t]:
-                    m = b1 - b0
-                    xb = xf[b0:b1]
-                    cb = classes[b0:b1] if want_classes else _NO_CLASSES
-                    if mode == "criterion":
-                        total += _criterion_block(plan, w, xb, wk, m, cb)
-                        continue
-                    total += _forward_block(plan, w, xb, wk, m, cb, gradient)
+                for c in groups[t]:
                     if gradient:
-                        _backward_block(plan, w, xb, wk, m)
-                    elif mode == "outputs":
-                        results[b0:b1] = _view(wk.logits, m, plan.n_classes)
-                    elif mode == "activations":
-                        for i, L in enumerate(plan.layers):
-                            results[i][b0:b1] = _view(wk.acts[i], m, L.n_out)
-                    elif mode == "winners":
-                        for i in results:
-                            results[i][b0:b1] = _view(wk.ids[i], m, plan.layers[i].n_out)
-                return total
+                        wk.grad[:] = 0.0
+                    for k in range(*chunks[c]):
+                        b0, b1 = blocks[k]
+                        m = b1 - b0
+                        xb = xf[b0:b1]
+                        cb = classes[b0:b1] if want_classes else _NO_CLASSES
+                        if mode == "criterion":
+                            totals[k] = _criterion_block(plan, w, xb, wk, m, cb)
+                            continue
+                        totals[k] = _forward_block(plan, w, xb, wk, m, cb, gradient)
+                        if gradient:
+                            _backward_block(plan, w, xb, wk, m)
+                        elif mode == "outputs":
+                            results[b0:b1] = _view(wk.logits, m, plan.n_classes)
+                        elif mode == "activations":
+                            for i, L in enumerate(plan.layers):
+                                results[i][b0:b1] = _view(wk.acts[i], m, L.n_out)
+                        elif mode == "winners":
+                            for i in results:
+                                results[i][b0:b1] = _view(wk.ids[i], m, plan.layers[i].n_out)
+                    if gradient:
+                        partials[c] = wk.grad
 
         with self._call_lock, single_threaded_blas():
             for wk in works:
@@ -456,21 +477,22 @@ class HostBackend:
             pool = self._executor(T - 1)
             futures = [pool.submit(worker, t) for t in range(1, T)] if T > 1 else []
             try:
-                totals = [worker(0)]
+                worker(0)
             finally:
                 _wait_all(futures)
-            totals += [f.result() for f in futures]
+            for f in futures:
+                f.result()
             for wk in works:
                 self._seconds += wk.seconds
                 self._calls += wk.calls
             total = 0.0
-            for v in totals:
-                total += v
+            for v in totals:                            # block order, whatever the threads
+                total += float(v)
             grad = None
             if gradient:
-                grad = works[0].grad.copy()
-                for wk in works[1:]:
-                    grad += wk.grad
+                grad = partials[0].copy()
+                for p in partials[1:]:                  # chunk order, whatever the threads
+                    grad += p
         return total, grad
 
     def _penalty(self, w, wpen):
