@@ -7,30 +7,30 @@ import subprocess
 
 import pytest
 
-from convnet.device import backend as dbe
+from convnet.device import kernel_args, runtime, tuning
 
-KERNELS = sorted(glob.glob(os.path.join(dbe.KERNEL_DIR, "*.cu")))
+KERNELS = sorted(glob.glob(os.path.join(runtime.KERNEL_DIR, "*.cu")))
 NVCC = shutil.which("nvcc")
 
 
 def test_kernel_list_matches_the_folder():
-    assert sorted(os.path.basename(p) for p in KERNELS) == sorted(dbe.KERNEL_FILES)
+    assert sorted(os.path.basename(p) for p in KERNELS) == sorted(runtime.KERNEL_FILES)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 @pytest.mark.parametrize("path", KERNELS, ids=[os.path.basename(p) for p in KERNELS])
 def test_kernel_file_compiles(path, tmp_path):
     out = tmp_path / (os.path.basename(path) + ".ptx")
-    cmd = [NVCC, "-arch=sm_90", "-O3", "-ptx", "-Werror", "all-warnings", "-I", dbe.KERNEL_DIR,
+    cmd = [NVCC, "-arch=sm_90", "-O3", "-ptx", "-Werror", "all-warnings", "-I", runtime.KERNEL_DIR,
            path, "-o", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     ptx = out.read_text()
     # every kernel the backend launches from this file is there
     mod = os.path.basename(path)
-    wanted = {"gemm.cu": [f"gemm_nn_{t}" for t in dbe.NN_TILES]
-              + [f"gemm_tn_{t}" for t in dbe.TN_TILES],
-              "conv_small.cu": [f"conv_small_{n}" for n in dbe.CONV_SMALL_WIDTHS],
+    wanted = {"gemm.cu": [f"gemm_nn_{t}" for t in tuning.NN_TILES]
+              + [f"gemm_tn_{t}" for t in tuning.TN_TILES],
+              "conv_small.cu": [f"conv_small_{n}" for n in kernel_args.CONV_SMALL_WIDTHS],
               "pool.cu": ["pool_forward", "pool_backward"],
               "output.cu": ["softmax_ll", "ll_sum"],
               "weights.cu": ["weights_scatter", "grad_flatten", "grad_finish"]}[mod]
@@ -41,9 +41,9 @@ def test_kernel_file_compiles(path, tmp_path):
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 def test_kernel_source_as_loaded_compiles(tmp_path):
     """The backend inlines common.cuh into each file; that text must build on its own."""
-    for name in dbe.KERNEL_FILES:
+    for name in runtime.KERNEL_FILES:
         src = tmp_path / name
-        src.write_text(dbe._kernel_source(name))
+        src.write_text(runtime.kernel_source(name))
         res = subprocess.run([NVCC, "-arch=sm_90", "-ptx", str(src), "-o", str(tmp_path / "x.ptx")],
                              capture_output=True, text=True)
         assert res.returncode == 0, res.stderr

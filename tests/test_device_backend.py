@@ -185,7 +185,7 @@ def test_model_cuda_errors_are_user_errors():
 
 @pytest.mark.parametrize("seed", [3, 5])
 def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
-    from convnet.device import backend as dbe
+    from convnet.device import tuning
     rng = np.random.default_rng(2000 + seed)
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 37 1 2 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
                                     "LOCAL LAYER 20 1 1 1 0 1 1", "FULLY CONNECTED LAYER 70"],
@@ -193,12 +193,12 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     x = rng.random((900, arch.bands, arch.rows, arch.cols))
     c = rng.integers(0, arch.n_classes, 900)
     w = rng.normal(0, 0.4, arch.n_weights)
-    nns, tns = list(dbe.NN_TILES), list(dbe.TN_TILES)
+    nns, tns = list(tuning.NN_TILES), list(tuning.TN_TILES)
     results = {}
     for i in range(max(len(nns), len(tns))):       # every shape at least once
         nn, tn = nns[i % len(nns)], tns[i % len(tns)]
-        monkeypatch.setattr(dbe, "_nn_candidates", lambda M, N, t=nn: [t])
-        monkeypatch.setattr(dbe, "_tn_candidates", lambda R, N, t=tn: [t])
+        monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, t=nn: [t])
+        monkeypatch.setattr(tuning, "tn_candidates", lambda R, N, t=tn: [t])
         results[(nn, tn)] = _backend(arch).evaluator(x, c, 0.001).gradient(w)
     first = next(iter(results.values()))
     for key, (crit, grad) in results.items():

@@ -16,6 +16,7 @@ import pytest
 
 from convnet.architecture import Architecture
 from convnet.device import backend as dbe
+from convnet.device import launches, runtime, tuning
 from convnet.device.plan import ModelPlan, simulate
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -140,7 +141,7 @@ class _Kernels:
 
     # gemm_nn(src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi, G); grid (groups, m, n)
     def gemm_nn(self, tile, grid, block, src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi, G):
-        BM, BN, nt = dbe.NN_TILES[tile]
+        BM, BN, nt = tuning.NN_TILES[tile]
         assert block[0] == nt
         _covered((grid[2], grid[1]), BM, BN, M, N)
         assert 1 <= grid[0] <= G
@@ -162,9 +163,9 @@ class _Kernels:
             else:
                 C = np.zeros((M, N))
             oidx = m[:, None] * ldo + o_add + n[None, :]
-            if epi == dbe.EPI_TANH:
+            if epi == launches.EPI_TANH:
                 C = np.tanh(C)
-            elif epi == dbe.EPI_DERIV:
+            elif epi == launches.EPI_DERIV:
                 p = self.gather(prior, np.float32, oidx).astype(np.float64)
                 C = C * (1 - p * p)
             o = self.mem.view(out, np.float32, int(oidx.max()) + 1)
@@ -174,7 +175,7 @@ class _Kernels:
     #         gps, slots, local_cols, part, nz)
     def gemm_tn(self, tile, grid, block, src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi,
                 n_cases, chunk, groups, gps, slots, local_cols, part, nz):
-        BM, BN, nt = dbe.TN_TILES[tile]
+        BM, BN, nt = tuning.TN_TILES[tile]
         assert block[0] == nt
         NL = n_hi - n_lo
         _covered(grid, BM, BN, R, NL)
@@ -338,7 +339,7 @@ def _arg(a):
 
 
 class FakeRuntime:
-    """Stands in for backend._Runtime."""
+    """Stands in for runtime.Runtime."""
 
     def __init__(self):
         self.mem = _Memory()
@@ -388,7 +389,7 @@ class FakeRuntime:
 @pytest.fixture
 def fake_runtime(monkeypatch):
     rt = FakeRuntime()
-    monkeypatch.setattr(dbe._Runtime, "_instance", rt)
+    monkeypatch.setattr(runtime.Runtime, "_instances", {0: rt})
     return rt
 
 

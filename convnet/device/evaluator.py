@@ -1,0 +1,270 @@
+"""A data set on the device: what runs, in which order, for a criterion, a gradient or the outputs.
+
+The kernels are started through launches.py; the buffers are a Workspace (workspace.py); the
+weights and index tables belong to the DeviceBackend (backend.py)."""
+
+import numpy as np
+
+from ..architecture import FC, POOLMAX
+from ..errors import ConvnetError
+from . import launches as K
+from .launches import EPI_DERIV, EPI_NONE, EPI_TANH
+from .layout import POOL_KINDS, activations_to_host, image_to_device
+from .plan import CHUNK, split_batches
+from .runtime import NULL, ptr
+from .tuning import Tuner
+from .workspace import Workspace, allocation_lines
+
+
+class DeviceEvaluator:
+    """A data set on the device: full-batch criterion, gradient and outputs for any weights."""
+
+    def __init__(self, backend, inputs, classes, wpen=0.0):
+        from ..host.backend import check_classes, check_inputs
+        self.backend = backend
+        arch = backend.arch
+        x = check_inputs(arch, inputs)
+        self.n_cases = x.shape[0]
+        self.classes = None if classes is None else check_classes(arch, classes, self.n_cases)
+        try:
+            self.wpen = float(wpen)
+        except (TypeError, ValueError):
+            raise ConvnetError(f"the weight penalty must be a number, not {wpen!r}") from None
+        if not self.wpen >= 0.0:
+            raise ConvnetError(f"the weight penalty must not be negative, not {wpen!r}")
+        rt = backend.rt
+        plan = backend.plan
+        n = self.n_cases
+        ncls = plan.n_classes
+        self.batches = split_batches(n, backend.batch_limit(n))
+        self.nb = max(b - a for a, b in self.batches)
+        with rt.active():
+            self.d_x = rt.upload(image_to_device(x))
+            cls = np.zeros(n, np.int32) if self.classes is None else self.classes.astype(np.int32)
+            self.d_classes = rt.upload(cls)
+            self.d_probs = backend.alloc(8 * n * ncls)
+            self.d_ll = backend.alloc(8 * n)
+            self.d_crit = backend.alloc(8)
+            self.d_acc = backend.alloc(8 * backend.n_weights)
+            self.d_grad = backend.alloc(8 * backend.n_weights)
+            self.ws = Workspace(backend, self.nb, n)
+            self.tuner = Tuner(rt, backend.tune)
+            self.h_crit = rt.cuda.pagelocked_empty(1, np.float64)
+            self.h_grad = rt.cuda.pagelocked_empty(backend.n_weights, np.float64)
+        data_bytes = 4 * n * plan.n_inputs + 4 * n + 8 * n * ncls + 8 * n + 8 + 16 * backend.n_weights
+        self.allocation = allocation_lines(backend, self.ws, n, self.nb, len(self.batches), data_bytes)
+        backend.last_allocation = self.allocation
+
+    # ------------------------------------------------------------------ public
+    def criterion(self, weights):
+        b = self.backend
+        self._need_classes()
+        with b.rt.active():
+            b.timer.start(b.rt.stream)
+            b.last_allocation = self.allocation
+            b._set_weights(weights)
+            for start, stop in self.batches:
+                self._forward(start, stop, want_delta=False)
+            crit = self._fetch_ll()
+            b.timer.resolve()
+        return crit / (self.n_cases * b.arch.n_classes) + b.penalty(weights, self.wpen)
+
+    def gradient(self, weights):
+        b = self.backend
+        rt = b.rt
+        self._need_classes()
+        with rt.active():
+            b.timer.start(rt.stream)
+            b.last_allocation = self.allocation
+            b._set_weights(weights)
+            rt.cuda.memset_d32_async(self.d_acc, 0, 2 * b.n_weights, rt.stream)
+            for start, stop in self.batches:
+                self._forward(start, stop, want_delta=True, fused=False)
+                self._backward(start, stop)
+            scale = 1.0 / (self.n_cases * b.arch.n_classes)
+            pen2 = 2.0 * self.wpen / b.n_weights
+            K.grad_finish(rt, acc=self.d_acc, w=b.d_w32, mask=b.d_mask, n=b.n_weights, scale=scale,
+                          pen2=pen2, grad=self.d_grad)
+            rt.cuda.memcpy_dtoh_async(self.h_grad, self.d_grad, rt.stream)
+            b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
+            crit = self._fetch_ll()
+            b.timer.resolve()
+            grad = np.array(self.h_grad)
+        return crit * scale + b.penalty(weights, self.wpen), grad
+
+    def outputs(self, weights):
+        b = self.backend
+        rt = b.rt
+        ncls = b.arch.n_classes
+        with rt.active():
+            b.timer.start(rt.stream)
+            b._set_weights(weights)
+            for start, stop in self.batches:
+                self._forward(start, stop, want_delta=False)
+            out = np.empty((self.n_cases, ncls), np.float64)
+            rt.stream.synchronize()
+            rt.cuda.memcpy_dtoh(out, self.d_probs)
+            b.timer.resolve()
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _need_classes(self):
+        if self.classes is None:
+            raise ConvnetError("the criterion needs the classes of the cases, and there are none")
+
+    def _fetch_ll(self):
+        rt = self.backend.rt
+        K.ll_sum(rt, ll=self.d_ll, n=self.n_cases, out=self.d_crit)
+        rt.cuda.memcpy_dtoh_async(self.h_crit, self.d_crit, rt.stream)
+        self.backend.timer.mark(rt.stream, "Output", "log likelihood", 1)
+        rt.stream.synchronize()
+        return float(self.h_crit[0])
+
+    def _src(self, li, start):
+        """(pointer, row length) of the activations feeding layer li for the batch at start."""
+        plan = self.backend.plan
+        if li == 0:
+            return ptr(self.d_x, start * plan.n_inputs), plan.n_inputs
+        return ptr(self.ws.acts[li - 1]), plan.layers[li - 1].nhid
+
+    def _forward(self, start, stop, want_delta, fused=True):
+        b = self.backend
+        rt = b.rt
+        plan = b.plan
+        ws = self.ws
+        nb = stop - start
+        fused = fused and b.fused_pool
+        for lp in plan.layers:
+            li = lp.index
+            src, lda = self._src(li, start)
+            if fused and li == 1:
+                continue                        # computed with layer 1 (index 0)
+            if fused and li == 0:
+                K.conv_small_pool(rt, lp, b.arch.layers[1], src, lda, nb,
+                                  ptr(b.d_wfwd, lp.lay.fwd_offset), ws.acts[1], ws.ids[1],
+                                  b.conv_small[0])
+            elif lp.kind in POOL_KINDS:
+                K.pool_forward(rt, lp, src, ws.acts[li], ws.ids.get(li, NULL), nb)
+            elif li in b.conv_small:
+                K.conv_small(rt, lp, src, lda, nb, ptr(b.d_wfwd, lp.lay.fwd_offset), ws.acts[li],
+                             b.conv_small[li])
+            else:
+                K.gemm_nn(rt, self.tuner, ("forward", li), src=src, lda=lda, tables=b.d_tables,
+                          desc=ptr(b.d_desc, b.fwd_desc[li]), groups=lp.fwd,
+                          B=ptr(b.d_wfwd, lp.lay.fwd_offset), b_ld=lp.lay.cols, M=nb,
+                          out=ws.acts[li], ldo=lp.nhid, prior=NULL,
+                          epi=EPI_NONE if lp.is_output else EPI_TANH)
+            b.timer.mark(rt.stream, b.labels[li], "forward", 1)
+        ncls = plan.n_classes
+        K.softmax_ll(rt, logits=ws.acts[-1], ncls=ncls, nb=nb, classes=ptr(self.d_classes, start),
+                     probs=ptr(self.d_probs, start * ncls, 8), ll=ptr(self.d_ll, start, 8),
+                     delta=ws.deltas[0] if want_delta else NULL)
+        b.timer.mark(rt.stream, "Output", "softmax", 1)
+
+    def _backward(self, start, stop):
+        b = self.backend
+        rt = b.rt
+        plan = b.plan
+        ws = self.ws
+        nb = stop - start
+        cur, other = 0, 1
+        for li in range(len(plan.layers) - 1, -1, -1):
+            lp = plan.layers[li]
+            if lp.grad is not None:
+                launches = self._gradient(lp, start, nb, ws.deltas[cur])
+                b.timer.mark(rt.stream, b.labels[li], "gradient", launches)
+            if li == 0:
+                break
+            prior = plan.layers[li - 1]
+            prior_act = NULL if prior.kind in POOL_KINDS else ws.acts[li - 1]
+            if lp.kind in POOL_KINDS:
+                K.pool_backward(rt, lp, prior.nhid, ws.deltas[cur], ws.ids.get(li, NULL), prior_act,
+                                ws.deltas[other], nb)
+            else:
+                K.gemm_nn(rt, self.tuner, ("delta", li), src=ws.deltas[cur], lda=lp.nhid,
+                          tables=b.d_tables, desc=ptr(b.d_desc, b.bwd_desc[li]), groups=lp.bwd,
+                          B=ptr(b.d_wbwd, lp.lay.bwd_offset), b_ld=0, M=nb, out=ws.deltas[other],
+                          ldo=prior.nhid, prior=prior_act,
+                          epi=EPI_NONE if prior.kind in POOL_KINDS else EPI_DERIV)
+            b.timer.mark(rt.stream, b.labels[li - 1], "delta", 1)    # the layer that receives it
+            cur, other = other, cur
+
+    def _gradient(self, lp, start, nb, delta):
+        """Weight gradient of one layer for one batch: partial sums, then flatten into acc."""
+        b = self.backend
+        rt = b.rt
+        gp = lp.grad
+        per, _, _, gps, slots = self.ws.splits[lp.index]
+        src, lda = self._src(lp.index, start)
+        R = gp.rows
+        chunks = -(-nb // CHUNK)
+        nz = chunks * slots
+        n_part = chunks if gp.local_cols else nz
+        lay = lp.lay
+        launches = 0
+
+        for n_lo in range(0, lp.depth, per):
+            n_hi = min(lp.depth, n_lo + per)
+            NL = n_hi - n_lo
+            K.gemm_tn(rt, self.tuner, ("gradient", lp.index, NL, nb), src=src, lda=lda,
+                      tables=b.d_tables, desc=ptr(b.d_desc, b.fwd_desc[lp.index]), delta=delta,
+                      ldd=lp.nhid, depth=lp.depth if lp.kind != FC else 0, rows=R, n_lo=n_lo,
+                      n_hi=n_hi, n_cases=nb, chunk=CHUNK, groups=gp.groups, gps=gps, slots=slots,
+                      local_cols=gp.local_cols, part=self.ws.scratch, nz=nz)
+            pld = gp.groups * NL if gp.local_cols else NL
+            total = R * pld
+            part, n_sum, double_parts = self.ws.scratch, n_part, False
+            if slots > 1 and not gp.local_cols:
+                # a convolutional layer: add each chunk's position ranges first
+                K.grad_slot_sum(rt, part=self.ws.scratch, slots=slots, chunks=chunks, pstride=total,
+                                tot=self.ws.chunk_tot)
+                part, n_sum, double_parts = self.ws.chunk_tot, chunks, True
+                launches += 1
+            K.grad_flatten(rt, double_parts, part=part, n_part=n_sum, rows=R, pld=pld, n_cols=NL,
+                           n_lo=n_lo, depth=lp.depth, local_cols=gp.local_cols, ldw=lay.cols,
+                           dev_to_host=ptr(b.d_dev2host, lay.fwd_offset), acc=self.d_acc)
+            launches += 2
+        return launches
+
+    def _forward_collect(self, weights, collect):
+        b = self.backend
+        rt = b.rt
+        with rt.active():
+            b.timer.start(rt.stream)
+            b._set_weights(weights)
+            for start, stop in self.batches:
+                self._forward(start, stop, want_delta=False, fused=False)
+                rt.stream.synchronize()
+                collect(start, stop)
+            b.timer.resolve()
+
+    def _activations(self, weights):
+        b = self.backend
+        plan = b.plan
+        res = [np.empty((self.n_cases, lp.nhid), np.float32) for lp in plan.hidden]
+
+        def collect(start, stop):
+            for i, lp in enumerate(plan.hidden):
+                b.rt.cuda.memcpy_dtoh(res[i][start:stop], self.ws.acts[i])
+
+        self._forward_collect(weights, collect)
+        return [activations_to_host(r, lp.layer.height, lp.layer.width, lp.layer.depth)
+                for r, lp in zip(res, plan.hidden)]
+
+    def _winners(self, weights):
+        b = self.backend
+        plan = b.plan
+        res = {lp.index: np.empty((self.n_cases, lp.nhid), np.int32)
+               for lp in plan.hidden if lp.kind == POOLMAX}
+
+        def collect(start, stop):
+            for i, r in res.items():
+                b.rt.cuda.memcpy_dtoh(r[start:stop], self.ws.ids[i])
+
+        self._forward_collect(weights, collect)
+        out = {}
+        for i, r in res.items():
+            L = plan.layers[i].layer
+            out[i] = np.ascontiguousarray(r.reshape(-1, L.height, L.width, L.depth)
+                                          .transpose(0, 3, 1, 2)).reshape(r.shape[0], -1)
+        return out

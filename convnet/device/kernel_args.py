@@ -1,0 +1,98 @@
+"""The parameters of every CUDA kernel, by name, in one table.
+
+Each kernel family (the functions of kernels/*.cu that share one parameter list) is described
+once, in the order of its C parameter list. Launch code fills the parameters by name:
+
+    rt.launch(name, grid, block, *POOL_FORWARD.pack(src=..., prior_height=..., ...))
+
+``pack`` checks that every parameter is given exactly once and converts each value to the C
+type (pointer, int, double), so a reordered or forgotten argument is an error here, not a wrong
+result on the device. PyCUDA's ``prepare`` signature is derived from the same table.
+"""
+
+import numpy as np
+
+PTR, INT, DOUBLE = "P", "i", "d"
+_CONVERT = {PTR: lambda v: np.uintp(int(v)), INT: np.int32, DOUBLE: np.float64}
+
+
+class KernelParams:
+    """The parameter list of one kernel family: names and C types, in order."""
+
+    def __init__(self, family, source, **params):
+        self.family = family
+        self.source = source                 # the .cu file that defines it
+        self.names = tuple(params)
+        self.types = tuple(params.values())
+        self._converters = tuple(_CONVERT[t] for t in self.types)
+
+    @property
+    def signature(self):
+        """PyCUDA's prepare() string."""
+        return "".join(self.types)
+
+    def pack(self, **values):
+        """The arguments in C order, converted to their C types."""
+        if len(values) != len(self.names):
+            missing = [n for n in self.names if n not in values]
+            extra = [n for n in values if n not in self.names]
+            raise TypeError(f"{self.family}: missing {missing}, unknown {extra}")
+        try:
+            return tuple(c(values[n]) for n, c in zip(self.names, self._converters))
+        except KeyError as e:
+            raise TypeError(f"{self.family}: missing parameter {e}") from None
+
+
+# The shape of a pooling layer, shared by its forward and backward kernels.
+_POOL_SHAPE = dict(prior_height=INT, prior_width=INT, prior_depth=INT, height=INT, width=INT,
+                   width_v=INT, width_h=INT, stride_v=INT, stride_h=INT, is_max=INT)
+# The shape of a convolutional layer computed directly (conv_small.cu).
+_CONV_SHAPE = dict(src=PTR, lda=INT, prior_height=INT, prior_width=INT, prior_depth=INT,
+                   height=INT, width=INT, filter_v=INT, filter_h=INT, pad_v=INT, pad_h=INT,
+                   stride_v=INT, stride_h=INT, weights=PTR, ldw=INT, depth=INT)
+_FLATTEN = dict(part=PTR, n_part=INT, rows=INT, pld=INT, n_cols=INT, n_lo=INT, depth=INT,
+                local_cols=INT, ldw=INT, dev_to_host=PTR, acc=PTR)
+
+GEMM_NN = KernelParams(
+    "gemm_nn", "gemm.cu", src=PTR, lda=INT, tables=PTR, desc=PTR, B=PTR, b_ld=INT, M=INT, N=INT,
+    out=PTR, ldo=INT, prior=PTR, epi=INT, n_groups=INT)
+GEMM_TN = KernelParams(
+    "gemm_tn", "gemm.cu", src=PTR, lda=INT, tables=PTR, desc=PTR, delta=PTR, ldd=INT, depth=INT,
+    rows=INT, n_lo=INT, n_hi=INT, n_cases=INT, chunk=INT, groups=INT, gps=INT, slots=INT,
+    local_cols=INT, part=PTR, nz=INT)
+CONV_SMALL = KernelParams("conv_small", "conv_small.cu", **_CONV_SHAPE, out=PTR, total=INT)
+CONV_SMALL_POOL = KernelParams(
+    "conv_small_pool", "conv_small.cu", **_CONV_SHAPE, pool_height=INT, pool_width=INT,
+    pool_width_v=INT, pool_width_h=INT, out=PTR, ids=PTR, total=INT)
+POOL_FORWARD = KernelParams("pool_forward", "pool.cu", src=PTR, **_POOL_SHAPE, out=PTR, ids=PTR,
+                            nb=INT)
+POOL_BACKWARD = KernelParams("pool_backward", "pool.cu", delta=PTR, ids=PTR, **_POOL_SHAPE,
+                             prior_act=PTR, out=PTR, nb=INT)
+SOFTMAX_LL = KernelParams("softmax_ll", "output.cu", logits=PTR, ncls=INT, nb=INT, classes=PTR,
+                          probs=PTR, ll=PTR, delta=PTR)
+LL_SUM = KernelParams("ll_sum", "output.cu", ll=PTR, n=INT, out=PTR)
+WEIGHTS_SCATTER = KernelParams("weights_scatter", "weights.cu", w=PTR, n=INT, fwd_index=PTR,
+                               bwd_index=PTR, fwd=PTR, bwd=PTR)
+GRAD_FLATTEN = KernelParams("grad_flatten", "weights.cu", **_FLATTEN)
+GRAD_FLATTEN_D = KernelParams("grad_flatten_d", "weights.cu", **_FLATTEN)
+GRAD_SLOT_SUM = KernelParams("grad_slot_sum", "weights.cu", part=PTR, slots=INT, chunks=INT,
+                             pstride=INT, tot=PTR)
+GRAD_FINISH = KernelParams("grad_finish", "weights.cu", acc=PTR, w=PTR, mask=PTR, n=INT,
+                           scale=DOUBLE, pen2=DOUBLE, grad=PTR)
+
+FAMILIES = (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BACKWARD, SOFTMAX_LL,
+            LL_SUM, WEIGHTS_SCATTER, GRAD_FLATTEN, GRAD_FLATTEN_D, GRAD_SLOT_SUM, GRAD_FINISH)
+
+# conv_small.cu is compiled for these padded slice counts (a function per width).
+CONV_SMALL_WIDTHS = (4, 8, 12, 16, 20, 24, 28, 32)
+
+
+def compiled_functions(nn_tiles, tn_tiles):
+    """(source file, function name, KernelParams) of every function the runtime loads."""
+    out = []
+    for params, variants in ((GEMM_NN, nn_tiles), (GEMM_TN, tn_tiles),
+                             (CONV_SMALL, CONV_SMALL_WIDTHS), (CONV_SMALL_POOL, CONV_SMALL_WIDTHS)):
+        out += [(params.source, f"{params.family}_{v}", params) for v in variants]
+    out += [(p.source, p.family, p) for p in FAMILIES
+            if p not in (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL)]
+    return out

@@ -1,0 +1,157 @@
+"""Every kernel launch of the device path: grid and block shapes, shared memory, and the kernel's
+parameters filled by name (kernel_args.py). The evaluator decides what runs when; this module
+only knows how each kernel is started."""
+
+import numpy as np
+
+from . import tuning
+from .kernel_args import (CONV_SMALL, CONV_SMALL_POOL, GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN,
+                          GRAD_FLATTEN_D, GRAD_SLOT_SUM, LL_SUM, POOL_BACKWARD, POOL_FORWARD,
+                          SOFTMAX_LL, WEIGHTS_SCATTER)
+from ..architecture import POOLMAX
+
+EPI_NONE, EPI_TANH, EPI_DERIV = 0, 1, 2     # gemm_nn epilogue: none, tanh, times tanh'(prior)
+
+MAX_GRID_Z = 65535
+MAX_GRID_X = 2 ** 31 - 1
+# conv_small: CONV layers with at most this many slices and a weight matrix of at most
+# CONV_SMALL_FLOATS floats (slices padded to a multiple of 4) compute their activation directly.
+CONV_SMALL_SLICES = 32
+CONV_SMALL_FLOATS = 8192
+CONV_SMALL_THREADS = 128
+# Pooling launches: about this many blocks, each thread looping over cases.
+POOL_CASES_PER_THREAD = 8
+ELEMENTWISE_THREADS = 256
+
+
+def _blocks(n, threads=ELEMENTWISE_THREADS):
+    return ((n + threads - 1) // threads, 1, 1)
+
+
+def _pool_grid(per_case, nb):
+    """Grid x covers a case's neurons; each thread does about POOL_CASES_PER_THREAD cases."""
+    gx = (per_case + 255) // 256
+    return gx, max(1, min(MAX_GRID_Z, -(-nb // POOL_CASES_PER_THREAD))), 1
+
+
+def _pool_shape(layer, kind):
+    s = layer.spec
+    return dict(prior_height=layer.prior_height, prior_width=layer.prior_width,
+                prior_depth=layer.prior_depth, height=layer.height, width=layer.width,
+                width_v=s.width_v, width_h=s.width_h, stride_v=s.stride_v, stride_h=s.stride_h,
+                is_max=kind == POOLMAX)
+
+
+def _conv_shape(layer, src, lda, weights, ldw):
+    s = layer.spec
+    return dict(src=src, lda=lda, prior_height=layer.prior_height, prior_width=layer.prior_width,
+                prior_depth=layer.prior_depth, height=layer.height, width=layer.width,
+                filter_v=s.filter_v, filter_h=s.filter_h, pad_v=s.pad_v, pad_h=s.pad_h,
+                stride_v=s.stride_v, stride_h=s.stride_h, weights=weights, ldw=ldw,
+                depth=layer.depth)
+
+
+def pool_forward(rt, lp, src, out, ids, nb):
+    rt.launch("pool_forward", _pool_grid(lp.nhid, nb), (256, 1, 1),
+              *POOL_FORWARD.pack(src=src, **_pool_shape(lp.layer, lp.kind), out=out, ids=ids, nb=nb))
+
+
+def pool_backward(rt, lp, prior_nhid, delta, ids, prior_act, out, nb):
+    rt.launch("pool_backward", _pool_grid(prior_nhid, nb), (256, 1, 1),
+              *POOL_BACKWARD.pack(delta=delta, ids=ids, **_pool_shape(lp.layer, lp.kind),
+                                  prior_act=prior_act, out=out, nb=nb))
+
+
+def conv_small(rt, lp, src, lda, nb, weights, out, width):
+    """A small CONV layer computed directly, one thread per position (conv_small.cu)."""
+    L = lp.layer
+    total = nb * L.height * L.width
+    nt = CONV_SMALL_THREADS
+    rt.launch(f"conv_small_{width}", _blocks(total, nt), (nt, 1, 1),
+              *CONV_SMALL.pack(**_conv_shape(L, src, lda, weights, lp.lay.cols), out=out,
+                               total=total),
+              shared=4 * (lp.rows * width + nt * L.depth))
+
+
+def conv_small_pool(rt, lp, pool_layer, src, lda, nb, weights, out, ids, width):
+    """A small CONV layer and the max pooling whose windows tile it, in one kernel."""
+    L = lp.layer
+    P = pool_layer
+    total = nb * P.height * P.width
+    nt = CONV_SMALL_THREADS
+    rt.launch(f"conv_small_pool_{width}", _blocks(total, nt), (nt, 1, 1),
+              *CONV_SMALL_POOL.pack(**_conv_shape(L, src, lda, weights, lp.lay.cols),
+                                    pool_height=P.height, pool_width=P.width,
+                                    pool_width_v=P.spec.width_v, pool_width_h=P.spec.width_h,
+                                    out=out, ids=ids, total=total),
+              shared=4 * (lp.rows * width + 2 * nt * L.depth))
+
+
+def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out, ldo, prior, epi):
+    """A gather product out = epi(A B) for M rows (cases), the groups of a layer's table."""
+    G = groups.n_groups
+    N = groups.n_cols
+
+    def launch(tile):
+        BM, BN, nt = tuning.NN_TILES[tile]
+        grid = (min(G, MAX_GRID_X), (M + BM - 1) // BM, (N + BN - 1) // BN)
+        rt.launch(f"gemm_nn_{tile}", grid, (nt, 1, 1),
+                  *GEMM_NN.pack(src=src, lda=lda, tables=tables, desc=desc, B=B, b_ld=b_ld, M=M,
+                                N=N, out=out, ldo=ldo, prior=prior, epi=epi, n_groups=G))
+
+    work = float(M) * N * groups.max_k * G
+    tuner.run(site + (M,), tuning.nn_candidates(M, N), work, launch)
+
+
+def gemm_tn(rt, tuner, site, *, src, lda, tables, desc, delta, ldd, depth, rows, n_lo, n_hi,
+            n_cases, chunk, groups, gps, slots, local_cols, part, nz):
+    """Weight-gradient partial sums A^T delta over chunks of cases (and position ranges)."""
+    NL = n_hi - n_lo
+
+    def launch(tile):
+        BM, BN, nt = tuning.TN_TILES[tile]
+        grid = ((NL + BN - 1) // BN, (rows + BM - 1) // BM, min(nz, MAX_GRID_Z))
+        rt.launch(f"gemm_tn_{tile}", grid, (nt, 1, 1),
+                  *GEMM_TN.pack(src=src, lda=lda, tables=tables, desc=desc, delta=delta, ldd=ldd,
+                                depth=depth, rows=rows, n_lo=n_lo, n_hi=n_hi, n_cases=n_cases,
+                                chunk=chunk, groups=groups, gps=gps, slots=slots,
+                                local_cols=local_cols, part=part, nz=nz))
+
+    work = float(rows) * NL * n_cases * groups
+    tuner.run(site, tuning.tn_candidates(rows, NL), work, launch)
+
+
+def grad_slot_sum(rt, part, slots, chunks, pstride, tot):
+    rt.launch("grad_slot_sum", _blocks(chunks * pstride), (256, 1, 1),
+              *GRAD_SLOT_SUM.pack(part=part, slots=slots, chunks=chunks, pstride=pstride, tot=tot))
+
+
+def grad_flatten(rt, double_parts, *, part, n_part, rows, pld, n_cols, n_lo, depth, local_cols,
+                 ldw, dev_to_host, acc):
+    """Adds the partial sums of one launch, in order, into the float64 host-order gradient."""
+    params = GRAD_FLATTEN_D if double_parts else GRAD_FLATTEN
+    rt.launch(params.family, _blocks(rows * pld), (256, 1, 1),
+              *params.pack(part=part, n_part=n_part, rows=rows, pld=pld, n_cols=n_cols, n_lo=n_lo,
+                           depth=depth, local_cols=local_cols, ldw=ldw, dev_to_host=dev_to_host,
+                           acc=acc))
+
+
+def grad_finish(rt, acc, w, mask, n, scale, pen2, grad):
+    rt.launch("grad_finish", _blocks(n), (256, 1, 1),
+              *GRAD_FINISH.pack(acc=acc, w=w, mask=mask, n=n, scale=scale, pen2=pen2, grad=grad))
+
+
+def softmax_ll(rt, logits, ncls, nb, classes, probs, ll, delta):
+    rt.launch("softmax_ll", _blocks(nb, 128), (128, 1, 1),
+              *SOFTMAX_LL.pack(logits=logits, ncls=ncls, nb=nb, classes=classes, probs=probs,
+                               ll=ll, delta=delta))
+
+
+def ll_sum(rt, ll, n, out):
+    rt.launch("ll_sum", (1, 1, 1), (256, 1, 1), *LL_SUM.pack(ll=ll, n=n, out=out))
+
+
+def weights_scatter(rt, w, n, fwd_index, bwd_index, fwd, bwd):
+    rt.launch("weights_scatter", _blocks(n), (256, 1, 1),
+              *WEIGHTS_SCATTER.pack(w=w, n=n, fwd_index=fwd_index, bwd_index=bwd_index, fwd=fwd,
+                                    bwd=bwd))

@@ -1,0 +1,194 @@
+"""The CUDA runtime: one context, stream and set of compiled kernels per device, shared by every
+backend of the process on that device.
+
+PyCUDA is imported only when a runtime is first asked for, so importing this module needs no GPU.
+"""
+
+import contextlib
+import os
+import threading
+
+import numpy as np
+
+from ..errors import ConvnetError
+from .kernel_args import compiled_functions
+from .tuning import NN_TILES, TN_TILES
+
+KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+KERNEL_FILES = ("gemm.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu")
+COMMON_HEADER = "common.cuh"
+
+NULL = np.uintp(0)
+
+
+class DeviceUnavailable(ConvnetError):
+    """No usable CUDA device (PyCUDA missing, no driver, no GPU, or a kernel failed to build)."""
+
+
+def kernel_source(name):
+    """The text of kernels/NAME with common.cuh inlined (what the runtime compiles)."""
+    with open(os.path.join(KERNEL_DIR, name), encoding="utf-8") as f:
+        src = f.read()
+    with open(os.path.join(KERNEL_DIR, COMMON_HEADER), encoding="utf-8") as f:
+        common = f.read()
+    return src.replace(f'#include "{COMMON_HEADER}"', common)
+
+
+def ptr(buf, offset_elems=0, itemsize=4):
+    """The device address offset_elems elements of itemsize bytes into buf."""
+    return np.uintp(int(buf) + int(offset_elems) * itemsize)
+
+
+class Runtime:
+    """One device's primary context, a stream on it, and the compiled kernels.
+
+    ``Runtime.get(device)`` makes it on first use and returns the same object afterwards; a
+    device that failed once keeps failing with the same reason (no retry per evaluation)."""
+
+    _instances = {}
+    _failures = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls, device=0):
+        with cls._lock:
+            rt = cls._instances.get(device)
+            if rt is None:
+                if device in cls._failures:
+                    raise DeviceUnavailable(cls._failures[device])
+                try:
+                    rt = cls._instances[device] = cls(device)
+                except DeviceUnavailable as e:
+                    cls._failures[device] = e.message
+                    raise
+            return rt
+
+    def __init__(self, device=0):
+        try:
+            import pycuda
+            import pycuda.driver as cuda
+        except ImportError as e:
+            raise DeviceUnavailable(f"PyCUDA is not installed ({e}); install the 'cuda' extra") from None
+        try:
+            cuda.init()
+            n = cuda.Device.count()
+        except Exception as e:          # pycuda.driver.Error and friends
+            raise DeviceUnavailable(f"the CUDA driver is not usable: {e}") from None
+        if n < 1:
+            raise DeviceUnavailable("no CUDA device found")
+        if not 0 <= device < n:
+            raise DeviceUnavailable(f"there is no CUDA device {device} (this machine has {n})")
+        self.cuda = cuda
+        self.pycuda_version = getattr(pycuda, "VERSION_TEXT", "?")
+        self.index = device
+        self.device = cuda.Device(device)
+        self.ctx = self.device.retain_primary_context()
+        self.lock = threading.RLock()
+        self.trace = None
+        with self.active():
+            self.stream = cuda.Stream()
+            self.functions = {}
+            self._build()
+
+    @contextlib.contextmanager
+    def active(self):
+        """Holds the lock and makes this context current for the calling thread."""
+        with self.lock:
+            self.ctx.push()
+            try:
+                yield
+            finally:
+                self.cuda.Context.pop()
+
+    def _module(self, name):
+        from pycuda.compiler import SourceModule
+        try:
+            return SourceModule(kernel_source(name), no_extern_c=True, options=["-O3"])
+        except Exception as e:
+            raise DeviceUnavailable(f"kernel file {name} did not build: {e}") from None
+
+    def _build(self):
+        self.modules = {name: self._module(name) for name in KERNEL_FILES}
+        for source, name, params in compiled_functions(NN_TILES, TN_TILES):
+            f = self.modules[source].get_function(name)
+            f.prepare(params.signature)
+            self.functions[name] = f
+
+    # ------------------------------------------------------------------ helpers
+    def alloc(self, nbytes):
+        return self.cuda.mem_alloc(max(int(nbytes), 16))
+
+    def upload(self, array):
+        a = np.ascontiguousarray(array)
+        buf = self.alloc(a.nbytes)
+        if a.nbytes:
+            self.cuda.memcpy_htod(buf, a)
+        return buf
+
+    def launch(self, name, grid, block, *args, shared=0):
+        if self.trace is not None:          # checks: an event pair around every launch
+            e0, e1 = self.cuda.Event(), self.cuda.Event()
+            e0.record(self.stream)
+            self.functions[name].prepared_async_call(grid, block, self.stream, *args,
+                                                     shared_size=shared)
+            e1.record(self.stream)
+            self.trace.append((name, grid, e0, e1))
+            return
+        self.functions[name].prepared_async_call(grid, block, self.stream, *args, shared_size=shared)
+
+    def free_memory(self):
+        free, total = self.cuda.mem_get_info()
+        return free, total
+
+    def report(self):
+        d = self.device
+        cuda = self.cuda
+        at = d.get_attributes()
+        A = cuda.device_attribute
+
+        def attr(name, default=None):
+            key = getattr(A, name, None)
+            return at.get(key, default) if key is not None else default
+
+        major, minor = d.compute_capability()
+        with self.active():
+            free, total = self.free_memory()
+        drv = cuda.get_driver_version()
+        lines = [
+            f"Device {self.index}: {d.name()}",
+            f"   Compute capability {major}.{minor}, {attr('MULTIPROCESSOR_COUNT', '?')} multiprocessors",
+            f"   Global memory {total / 2**20:.0f} MiB ({free / 2**20:.0f} MiB free)",
+            f"   Clock {attr('CLOCK_RATE', 0) / 1000:.0f} MHz, memory clock "
+            f"{attr('MEMORY_CLOCK_RATE', 0) / 1000:.0f} MHz, memory bus {attr('GLOBAL_MEMORY_BUS_WIDTH', '?')} bits",
+            f"   L2 cache {attr('L2_CACHE_SIZE', 0) / 2**20:.1f} MiB, shared memory per block "
+            f"{attr('MAX_SHARED_MEMORY_PER_BLOCK', 0) // 1024} KiB, registers per block "
+            f"{attr('MAX_REGISTERS_PER_BLOCK', '?')}",
+            f"   Warp size {attr('WARP_SIZE', '?')}, max threads per block "
+            f"{attr('MAX_THREADS_PER_BLOCK', '?')}, max grid {attr('MAX_GRID_DIM_X', '?')} x "
+            f"{attr('MAX_GRID_DIM_Y', '?')} x {attr('MAX_GRID_DIM_Z', '?')}",
+            f"   Driver CUDA version {drv // 1000}.{drv % 1000 // 10}, PyCUDA {self.pycuda_version}",
+        ]
+        n = cuda.Device.count()
+        for i in range(n):
+            if i == self.index:
+                continue
+            other = cuda.Device(i)
+            lines.append(f"Device {i}: {other.name()} (not used), "
+                         f"{other.total_memory() / 2**20:.0f} MiB, compute capability "
+                         f"{'.'.join(map(str, other.compute_capability()))}")
+        return lines
+
+
+def device_available(device=0):
+    """(True, "") when a CUDA device is usable, else (False, why not)."""
+    try:
+        Runtime.get(device)
+        return True, ""
+    except DeviceUnavailable as e:
+        return False, e.message
+
+
+def device_report(device=0):
+    """Lines about the CUDA device (name, memory, compute capability, ...); raises
+    DeviceUnavailable (a ConvnetError) saying why when there is none."""
+    return Runtime.get(device).report()

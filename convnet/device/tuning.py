@@ -1,0 +1,92 @@
+"""Tile shapes of the gather products (kernels/gemm.cu) and the timer that picks one per launch site.
+
+All shapes give the same bits; for every launch site the evaluator times its candidates once on
+the real data and keeps the fastest.
+"""
+
+# "BMxBN_TMxTN": (BM, BN, threads). gemm_nn: BM cases x BN columns; gemm_tn: BM weight rows x
+# BN columns.
+NN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
+            "256x32_8x4": (256, 32, 256), "256x32_8x8": (256, 32, 128),
+            "128x32_4x4": (128, 32, 256), "128x32_8x4": (128, 32, 128),
+            "64x16_4x2": (64, 16, 128), "128x16_8x2": (128, 16, 128),
+            "128x64_8x4_k16": (128, 64, 256), "256x32_8x4_k16": (256, 32, 256),
+            "128x32_8x4_k16": (128, 32, 128)}
+TN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
+            "128x32_4x4": (128, 32, 256), "128x32_8x4": (128, 32, 128),
+            "64x32_4x4": (64, 32, 128), "64x16_4x2": (64, 16, 128),
+            "32x32_2x4": (32, 32, 128), "32x32_4x4": (32, 32, 64),
+            "128x64_8x4_k16": (128, 64, 256), "32x32_4x4_k16": (32, 32, 64)}
+# Launches with less work than this (multiply-adds) are not worth timing: first candidate.
+TUNE_MIN_WORK = 2e8
+
+
+def nn_candidates(M, N):
+    """Tile shapes worth trying for a gemm_nn launch of M cases and N columns, best guess first."""
+    if N > 32:
+        return ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16"]
+    if N > 16:
+        big = ["256x32_8x4", "256x32_8x8", "256x32_8x4_k16", "128x32_4x4", "128x32_8x4",
+               "128x32_8x4_k16"]
+        return big if M >= 4096 else big[3:] + big[:3]
+    return ["64x16_4x2", "128x16_8x2"]
+
+
+def tn_candidates(R, N):
+    """Tile shapes worth trying for a gemm_tn launch of R weight rows and N columns."""
+    if R <= 32:
+        return ["32x32_2x4", "32x32_4x4", "32x32_4x4_k16"]
+    if N > 32:
+        return ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16"]
+    if N > 16:
+        return ["128x32_4x4", "128x32_8x4", "64x32_4x4"]
+    return ["64x16_4x2"]
+
+
+class Tuner:
+    """Picks the tile shape of every gemm launch site: the first time a site runs with enough
+    work, each candidate is launched ROUNDS times, timed with events, and the fastest is kept.
+    The launches are idempotent (they overwrite their outputs), so the timed runs also do the work."""
+
+    ROUNDS = 3
+
+    def __init__(self, rt, enabled):
+        self.rt = rt
+        self.enabled = enabled
+        self.choice = {}
+        self.times = {}             # site -> {tile: ms} measured when choosing
+        self.sites = {}             # site -> (candidates, launch), for measure()
+
+    def run(self, site, candidates, work, launch):
+        tile = self.choice.get(site)
+        self.sites[site] = (candidates, launch)
+        if tile is None:
+            if not self.enabled or len(candidates) == 1 or work < TUNE_MIN_WORK:
+                tile = candidates[0]
+            else:
+                self.times[site] = self._time(candidates, launch)
+                tile = min(candidates, key=lambda t: self.times[site][t])
+            self.choice[site] = tile
+        launch(tile)
+        return tile
+
+    def _time(self, candidates, launch):
+        """Best of ROUNDS launches of each candidate, the candidates taken in turn (so a clock
+        still rising after idle time favours none of them)."""
+        cuda, stream = self.rt.cuda, self.rt.stream
+        best = {}
+        for _ in range(self.ROUNDS):
+            for tile in candidates:
+                e0, e1 = cuda.Event(), cuda.Event()
+                e0.record(stream)
+                launch(tile)
+                e1.record(stream)
+                e1.synchronize()
+                ms = e1.time_since(e0)
+                best[tile] = min(ms, best.get(tile, ms))
+        return best
+
+    def measure(self):
+        """Times every candidate of every site seen (benchmarks; call between evaluations, as
+        it reruns launches whose inputs may since have been overwritten)."""
+        return {site: self._time(c, launch) for site, (c, launch) in self.sites.items()}
