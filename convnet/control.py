@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from .architecture import CONV, FC, LOCAL, POOLAVG, POOLMAX, LayerSpec
+from .architecture import KINDS, LayerSpec
 from .errors import ConvnetError
 
 
@@ -152,10 +152,6 @@ class ParamSpec:
     aliases: Tuple[str, ...] = ()
 
 
-_LAYER_ARGS = (_int("Slices", 1), _int("hwV", 0), _int("hwH", 0), _int("padV", 0), _int("padH", 0),
-               _int("strideV", 1), _int("strideH", 1))
-_POOL_ARGS = (_int("widthV", 1), _int("widthH", 1), _int("strideV", 1), _int("strideH", 1))
-
 COMMANDS: List[CommandSpec] = [
     # data (book p.151-155)
     CommandSpec("MAKE IMAGE", (_int("Rows", 1), _int("Columns", 1), _int("Bands", 1),
@@ -192,15 +188,8 @@ COMMANDS: List[CommandSpec] = [
     CommandSpec("SERIES HEADER", (), "skip the first line of the series file", "SERIES HEADER",
                 {"header": True}),
     # architecture (book p.155)
-    CommandSpec("FULLY CONNECTED LAYER", (_int("Slices", 1),), "a fully connected hidden layer",
-                "LAYER", {"kind": FC}),
-    CommandSpec("LOCAL LAYER", _LAYER_ARGS, "a locally connected hidden layer", "LAYER",
-                {"kind": LOCAL}),
-    CommandSpec("CONVOLUTIONAL LAYER", _LAYER_ARGS, "a convolutional hidden layer", "LAYER",
-                {"kind": CONV}),
-    CommandSpec("POOLED AVERAGE LAYER", _POOL_ARGS, "an average-pooling layer", "LAYER",
-                {"kind": POOLAVG}),
-    CommandSpec("POOLED MAX LAYER", _POOL_ARGS, "a max-pooling layer", "LAYER", {"kind": POOLMAX}),
+    *(CommandSpec(k.keyword, tuple(_int(name, low) for name, low in k.arg_names), k.summary,
+                  "LAYER", {"kind": k}) for k in KINDS),
     # operations (book p.158-159) and ours
     CommandSpec("TRAIN", (), "anneal, refine by conjugate gradients, report the confusion matrix"),
     CommandSpec("TEST", (), "criterion and confusion matrix of the trained model on the current data"),

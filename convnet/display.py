@@ -132,9 +132,8 @@ def training_images(dataset, first, rows, cols, path):
 # -------------------------------------------------------------------------------------- filters
 def first_layer_filters(model):
     """The first hidden layer's filters as an array (slices, bands, filter rows, filter cols)."""
-    from .architecture import CONV
     arch = model.arch
-    if not arch.layers or arch.layers[0].kind != CONV:
+    if not arch.layers or not arch.layers[0].kind.shares_weights:
         raise ConvnetError("DISPLAY FILTER IMAGES needs a model whose first hidden layer is "
                            "convolutional")
     layer = arch.layers[0]
@@ -171,8 +170,7 @@ def filter_images(model, first, rows, cols, individual, path):
 # ---------------------------------------------------------------------------------- activations
 def activation_range(layer):
     """The lowest and highest activation a first hidden layer can produce."""
-    from .architecture import POOLAVG, POOLMAX
-    if layer.kind in (POOLAVG, POOLMAX):
+    if not layer.kind.applies_tanh:
         return 0.0, 1.0             # pooled input pixels, which the readers scale to [0, 1]
     return -1.0, 1.0                # tanh
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from . import __version__
-from .architecture import Architecture, CONV
+from .architecture import Architecture
 from .control import DEFAULT_PARAMETERS, parse_file
 from .errors import ConvnetError, Interrupted
 from .logs.writer import LogWriter
@@ -395,7 +395,7 @@ class Session:
     def _display_filter_images(self, cmd):
         self._need_model(cmd)
         arch = self.model_arch
-        if not arch.layers or arch.layers[0].kind != CONV:
+        if not arch.layers or not arch.layers[0].kind.shares_weights:
             raise cmd.error("DISPLAY FILTER IMAGES needs a model whose first hidden layer is convolutional")
         if arch.bands not in (1, 3):
             raise cmd.error(f"DISPLAY FILTER IMAGES shows 1 or 3 bands; the model's input has {arch.bands}")

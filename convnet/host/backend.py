@@ -36,13 +36,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..architecture import CONV, FC, LOCAL, POOLMAX
 from ..errors import ConvnetError
-from .fc import FCLayer
-from .local_conv import LocalConvLayer
 from .local_conv import transpose_into
 from .output import softmax_block, softmax_criterion_t, tanh_backward
-from .pool import PoolLayer
 from .threads import default_threads, single_threaded_blas
 
 BLOCK_BYTES = 32 << 20    # target size of one worker's per-case work areas
@@ -108,10 +104,10 @@ class _Work:
         self.gradient = gradient
         layers = plan.layers
         self.acts = [np.empty(capacity * L.n_out) for L in layers]
-        self.ids = [np.empty(capacity * L.n_out, dtype=np.int32) if plan.kinds[i] == POOLMAX
-                    else None for i, L in enumerate(layers)]
-        self.cols = [np.empty(capacity * L.kept_per_case()) if plan.kinds[i] in (LOCAL, CONV)
-                     else None for i, L in enumerate(layers)]
+        self.ids = [np.empty(capacity * L.n_out, dtype=np.int32) if kind.keeps_winners
+                    else None for L, kind in zip(layers, plan.kinds)]
+        self.cols = [np.empty(capacity * L.kept_per_case()) if L.kept_per_case() else None
+                     for L in layers]
         self.net = np.empty(capacity * plan.net_per_case)
         self.tprior = np.empty(capacity * plan.prior_per_case)
         self.logits = np.empty(capacity * plan.n_classes)
@@ -123,46 +119,47 @@ class _Work:
         self.seconds = np.zeros((len(layers) + 1, 3))
         self.calls = np.zeros((len(layers) + 1, 3), dtype=np.int64)
 
+    def ids_view(self, i, n):
+        """Layer i's max-pool winners for a block of n cases (a placeholder if it keeps none)."""
+        ids = self.ids[i]
+        return _NO_IDS if ids is None else _view(ids, n, ids.shape[0] // self.capacity)
+
 
 def _view(flat, *shape):
     return flat[:math.prod(shape)].reshape(shape)
 
 
 class _Plan:
-    """The layers of an architecture bound to their shapes, and the work-area sizes they need."""
+    """The layers of an architecture bound to their shapes, and the work-area sizes they need.
+
+    Every layer kind names its host class (convnet.architecture.kinds); each class gives the
+    per-case sizes of the work areas it uses (kept_per_case, net_per_case, prior_per_case,
+    grad_scratch) and the four steps the engine takes: step_forward, step_forward_t (forward only,
+    (feature, case) order), step_gradient (layers with weights) and step_delta."""
 
     def __init__(self, arch):
         self.arch = arch
         self.kinds = [L.kind for L in arch.layers]
-        self.layers = []
-        for L in arch.layers:
-            if L.kind == FC:
-                self.layers.append(FCLayer(L))
-            elif L.kind in (LOCAL, CONV):
-                self.layers.append(LocalConvLayer(L))
-            else:
-                self.layers.append(PoolLayer(L))
-        self.output = FCLayer(arch.output)
+        self.layers = [L.kind.host_layer(L) for L in arch.layers]
+        self.output = arch.output.kind.host_layer(arch.output)
         self.n_classes = arch.n_classes
         self.n_weights = arch.n_weights
         self.n_inputs = arch.n_inputs
         self.slices = [L.weight_slice for L in arch.layers]
         self.out_slice = arch.output.weight_slice
-        lc = [L for L in self.layers if isinstance(L, LocalConvLayer)]
-        self.net_per_case = max([L.net_per_case() for L in lc] + [1])
+        self.net_per_case = max([L.net_per_case() for L in self.layers] + [1])
         # also the whole input of a case: the criterion transposes the input block into it
-        self.prior_per_case = max([L.prior_per_case() for L in lc] + [self.n_inputs])
+        self.prior_per_case = max([L.prior_per_case() for L in self.layers] + [self.n_inputs])
         self.max_neurons = max([L.n_out for L in self.layers] + [1])
-        self.grad_scratch = max([L.grad_scratch() for L in self.layers
-                                 if isinstance(L, (FCLayer, LocalConvLayer))]
+        self.grad_scratch = max([L.grad_scratch() for L in self.layers]
                                 + [self.output.grad_scratch(), 1])
         self.labels = [f"Layer {i + 1} {k}" for i, k in enumerate(self.kinds)] + ["Output"]
 
     def bytes_per_case(self, gradient):
         floats = (sum(L.n_out for L in self.layers) + self.net_per_case + self.prior_per_case
                   + self.n_classes)
-        floats += sum(L.kept_per_case() for L in self.layers if isinstance(L, LocalConvLayer))
-        ints = sum(L.n_out for L, k in zip(self.layers, self.kinds) if k == POOLMAX)
+        floats += sum(L.kept_per_case() for L in self.layers)
+        ints = sum(L.n_out for L, k in zip(self.layers, self.kinds) if k.keeps_winners)
         if gradient:
             floats += 2 * self.max_neurons
         return 8 * floats + 4 * ints
@@ -177,16 +174,9 @@ def _forward_block(plan, w, x, work, n, classes, want_delta):
     for i, L in enumerate(plan.layers):
         t0 = time.perf_counter()
         out = _view(work.acts[i], n, L.n_out)
-        kind = plan.kinds[i]
-        if kind == FC:
-            L.forward(w[plan.slices[i]], prior, out)
+        L.step_forward(w[plan.slices[i]], prior, out, work, i, n)
+        if plan.kinds[i].applies_tanh:
             np.tanh(out, out=out)
-        elif kind in (LOCAL, CONV):
-            L.forward(w[plan.slices[i]], prior, out, work.cols[i], work.net, work.tprior)
-            np.tanh(out, out=out)
-        else:
-            ids = _view(work.ids[i], n, L.n_out) if kind == POOLMAX else _NO_IDS
-            L.forward(prior, out, ids)
         sec[i, FORWARD] += time.perf_counter() - t0
         calls[i, FORWARD] += 1
         prior = out
@@ -216,17 +206,12 @@ def _criterion_block(plan, w, x, work, n, classes):
         t0 = time.perf_counter()
         out = _view(work.acts[i], L.n_out, n)
         kind = plan.kinds[i]
-        if pending and kind != POOLMAX:
+        if pending and not kind.commutes_with_tanh:
             np.tanh(prior, out=prior)
             pending = False
-        if kind == FC:
-            L.forward_t(w[plan.slices[i]], prior, out)
+        L.step_forward_t(w[plan.slices[i]], prior, out, work, i)
+        if kind.applies_tanh:
             pending = True
-        elif kind in (LOCAL, CONV):
-            L.forward_t(w[plan.slices[i]], prior, out, work.cols[i])
-            pending = True
-        else:
-            L.forward_t(prior, out)
         sec[i, FORWARD] += time.perf_counter() - t0
         calls[i, FORWARD] += 1
         prior = out
@@ -269,30 +254,20 @@ def _backward_block(plan, w, x, work, n):
         L = plan.layers[i]
         kind = plan.kinds[i]
         d = dact(i)
-        t0 = time.perf_counter()
-        if kind in (FC, LOCAL, CONV):
+        wl = w[plan.slices[i]]
+        t1 = time.perf_counter()
+        if kind.applies_tanh:
             tanh_backward(d, act(i))                      # now d criterion / d net input
-            sec[i, DELTA] += time.perf_counter() - t0
+            sec[i, DELTA] += time.perf_counter() - t1
+        if kind.has_weights:
             t0 = time.perf_counter()
-            wl, gl = w[plan.slices[i]], g[plan.slices[i]]
-            if kind == FC:
-                L.gradient(wl, gl, d, act(i - 1), work.gtmp)
-            else:
-                L.gradient(wl, gl, d, work.cols[i], work.net, work.gtmp)
+            L.step_gradient(wl, g[plan.slices[i]], d, act(i - 1), work, i)
             t1 = time.perf_counter()
             sec[i, GRADIENT] += t1 - t0
             calls[i, GRADIENT] += 1
-            if i > 0:
-                if kind == FC:
-                    L.delta(wl, d, dact(i - 1))
-                else:
-                    L.delta(wl, work.cols[i], work.net, work.tprior, dact(i - 1))
-                sec[i - 1, DELTA] += time.perf_counter() - t1
-                calls[i - 1, DELTA] += 1
-        elif i > 0:
-            ids = _view(work.ids[i], n, L.n_out) if kind == POOLMAX else _NO_IDS
-            L.backward(d, ids, dact(i - 1))
-            sec[i - 1, DELTA] += time.perf_counter() - t0
+        if i > 0:
+            L.step_delta(wl, d, dact(i - 1), work, i, n)
+            sec[i - 1, DELTA] += time.perf_counter() - t1
             calls[i - 1, DELTA] += 1
 
 
@@ -402,7 +377,7 @@ class HostBackend:
         w = check_weights(self.arch, weights)
         x = check_inputs(self.arch, inputs)
         res = {i: np.empty((x.shape[0], L.n_out), dtype=np.int32)
-               for i, L in enumerate(self._plan.layers) if self._plan.kinds[i] == POOLMAX}
+               for i, L in enumerate(self._plan.layers) if self._plan.kinds[i].keeps_winners}
         self._run(w, x, _NO_CLASSES, "winners", res)
         return res
 

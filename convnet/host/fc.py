@@ -19,6 +19,16 @@ class FCLayer:
         self.n_out = layer.n_neurons
         self.npw = layer.n_prior_weights
 
+    # work areas (see convnet.host.backend): only the gradient scratch
+    def kept_per_case(self):
+        return 0
+
+    def net_per_case(self):
+        return 0
+
+    def prior_per_case(self):
+        return 0
+
     def grad_scratch(self):
         """Scratch for one block's weight gradient before it is added in."""
         return self.n_out * self.n_in
@@ -48,3 +58,16 @@ class FCLayer:
         """d criterion / d prior activations (the sum in Equation 1-19) into dprior (n, n_in)."""
         W = w.reshape(self.n_out, self.npw)
         np.matmul(dnet, W[:, :self.n_in], out=dprior)
+
+    # the steps the host backend takes for every layer kind (see convnet.host.backend)
+    def step_forward(self, w, prior, out, work, i, n):
+        self.forward(w, prior, out)
+
+    def step_forward_t(self, w, priorT, outT, work, i):
+        self.forward_t(w, priorT, outT)
+
+    def step_gradient(self, w, g, dnet, prior, work, i):
+        self.gradient(w, g, dnet, prior, work.gtmp)
+
+    def step_delta(self, w, dnet, dprior, work, i, n):
+        self.delta(w, dnet, dprior)

@@ -27,7 +27,6 @@ workers run at once.
 import numpy as np
 from numba import njit
 
-from ..architecture import CONV
 
 TILE = 8
 # Forward-only passes unroll the windows of a block in one piece when they take at most WHOLE_BYTES,
@@ -200,7 +199,7 @@ class LocalConvLayer:
     def __init__(self, layer):
         s = layer.spec
         self.layer = layer
-        self.shared = layer.kind == CONV
+        self.shared = layer.kind.shares_weights
         self.S, self.IR, self.IC = layer.prior_depth, layer.prior_height, layer.prior_width
         self.R, self.C, self.D = layer.height, layer.width, layer.depth
         self.geometry = (self.S, self.IR, self.IC, self.R, self.C, s.filter_v, s.filter_h,
@@ -308,3 +307,16 @@ class LocalConvLayer:
                       out=dcols)
         fold_windows(dcols, not self.shared, *self.geometry, dpriorT)
         transpose_into(dpriorT, dprior)
+
+    # the steps the host backend takes for every layer kind (see convnet.host.backend)
+    def step_forward(self, w, prior, out, work, i, n):
+        self.forward(w, prior, out, work.cols[i], work.net, work.tprior)
+
+    def step_forward_t(self, w, priorT, outT, work, i):
+        self.forward_t(w, priorT, outT, work.cols[i])
+
+    def step_gradient(self, w, g, dnet, prior, work, i):
+        self.gradient(w, g, dnet, work.cols[i], work.net, work.gtmp)
+
+    def step_delta(self, w, dnet, dprior, work, i, n):
+        self.delta(w, work.cols[i], work.net, work.tprior, dprior)

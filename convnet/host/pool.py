@@ -8,8 +8,6 @@ backward pass hands the whole delta to that one element.
 
 from numba import njit
 
-from ..architecture import POOLMAX
-
 
 @njit(cache=True, nogil=True)
 def pool_forward(prior, depth, in_rows, in_cols, rows, cols, pw_v, pw_h, stride_v, stride_h,
@@ -115,11 +113,24 @@ class PoolLayer:
     def __init__(self, layer):
         s = layer.spec
         self.layer = layer
-        self.is_max = layer.kind == POOLMAX
+        self.is_max = layer.kind.keeps_winners
         self.args = (layer.depth, layer.prior_height, layer.prior_width, layer.height, layer.width,
                      s.width_v, s.width_h, s.stride_v, s.stride_h, self.is_max)
         self.n_in = layer.n_prior
         self.n_out = layer.n_neurons
+
+    # work areas (see convnet.host.backend): none beyond the winners' ids
+    def kept_per_case(self):
+        return 0
+
+    def net_per_case(self):
+        return 0
+
+    def prior_per_case(self):
+        return 0
+
+    def grad_scratch(self):
+        return 0
 
     def forward(self, prior, out, ids):
         """prior (n, n_in) -> out (n, n_out); ids (n, n_out) int32 winners for max pooling."""
@@ -132,3 +143,17 @@ class PoolLayer:
     def backward(self, dout, ids, dprior):
         """dout (n, n_out): d criterion / d this layer's activations -> dprior (n, n_in)."""
         pool_backward(dout, ids, *self.args, dprior)
+
+    # the steps the host backend takes for every layer kind (see convnet.host.backend); the
+    # weights are this layer's part of the vector, which is empty
+    def step_forward(self, w, prior, out, work, i, n):
+        self.forward(prior, out, work.ids_view(i, n))
+
+    def step_forward_t(self, w, priorT, outT, work, i):
+        self.forward_t(priorT, outT)
+
+    def step_gradient(self, w, g, dnet, prior, work, i):
+        raise AssertionError("a pooling layer has no weights")
+
+    def step_delta(self, w, dnet, dprior, work, i, n):
+        self.backward(dnet, work.ids_view(i, n), dprior)

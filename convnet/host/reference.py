@@ -24,11 +24,6 @@ import math
 import numpy as np
 from numba import njit
 
-from ..architecture import CONV, FC, LOCAL, POOLAVG, POOLMAX
-
-# Integer codes for the layer kinds, usable inside compiled code.
-KIND_CODE = {FC: 0, LOCAL: 1, CONV: 2, POOLAVG: 3, POOLMAX: 4}
-
 # Added to the probability of the true class before taking its log (Equation 1-11 guard).
 LOG_GUARD = 1e-30
 
@@ -235,27 +230,80 @@ def grad_local_conv(delta, prior, in_rows, in_cols, in_slices, height, width, de
                 k += 1
 
 
+# ------------------------------------------------------------------------------ the layer kinds
+# Each layer kind names its class here in convnet.architecture.kinds; the model below calls them
+# without knowing which kind it has.
+class FCReference:
+    """A fully connected layer (and the output layer): Equations 1-1, 1-14, 1-19."""
+
+    def __init__(self, layer):
+        self.layer = layer
+
+    def forward(self, w, prior, out, ids, nonlinear=True):
+        activity_fc(prior, w, self.layer.depth, nonlinear, out)
+
+    def delta_to_prior(self, delta, w, ids, prior_delta):
+        """d criterion / d prior activations from this layer's d criterion / d net input."""
+        delta_from_fc(delta, w, self.layer.n_prior, prior_delta)
+
+    def gradient(self, delta, prior, g):
+        grad_fc(delta, prior, g)
+
+
+class LocalConvReference:
+    """A locally connected or convolutional layer (the kind says whether weights are shared)."""
+
+    def __init__(self, layer):
+        self.layer = layer
+        s, L = layer.spec, layer
+        self.window = (s.hw_v, s.hw_h, s.pad_v, s.pad_h, s.stride_v, s.stride_h,
+                       layer.kind.shares_weights)
+        self.prior_shape = (L.prior_height, L.prior_width, L.prior_depth)
+        self.shape = (L.height, L.width, L.depth)
+
+    def forward(self, w, prior, out, ids):
+        activity_local_conv(prior, *self.prior_shape, w, *self.shape, *self.window, out)
+
+    def delta_to_prior(self, delta, w, ids, prior_delta):
+        delta_from_local_conv(delta, w, *self.prior_shape, *self.shape, *self.window, prior_delta)
+
+    def gradient(self, delta, prior, g):
+        grad_local_conv(delta, prior, *self.prior_shape, *self.shape, *self.window, g)
+
+
+class PoolReference:
+    """An average or max pooling layer (the kind says which, and whether winners are kept)."""
+
+    _NO_IDS = np.zeros(1, dtype=np.int64)
+
+    def __init__(self, layer):
+        self.layer = layer
+        s = layer.spec
+        self.is_max = layer.kind.keeps_winners
+        self.window = (s.width_v, s.width_h, s.stride_v, s.stride_h, self.is_max)
+
+    def forward(self, w, prior, out, ids):
+        L = self.layer
+        activity_pool(prior, L.prior_height, L.prior_width, L.height, L.width, L.depth,
+                      *self.window, out, ids)
+
+    def delta_to_prior(self, delta, w, ids, prior_delta):
+        L = self.layer
+        delta_from_pool(delta, self._NO_IDS if ids is None else ids, L.prior_height,
+                        L.prior_width, L.height, L.width, L.depth, *self.window, prior_delta)
+
+    def gradient(self, delta, prior, g):
+        raise AssertionError("a pooling layer has no weights")
+
+
 # ------------------------------------------------------------------------------ the model
 class ReferenceModel:
     """Per-case activations, criterion and gradient of an Architecture."""
 
     def __init__(self, arch):
         self.arch = arch
-
-    # -- forward
-    def _layer_forward(self, layer, w, prior, out, ids):
-        s = layer.spec
-        k = layer.kind
-        if k == FC:
-            activity_fc(prior, w, layer.depth, True, out)
-        elif k in (LOCAL, CONV):
-            activity_local_conv(prior, layer.prior_height, layer.prior_width, layer.prior_depth, w,
-                                layer.height, layer.width, layer.depth, s.hw_v, s.hw_h,
-                                s.pad_v, s.pad_h, s.stride_v, s.stride_h, k == CONV, out)
-        else:
-            activity_pool(prior, layer.prior_height, layer.prior_width, layer.height, layer.width,
-                          layer.depth, s.width_v, s.width_h, s.stride_v, s.stride_h,
-                          k == POOLMAX, out, ids)
+        self.refs = [layer.kind.reference_layer(layer) for layer in arch.layers]
+        self.out_ref = arch.output.kind.reference_layer(arch.output)
 
     def trial(self, weights, image):
         """One case forward: (list of hidden activations, list of max-pool winner ids or None,
@@ -263,16 +311,17 @@ class ReferenceModel:
         weights = np.ascontiguousarray(weights, dtype=np.float64)
         prior = np.ascontiguousarray(image, dtype=np.float64).reshape(-1)
         acts, ids = [], []
-        for layer in self.arch.layers:
+        for layer, ref in zip(self.arch.layers, self.refs):
             out = np.empty(layer.n_neurons)
-            idv = np.zeros(layer.n_neurons if layer.kind == POOLMAX else 1, dtype=np.int64)
-            self._layer_forward(layer, weights[layer.weight_slice], prior, out, idv)
+            keep = layer.kind.keeps_winners
+            idv = np.zeros(layer.n_neurons if keep else 1, dtype=np.int64)
+            ref.forward(weights[layer.weight_slice], prior, out, idv)
             acts.append(out)
-            ids.append(idv if layer.kind == POOLMAX else None)
+            ids.append(idv if keep else None)
             prior = out
         o = self.arch.output
         logits = np.empty(o.depth)
-        activity_fc(prior, weights[o.weight_slice], o.depth, False, logits)
+        self.out_ref.forward(weights[o.weight_slice], prior, logits, None, nonlinear=False)
         probs = np.empty(o.depth)
         softmax(logits, probs)
         return acts, ids, probs
@@ -314,39 +363,22 @@ class ReferenceModel:
             this_delta[classes[c]] -= 1.0
             # Step 4: output layer gradient, Equation 1-14.
             prior = acts[-1] if layers else image
-            grad_fc(this_delta, prior, grad[out_layer.weight_slice])
+            self.out_ref.gradient(this_delta, prior, grad[out_layer.weight_slice])
             # Steps 5-9, last hidden layer back to the first.
+            refs = self.refs + [self.out_ref]
             for i in range(len(layers) - 1, -1, -1):
                 layer = layers[i]
                 nxt = layers[i + 1] if i + 1 < len(layers) else out_layer
                 prior_delta = np.empty(layer.n_neurons)
-                w_next = weights[nxt.weight_slice]
-                s = nxt.spec
-                if nxt.kind == FC:
-                    delta_from_fc(this_delta, w_next, layer.n_neurons, prior_delta)
-                elif nxt.kind in (LOCAL, CONV):
-                    delta_from_local_conv(this_delta, w_next, layer.height, layer.width,
-                                          layer.depth, nxt.height, nxt.width, nxt.depth,
-                                          s.hw_v, s.hw_h, s.pad_v, s.pad_h, s.stride_v,
-                                          s.stride_h, nxt.kind == CONV, prior_delta)
-                else:
-                    nid = ids[i + 1] if nxt.kind == POOLMAX else np.zeros(1, dtype=np.int64)
-                    delta_from_pool(this_delta, nid, layer.height, layer.width, nxt.height,
-                                    nxt.width, nxt.depth, s.width_v, s.width_h, s.stride_v,
-                                    s.stride_h, nxt.kind == POOLMAX, prior_delta)
-                if layer.kind in (FC, LOCAL, CONV):
+                nxt_ids = ids[i + 1] if i + 1 < len(layers) else None
+                refs[i + 1].delta_to_prior(this_delta, weights[nxt.weight_slice], nxt_ids,
+                                           prior_delta)
+                if layer.kind.applies_tanh:
                     # Equation 1-15 completes Equation 1-19: tanh' = 1 - a^2.
                     prior_delta *= 1.0 - acts[i] * acts[i]
+                if layer.kind.has_weights:
                     prior = acts[i - 1] if i > 0 else image
-                    g = grad[layer.weight_slice]
-                    ls = layer.spec
-                    if layer.kind == FC:
-                        grad_fc(prior_delta, prior, g)
-                    else:
-                        grad_local_conv(prior_delta, prior, layer.prior_height, layer.prior_width,
-                                        layer.prior_depth, layer.height, layer.width, layer.depth,
-                                        ls.hw_v, ls.hw_h, ls.pad_v, ls.pad_h, ls.stride_v,
-                                        ls.stride_h, layer.kind == CONV, g)
+                    refs[i].gradient(prior_delta, prior, grad[layer.weight_slice])
                 this_delta = prior_delta                    # step 8
         scale = 1.0 / (inputs.shape[0] * arch.n_classes)
         grad *= scale

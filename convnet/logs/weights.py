@@ -21,8 +21,6 @@ sample labels a max-pooling layer "(Mean pool)" (we write "(Max pool)"), and has
 "(Local)" and "Slice".
 """
 
-from ..architecture import CONV, FC, LOCAL, POOLAVG, POOLMAX
-
 INDENT = "     "
 
 
@@ -46,35 +44,14 @@ def format_weights(arch, weights):
     lines = []
     for layer in arch.all_layers:
         head = f"Layer {layer.index + 1} of {n_layers}"
-        kind = layer.kind
-        if kind in (POOLAVG, POOLMAX):
-            name = "Max pool" if kind == POOLMAX else "Avg pool"
-            lines.append(f"{head} ({name}) {layer.height} rows by {layer.width} cols by "
-                         f"{layer.depth} slices")
-            continue
+        heading = layer.kind.listing_heading(layer)
+        if heading is not None:
+            lines.append(f"{head} {heading}")
         w = weights[layer.weight_slice]
         npw = layer.n_prior_weights
         prior = _prior_name(layer)
-        if kind == CONV:
-            per = layer.spec.filter_v * layer.spec.filter_h
-            for s in range(layer.depth):
-                lines.append(f"{head} (Convolutional) Slice {s + 1} of {layer.depth}")
-                _weight_set(lines, w[s * npw:(s + 1) * npw], prior, layer.prior_depth, per)
-        elif kind == LOCAL:
-            per = layer.spec.filter_v * layer.spec.filter_h
-            n = 0
-            for s in range(layer.depth):
-                for r in range(layer.height):
-                    for c in range(layer.width):
-                        lines.append(f"{head} (Local) Slice {s + 1} of {layer.depth} Row {r + 1} of "
-                                     f"{layer.height} Col {c + 1} of {layer.width}")
-                        _weight_set(lines, w[n * npw:(n + 1) * npw], prior, layer.prior_depth, per)
-                        n += 1
-        elif kind == FC:
-            per = layer.prior_height * layer.prior_width
-            for s in range(layer.depth):
-                lines.append(f"{head} (Full) Slice (this neuron) {s + 1} of {layer.depth}")
-                _weight_set(lines, w[s * npw:(s + 1) * npw], prior, layer.prior_depth, per)
-        else:  # pragma: no cover - every kind is handled above
-            raise ValueError(f"unknown layer kind {kind!r}")
+        # the kind gives its weight sets in weight order, with their labels
+        for n, (label, per) in enumerate(layer.kind.weight_sets(layer)):
+            lines.append(f"{head} {label}")
+            _weight_set(lines, w[n * npw:(n + 1) * npw], prior, layer.prior_depth, per)
     return lines
