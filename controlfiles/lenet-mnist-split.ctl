@@ -1,4 +1,5 @@
 // Quality run: LeNet-style net trained on the first 8,000 MNIST test digits, tested on the last 2,000.
+// The net of lenet-mnist.ctl (the speed run on all 10,000 digits) with a held-out test set.
 READ MNIST IMAGE "../data/t10k-images-idx3-ubyte.gz"
 READ MNIST LABELS "../data/t10k-labels-idx1-ubyte.gz"
 KEEP CASES 1 8000

@@ -1,4 +1,6 @@
 // A real price series as images: S&P 500 daily closes, log differences, up/down classes.
+// The benchmark net (benchmarks/ time it), trained on every case with no test; the same net with a
+// train period and a later test period is series-sp500-split.ctl.
 SERIES HEADER
 SERIES COLUMN = 5
 SERIES DIFFLOG

@@ -1,5 +1,6 @@
 """The command line: ``convnet run | check | batch | log | devices``."""
 
+import signal
 import sys
 
 import click
@@ -20,54 +21,92 @@ def main():
     """Train convolutional nets from plain-text control files."""
 
 
+# Control files and folders are plain strings: a folder given as a control file, or a file given as
+# --out, is the program's one-line error, not click's usage message.
 @main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--out", default=".", show_default=True, type=click.Path(file_okay=False),
+@click.argument("files", nargs=-1, required=True)
+@click.option("--out", default=".", show_default=True,
               help="Folder for CONVNET.LOG, CUDA.LOG and every output file.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True, help="auto: CUDA when PyCUDA and a GPU are usable.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Host threads (default: all cores).")
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Random seed.")
-@click.option("--quiet", is_flag=True, help="No progress line.")
+@click.option("--quiet", is_flag=True, help="Print errors only: no progress line, no summary.")
 def run(files, out, device, threads, seed, quiet):
     """Execute control FILES in order, as one session."""
     from .session import Session
-    session = Session(out=out, device=device, threads=threads, seed=seed, quiet=quiet)
+    from .summary import summary_lines
+    try:
+        session = Session(out=out, device=device, threads=threads, seed=seed, quiet=quiet)
+    except ConvnetError as e:
+        fail(e)
     try:
         session.run(list(files))
     except ConvnetError as e:
-        session.log.write(f"ERROR: {e}")
-        session.close()
+        session.status = "error"
+        _last_words(session, f"ERROR: {e}")
         fail(e)
     except Interrupted as e:
-        session.log.write(f"Run ended by the user (Ctrl-C); the log is complete up to here")
-        session.close()
+        session.status = "interrupted"
+        why = "by the user (Ctrl-C)" if e.signum == signal.SIGINT else "by SIGTERM"
+        _last_words(session, f"Run ended {why}; the log is complete up to here")
         click.echo(f"convnet: {e}", err=True)
-        sys.exit(130)
-    session.close()
-    if not quiet:
-        click.echo(f"convnet: finished; see {session.log.path}")
-
-
-@main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-def check(files):
-    """Validate control FILES without training: syntax, data headers, architectures."""
-    from .session import check as check_files
+        sys.exit(e.exit_status)
+    session.status = "completed"
     try:
-        check_files(list(files), echo=click.echo)
+        session.close()
     except ConvnetError as e:
         fail(e)
-    except Interrupted as e:
-        click.echo(f"convnet: {e}", err=True)
-        sys.exit(130)
-    click.echo(f"convnet: {' '.join(files)}: OK")
+    if not quiet:
+        for line in summary_lines(session):
+            click.echo(line)
+
+
+def _last_words(session, line):
+    """Write the closing line of a run that is ending early, and close it; a log that can no
+    longer be written (the very fault being reported, perhaps) is left as it is."""
+    try:
+        session.log.write(line)
+    except ConvnetError:
+        pass
+    try:
+        session.close()
+    except ConvnetError:
+        pass
 
 
 @main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--out", required=True, type=click.Path(file_okay=False),
+@click.argument("files", nargs=-1, required=True)
+@click.option("--session", "as_session", is_flag=True,
+              help="Check the files as one session, the way `convnet run` executes them.")
+def check(files, as_session):
+    """Validate control FILES without training: syntax, data headers, architectures.
+
+    Each file is checked on its own (a line per file: OK or its error); with --session they are
+    checked in order as one session. The exit status is 2 when any check failed.
+    """
+    from .session import check as check_files
+    groups = [list(files)] if as_session else [[f] for f in files]
+    failed = 0
+    for group in groups:
+        try:
+            check_files(group, echo=click.echo)
+        except ConvnetError as e:
+            failed += 1
+            click.echo(f"convnet: error: {e}", err=True)
+            continue
+        except Interrupted as e:
+            click.echo(f"convnet: {e}", err=True)
+            sys.exit(e.exit_status)
+        click.echo(f"convnet: {' '.join(group)}: OK")
+    if failed:
+        sys.exit(2)
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True)
+@click.option("--out", required=True,
               help="Folder for summary.csv and one sub-folder per control file.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Sessions run at the same time.")

@@ -36,6 +36,23 @@ class Command:
         return ConvnetError(message, self.file, self.line)
 
 
+# Messages quote at most this many characters of what was written.
+SHOWN_CHARS = 60
+# Suggestions compare at most this many words of this many characters each, so a huge line costs
+# no more than a short one.
+SUGGEST_WORDS, SUGGEST_CHARS = 6, 40
+# Longest whole number read (far beyond any size that fits; Python refuses much longer ones).
+MAX_DIGITS = 100
+
+
+def shown(text, limit=SHOWN_CHARS):
+    """``text`` as a message quotes it: control characters escaped, cut to ``limit`` characters."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit + 1])
+    if len(out) > limit:
+        out = out[:limit] + f"... ({len(text)} characters)"
+    return out
+
+
 # ---------------------------------------------------------------------------------- argument types
 class Arg:
     """One argument of a command: a name, a type and a range check."""
@@ -53,6 +70,26 @@ class Arg:
             return " | ".join(self.choices)
         return self.name
 
+    def placeholder(self):
+        """What stands for the value in the docs: ``n`` (whole number), ``x`` (number) or the choices."""
+        return {"int": "n", "float": "x"}.get(self.kind) or self.describe()
+
+    def value_kind(self):
+        """The kind of value and its range, in words: ``whole number, at least 1``."""
+        if self.kind == "choice":
+            return ", ".join(self.choices[:-1]) + " or " + self.choices[-1]
+        if self.kind == "file":
+            return "file name in double quotes"
+        words = {"int": "whole number", "float": "number"}[self.kind]
+        lo, hi = self.minimum, self.maximum
+        if lo is not None and hi is not None:
+            return f"{words}, {lo} to {hi}"
+        if lo is not None:
+            return f"{words}, {'greater than' if self.exclusive_min else 'at least'} {lo}"
+        if hi is not None:  # pragma: no cover - no such parameter today
+            return f"{words}, at most {hi}"
+        return words
+
     def convert(self, token, what):
         """Convert one token; raise a message string (no location) when it does not fit."""
         try:
@@ -66,38 +103,43 @@ class Arg:
     def _convert(self, token, what):
         if self.kind == "file":
             if not token.quoted:
-                raise ValueError(f"{what}: the file name must be in double quotes, e.g. \"{token.text}\"")
+                raise ValueError(f"{what}: the file name must be in double quotes, e.g. \"{shown(token.text)}\"")
             if not token.text:
                 raise ValueError(f"{what}: the file name is empty")
+            if "\0" in token.text:
+                raise ValueError(f"{what}: the file name \"{shown(token.text)}\" contains a NUL byte")
             return token.text
         if token.quoted:
             raise ValueError(f"{what}: {self.name} must be a {self._type_word()}, not a quoted name")
         text = token.text
         if self.kind == "int":
             if not re.fullmatch(r"[+-]?\d+", text):
-                raise ValueError(f"{what}: {self.name} must be a whole number, not '{text}'")
+                raise ValueError(f"{what}: {self.name} must be a whole number, not '{shown(text)}'")
+            if len(text) > MAX_DIGITS:
+                raise ValueError(f"{what}: {self.name} has {len(text)} digits; at most {MAX_DIGITS} "
+                                 "are read")
             value = int(text)
         elif self.kind == "float":
             try:
                 value = float(text)
             except ValueError:
-                raise ValueError(f"{what}: {self.name} must be a number, not '{text}'") from None
+                raise ValueError(f"{what}: {self.name} must be a number, not '{shown(text)}'") from None
             if value != value or value in (float("inf"), float("-inf")):
-                raise ValueError(f"{what}: {self.name} must be a finite number, not '{text}'")
+                raise ValueError(f"{what}: {self.name} must be a finite number, not '{shown(text)}'")
         elif self.kind == "choice":
             value = text.upper()
             if value not in self.choices:
-                raise ValueError(f"{what}: {self.name} must be {' or '.join(self.choices)}, not '{text}'")
+                raise ValueError(f"{what}: {self.name} must be {' or '.join(self.choices)}, not '{shown(text)}'")
             return value
         else:  # pragma: no cover - registry error
             raise AssertionError(self.kind)
         if self.minimum is not None:
             if self.exclusive_min and value <= self.minimum:
-                raise ValueError(f"{what}: {self.name} must be greater than {self.minimum}, not {text}")
+                raise ValueError(f"{what}: {self.name} must be greater than {self.minimum}, not {shown(text)}")
             if not self.exclusive_min and value < self.minimum:
-                raise ValueError(f"{what}: {self.name} must be at least {self.minimum}, not {text}")
+                raise ValueError(f"{what}: {self.name} must be at least {self.minimum}, not {shown(text)}")
         if self.maximum is not None and value > self.maximum:
-            raise ValueError(f"{what}: {self.name} must be at most {self.maximum}, not {text}")
+            raise ValueError(f"{what}: {self.name} must be at most {self.maximum}, not {shown(text)}")
         return value
 
     def _type_word(self):
@@ -291,6 +333,7 @@ def tokenize(text):
 
 def _suggest(words):
     """The registry phrase closest to what was written, or None."""
+    words = [w[:SUGGEST_CHARS] for w in words[:SUGGEST_WORDS]]
     written = " ".join(words).upper()
     phrases = [c.phrase for c in COMMANDS] + [p.name for p in PARAMETERS]
     phrases += [a for p in PARAMETERS for a in p.aliases]
@@ -331,8 +374,8 @@ def parse_line(text, file=None, line=None):
         name_words = tuple(t.text.upper() for t in tokens[:eq])
         spec = _PARAM_BY_NAME.get(name_words)
         if spec is None:
-            hint = _suggest([t.text for t in tokens[:eq]])
-            msg = f"unknown parameter '{' '.join(t.text for t in tokens[:eq])}'"
+            hint = _suggest([t.text for t in tokens[:eq]][:SUGGEST_WORDS])
+            msg = f"unknown parameter '{shown(' '.join(t.text for t in tokens[:eq]))}'"
             raise err(msg + (f" (did you mean {hint}?)" if hint else ""))
         values = tokens[eq + 1:]
         if len(values) != 1:
@@ -348,8 +391,8 @@ def parse_line(text, file=None, line=None):
         n = len(spec.words)
         if tuple(upper[:n]) == spec.words:
             return _parse_args(spec, tokens[n:], file, line, stripped)
-    hint = _suggest([t.text for t in tokens if not t.quoted])
-    msg = f"unknown command '{stripped}'"
+    hint = _suggest([t.text for t in tokens if not t.quoted][:SUGGEST_WORDS])
+    msg = f"unknown command '{shown(stripped)}'"
     raise err(msg + (f" (did you mean {hint}?)" if hint else ""))
 
 
@@ -362,7 +405,7 @@ def _parse_args(spec, tokens, file, line, text):
         flag = tokens[-2]
         if flag.quoted or flag.text.upper() != spec.flag_before_last:
             raise err(f"{spec.phrase}: expected {spec.flag_before_last} or the file name, "
-                      f"not '{flag.text}' (usage: {spec.usage()})")
+                      f"not '{shown(flag.text)}' (usage: {spec.usage()})")
         args[spec.flag_before_last.lower()] = True
         tokens = tokens[:-2] + tokens[-1:]
     elif spec.flag_before_last:
@@ -372,7 +415,7 @@ def _parse_args(spec, tokens, file, line, text):
             got = "nothing" if not tokens else f"{len(tokens)}"
             raise err(f"{spec.phrase} takes {len(spec.args)} argument"
                       f"{'s' if len(spec.args) != 1 else ''}, got {got} (usage: {spec.usage()})")
-        raise err(f"{spec.phrase} takes no arguments, got '{' '.join(t.text for t in tokens)}'")
+        raise err(f"{spec.phrase} takes no arguments, got '{shown(' '.join(t.text for t in tokens))}'")
     for arg, tok in zip(spec.args, tokens):
         try:
             args[arg.name.lower().replace(".png", "")] = arg.convert(tok, spec.phrase)
@@ -435,10 +478,12 @@ def keyword_reference():
            "## Commands", "", "| line | meaning |", "|---|---|"]
     for spec in COMMANDS:
         out.append(f"| `{spec.usage()}` | {spec.help} |")
-    out += ["", "## Parameters (`NAME = value`)", "", "| parameter | meaning |", "|---|---|"]
+    out += ["", "## Parameters (`NAME = value`)", "", "| parameter | value | meaning |",
+            "|---|---|---|"]
     for p in PARAMETERS:
-        names = " or ".join(f"`{n} = {p.arg.describe()}`" for n in (p.name,) + p.aliases)
-        out.append(f"| {names} | {p.help} |")
+        value = p.arg.placeholder().replace("|", "\\|")   # a bare | would end the table cell
+        names = " or ".join(f"`{n} = {value}`" for n in (p.name,) + p.aliases)
+        out.append(f"| {names} | {p.arg.value_kind()} | {p.help} |")
     return "\n".join(out) + "\n"
 
 

@@ -32,4 +32,15 @@ class ConvnetError(Exception):
 
 
 class Interrupted(Exception):
-    """Raised when the user asks to end the run at once (a second Ctrl-C)."""
+    """Raised when the run must end at once: a second Ctrl-C (SIGINT) or a SIGTERM.
+
+    ``signum`` is the signal; a command line ends with status 128 + signum (130, 143).
+    """
+
+    def __init__(self, message, signum=2):
+        super().__init__(message)
+        self.signum = int(signum)
+
+    @property
+    def exit_status(self):
+        return 128 + self.signum

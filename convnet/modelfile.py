@@ -122,11 +122,17 @@ def save_model(path, model, series_info=None, extra=None):
     data = encode_model(model.arch, model.weights, series_info, extra)
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
+    if os.path.lexists(path) and not os.path.isfile(path):
+        # renaming over it would replace a folder's entry such as a device (/dev/null) or a link
+        raise ConvnetError("cannot write the model file: it exists and is not a regular file",
+                           file=path)
     tmp = None
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
                                    dir=folder)
+        # mkstemp makes the file private (0600); a model file gets the mode any new file gets
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -141,6 +147,20 @@ def save_model(path, model, series_info=None, extra=None):
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def current_umask():
+    """The process's umask (from /proc where it can be read, so no thread ever sees it changed)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def decode_model(data, path="<model>"):

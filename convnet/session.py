@@ -21,6 +21,9 @@ from .architecture import Architecture
 from .control import DEFAULT_PARAMETERS, parse_file
 from .errors import ConvnetError, Interrupted
 from .logs.writer import LogWriter
+from .runlock import RunLock
+from . import memory
+
 
 class Interrupt:
     """Counts Ctrl-C presses: the first asks the running phase to move on, the second ends the run.
@@ -38,7 +41,11 @@ class Interrupt:
     def handler(self, signum, frame):
         self.count += 1
         if self.count >= 2 or not self.active:
-            raise Interrupted("run ended by the user (Ctrl-C)")
+            raise Interrupted("run ended by the user (Ctrl-C)", signal.SIGINT)
+
+    def terminate(self, signum, frame):
+        """SIGTERM (``timeout``, batch schedulers, Dask) ends the run at once, like a second Ctrl-C."""
+        raise Interrupted("run ended by SIGTERM", signal.SIGTERM)
 
     @contextmanager
     def phase(self):
@@ -52,17 +59,19 @@ class Interrupt:
 
 
 @contextmanager
-def _sigint(interrupt):
-    """Install the Ctrl-C handler while a session runs (main thread only)."""
+def _signals(interrupt):
+    """Install the Ctrl-C and SIGTERM handlers while a session runs (main thread only)."""
     try:
-        previous = signal.signal(signal.SIGINT, interrupt.handler)
+        previous = {signal.SIGINT: signal.signal(signal.SIGINT, interrupt.handler),
+                    signal.SIGTERM: signal.signal(signal.SIGTERM, interrupt.terminate)}
     except ValueError:           # not the main thread: leave signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class Session:
@@ -93,12 +102,26 @@ class Session:
         self.results = []                        # TrainResult / TestResult objects in order
         self.interrupt = Interrupt()
         self.device_note_written = False
-        self.log = None
+        self.outcomes = []                       # (command, result) of every TRAIN and TEST
+        self.outputs = []                        # files written under --out, in order
+        self.status = "running"                  # then "completed", "error" or "interrupted"
+        self.log = LogWriter(None)
+        self.lock = None
         if not check_only:
-            os.makedirs(out, exist_ok=True)
-            self.log = LogWriter(os.path.join(out, log_name))
-        else:
-            self.log = LogWriter(None)
+            if os.path.exists(out) and not os.path.isdir(out):
+                raise ConvnetError(f"the output folder '{out}' is a file, not a folder")
+            try:
+                os.makedirs(out, exist_ok=True)
+            except OSError as e:
+                raise ConvnetError(f"cannot create the output folder '{out}': "
+                                   f"{e.strerror or e}") from None
+            self.lock = RunLock.acquire(out)
+            try:
+                self.log = LogWriter(os.path.join(out, log_name))
+            except ConvnetError:
+                self.lock.release()
+                raise
+            self._wrote(self.log.path)
 
     # ------------------------------------------------------------------ running files
     def run(self, paths):
@@ -109,7 +132,7 @@ class Session:
             parsed.append((path, commands, lines))
         self.log.write(f"Session: convnet {__version__}; control files: {' '.join(paths)}")
         self.log.write(f"Random seed = {self.seed}{'' if self.seed_given else ' (chosen at random)'}")
-        with _sigint(self.interrupt):
+        with _signals(self.interrupt):
             for path, commands, lines in parsed:
                 self.run_commands(path, commands, lines)
         return self
@@ -127,10 +150,19 @@ class Session:
                     self.execute(cmd)
                 except ConvnetError as e:
                     raise e.located(cmd.file, cmd.line)
+                except Exception as e:
+                    raise _as_user_error(e, cmd) from None
 
     def close(self):
         if self.log is not None:
             self.log.close()
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def _wrote(self, path):
+        if path not in self.outputs:
+            self.outputs.append(path)
 
     # ------------------------------------------------------------------ dispatch
     def execute(self, cmd):
@@ -166,6 +198,9 @@ class Session:
         from .data.synthetic import make_image
         self._need_no_data(cmd)
         a = cmd.args
+        memory.require(memory.images_bytes(a["cases"], a["bands"], a["rows"], a["columns"]),
+                       f"MAKE IMAGE's {a['cases']} images of {a['rows']} x {a['columns']} x "
+                       f"{a['bands']} bands")
         self.dataset = make_image(a["rows"], a["columns"], a["bands"], a["classes"], a["cases"],
                                   self.rng)
         self._data_note(cmd)
@@ -274,6 +309,7 @@ class Session:
                 self.echo(line)
         self.model_arch = arch
         self.model_series = getattr(data, "series", None)
+        self._require_memory(arch, data, training=True)
         if self.check_only:
             return None
         device = self._resolve_device(cmd)
@@ -290,8 +326,32 @@ class Session:
             if progress is not None:
                 progress.close()
         self.results.append(result)
+        self.outcomes.append((cmd, result))
         self._after_train(result, device)
         return result
+
+    def _require_memory(self, arch, data, training):
+        """Refuse a TRAIN or TEST whose model and work areas cannot fit in host (or device) memory."""
+        from .devices import host_threads
+        threads = self.params["THREADS"] or host_threads()
+        if training:
+            need = memory.host_training_bytes(arch, threads)
+        else:
+            need = memory.host_testing_bytes(arch, data.n_cases, threads)
+        what = f"the model's {arch.n_weights:,} weights"
+        big = memory.largest_layer(arch)
+        if big is not None and big.n_weights * 2 > arch.n_weights and big.spec.line is not None:
+            what += f" (most of them in line {big.spec.line}: {big.spec.control_line()})"
+        what += f" and {'training' if training else 'testing'} on the host"
+        memory.require(need, what)
+        if self.current_device() == "cpu":
+            return
+        from .devices import cuda_status
+        if not cuda_status()[0]:
+            return
+        need = memory.device_training_bytes(arch, data.n_cases, self.params["MAX BATCH"])
+        memory.require(need, f"{data.n_cases} cases and the model's {arch.n_weights:,} weights "
+                       "on the CUDA device", memory.device_available(), where="device")
 
     def _log_parameters(self, device):
         p = self.params
@@ -314,6 +374,7 @@ class Session:
         """Pictures and the device log that follow a TRAIN."""
         from .display import criterion_curve
         criterion_curve(result, os.path.join(self.out, "criterion.png"))
+        self._wrote(os.path.join(self.out, "criterion.png"))
         if device == "cpu":
             from .logs.timing import format_timing_table
             table = format_timing_table(self.model.backend.timings())
@@ -323,12 +384,14 @@ class Session:
             from .device.cuda_log import write_cuda_log
             write_cuda_log(os.path.join(self.out, "CUDA.LOG"), self.model.backend, self.model.arch,
                            self.params)
+            self._wrote(os.path.join(self.out, "CUDA.LOG"))
 
     def _test(self, cmd):
         data = self._need_data(cmd)
         self._need_model(cmd)
         data.check_matches(self.model_arch.rows, self.model_arch.cols, self.model_arch.bands,
                            self.model_arch.n_classes)
+        self._require_memory(self.model_arch, data, training=False)
         if self.check_only:
             return None
         device = self._resolve_device(cmd)
@@ -340,6 +403,7 @@ class Session:
         from .train.trainer import test
         result = test(self.model, data, self.log)
         self.results.append(result)
+        self.outcomes.append((cmd, result))
         return result
 
     def _print_weights(self, cmd):
@@ -358,7 +422,11 @@ class Session:
             return
         from .modelfile import save_model
         path = self._output_path(cmd.args["filename"])
-        save_model(path, self.model, series_info=self.model_series)
+        try:
+            save_model(path, self.model, series_info=self.model_series)
+        except ConvnetError as e:        # it names the model file; the place is the control line
+            raise cmd.error(f"{path}: {e.message}") from None
+        self._wrote(path)
         self.log.write(f"   Model saved to {path}")
 
     def _load_model(self, cmd):
@@ -391,6 +459,7 @@ class Session:
         from .display import training_images
         a = cmd.args
         training_images(data, a["first"], a["rows"], a["columns"], self._output_path(a["file"]))
+        self._wrote(self._output_path(a["file"]))
 
     def _display_filter_images(self, cmd):
         self._need_model(cmd)
@@ -405,6 +474,7 @@ class Session:
         a = cmd.args
         filter_images(self.model, a["first"], a["rows"], a["columns"], a["individual"],
                       self._output_path(a["file"]))
+        self._wrote(self._output_path(a["file"]))
 
     def _display_activation_images(self, cmd):
         self._need_model(cmd)
@@ -422,6 +492,7 @@ class Session:
         from .display import activation_images
         activation_images(self.model, data, a["first"], a["rows"], a["columns"], a["case"],
                           self._output_path(a["file"]))
+        self._wrote(self._output_path(a["file"]))
 
     # ------------------------------------------------------------------ the dispatch table
     # Every command name the parser produces (control.COMMANDS' command_name, plus SET for
@@ -452,6 +523,18 @@ class Session:
 
 
 
+def _as_user_error(error, cmd):
+    """An allocation failure or an operating-system error while executing ``cmd``, as a ConvnetError
+    at its line; anything else (a program error) is returned unchanged, to be raised as it is."""
+    if memory.is_allocation_failure(error):
+        return memory.allocation_error(error, cmd.name).located(cmd.file, cmd.line)
+    if isinstance(error, OSError):
+        name = f" '{error.filename}'" if error.filename else ""
+        reason = error.strerror or str(error) or type(error).__name__
+        return ConvnetError(f"{cmd.name}: cannot write or read{name}: {reason}", cmd.file, cmd.line)
+    return error
+
+
 def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True):
     """Run control files like ``convnet run`` and return the finished Session."""
     if isinstance(paths, (str, os.PathLike)):
@@ -460,8 +543,16 @@ def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True):
     session = Session(out=out, device=device, threads=threads, seed=seed, quiet=quiet)
     try:
         session.run(paths)
+        session.status = "completed"
     except ConvnetError as e:
-        session.log.write(f"ERROR: {e}")
+        session.status = "error"
+        try:
+            session.log.write(f"ERROR: {e}")
+        except ConvnetError:        # the log itself cannot be written: e says so already
+            pass
+        raise
+    except Interrupted:
+        session.status = "interrupted"
         raise
     finally:
         session.close()

@@ -12,6 +12,7 @@ session adds the control file's location.
 import numpy as np
 
 from ..errors import ConvnetError
+from ..memory import images_bytes, require
 from ._files import read_bytes
 from .dataset import Dataset
 
@@ -44,6 +45,8 @@ def read_c10(path, existing=None):
         k = int(bad[0])
         raise ConvnetError(f"{what} '{path}': record {k + 1} has label {labels[k]}, outside 0-9"
                            + (f" ({bad.size} bad labels in all)" if bad.size > 1 else ""))
+    total = records.shape[0] + (existing.n_cases if existing is not None else 0)
+    require(images_bytes(total, BANDS, SIDE, SIDE), f"{what} '{path}': {total} images")
     inputs = records[:, 1:].reshape(-1, BANDS, SIDE, SIDE).astype(np.float64) / 255.0
     if existing is not None:
         inputs = np.concatenate([existing.inputs, inputs])

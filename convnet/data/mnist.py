@@ -17,6 +17,7 @@ file has no lines); the session adds the control file's location.
 import numpy as np
 
 from ..errors import ConvnetError
+from ..memory import images_bytes, require
 from ._files import gunzip_if_gzip, read_bytes
 from .dataset import Dataset
 
@@ -63,6 +64,7 @@ def read_images(path):
     (n, rows, cols), payload = _parse_idx(data, path, what, 3, IMAGE_MAGIC)
     if n == 0 or rows == 0 or cols == 0:
         raise ConvnetError(f"{what} '{path}' holds no pixels ({n} images of {rows} x {cols})")
+    require(images_bytes(n, 1, rows, cols), f"{what} '{path}': {n} images of {rows} x {cols}")
     pixels = np.frombuffer(payload, dtype=np.uint8).reshape(n, 1, rows, cols)
     return Dataset(pixels.astype(np.float64) / 255.0, None, N_CLASSES, "MNIST")
 

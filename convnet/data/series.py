@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConvnetError
+from ..memory import require, series_bytes
 from .dataset import Dataset
 
 TRANSFORMS = ("RAWDATA", "RAWLOG", "DIFFDATA", "DIFFLOG")
@@ -449,5 +450,9 @@ def read_series(path, settings=None, scaling=None):
                            + (" after its header line" if settings.header else ""))
     cases = make_cases(values, lines, settings, path)
     cases.own_scaling = scaling is None
+    n = cases.targets.size
+    require(series_bytes(n, settings.resolution, settings.window),
+            f"series file '{path}': {n} images of {settings.resolution} rows (SERIES RESOLUTION) x "
+            f"{settings.window} columns")
     inputs, classes, info = image_cases(cases, scaling)
     return Dataset(inputs, classes, info.n_classes, "SERIES", series=info, series_cases=cases)

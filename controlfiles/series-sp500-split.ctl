@@ -1,5 +1,6 @@
 // S&P 500 daily closes 1927-2020 as 16 x 16 images of log changes; class: does the next day go up?
-// Train on the windows whose next day falls up to the end of 1989, test on the later ones.
+// The net of series-sp500.ctl (the benchmark copy, which trains on every case), here trained on the
+// windows whose next day falls up to the end of 1989 and tested on the later ones.
 //
 // Case numbers, from the dates in the csv (column 1): the file has a header line and 23,279 daily
 // rows. DIFFLOG turns them into 23,278 log changes; a window of 16 changes plus the change after it

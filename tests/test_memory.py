@@ -1,0 +1,138 @@
+"""Sizes that cannot fit: refused by `check` and `run` at their line with the size needed and the
+size available; any allocation failure during a run becomes the same one-line error."""
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from convnet import memory
+from convnet.architecture import Architecture
+from convnet.cli import main
+from convnet.errors import ConvnetError
+from convnet.session import Session
+
+SP500 = "data/sp500-daily-1927-2020.csv"
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _check_refuses(tmp_path, text, line, *words):
+    path = tmp_path / "big.ctl"
+    path.write_text(text)
+    for command in (("check",), ("run", "--out", tmp_path / "out", "--quiet")):
+        result = invoke(*command, path)
+        assert result.exit_code == 2, result.output
+        assert not isinstance(result.exception, (MemoryError, ValueError)) or \
+            isinstance(result.exception, SystemExit)
+        error = [l for l in result.output.splitlines() if l.startswith("convnet: error:")]
+        assert len(error) == 1, result.output
+        assert error[0].startswith(f"convnet: error: {path}:{line}: not enough host memory"), error
+        assert "needed" in error[0] and "available" in error[0]
+        for w in words:
+            assert w in error[0]
+
+
+@pytest.mark.parametrize("make, words", [
+    ("MAKE IMAGE 16 16 3 5 4294967297", ("4294967297 images", "TiB needed")),
+    ("MAKE IMAGE 12 12 4294967297 6 1024", ("4294967297 bands", "PiB needed")),
+])
+def test_make_image_too_big(tmp_path, make, words):
+    _check_refuses(tmp_path, f"{make}\nFULLY CONNECTED LAYER 3\nTRAIN\n", 1, *words)
+
+
+@pytest.mark.parametrize("resolution", ["4294967297", "2147483648", "99999999999999999999999"])
+def test_series_resolution_too_big(tmp_path, resolution):
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    text = (f"SERIES HEADER\nSERIES COLUMN = 5\nSERIES RESOLUTION = {resolution}\n"
+            f"READ SERIES \"{root / SP500}\"\n")
+    _check_refuses(tmp_path, text, 4, f"{resolution} rows (SERIES RESOLUTION)")
+
+
+def test_fully_connected_layer_too_big(tmp_path):
+    _check_refuses(tmp_path, "MAKE IMAGE 12 12 1 6 100\nFULLY CONNECTED LAYER 2147483648\nTRAIN\n", 3,
+                   "line 2: FULLY CONNECTED LAYER 2147483648", "TiB needed")
+
+
+def test_require_names_need_and_availability():
+    memory.require(10, "ten bytes", available=10)
+    with pytest.raises(ConvnetError) as e:
+        memory.require(3 << 30, "three gibibytes", available=1 << 30)
+    assert str(e.value) == ("not enough host memory for three gibibytes: 3.00 GiB needed, "
+                            "1.00 GiB available")
+    with pytest.raises(ConvnetError, match="not enough CUDA device memory"):
+        memory.require(2 << 20, "a batch", available=1 << 20, where="device")
+    memory.require(1 << 60, "unknown device", available=None, where="device")   # cannot tell: pass
+
+
+def test_host_available_is_positive_and_bounded_by_rlimit(monkeypatch):
+    have = memory.host_available()
+    assert have is not None and have > 0
+    monkeypatch.setattr(memory, "_rlimit_available", lambda: 12345)
+    assert memory.host_available() == 12345
+
+
+def test_format_bytes():
+    assert memory.format_bytes(1) == "1 byte"
+    assert memory.format_bytes(1023) == "1023 bytes"
+    assert memory.format_bytes(1536) == "1.50 KiB"
+    assert memory.format_bytes(1.28 * 2 ** 40) == "1.28 TiB"
+
+
+def test_device_need_arithmetic():
+    """The device estimate, worked by hand for a small net (no GPU needed)."""
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 2 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2"],
+                                   rows=4, cols=4, bands=1, n_classes=3)
+    # conv: 2 x 4 x 4 = 32 neurons, 2 x 10 = 20 weights; pool: 2 x 2 x 2 = 8 neurons;
+    # output: 3 x (8 + 1) = 27 weights; 47 weights in all
+    assert arch.n_weights == 47
+    n, nw = 1000, 47
+    data = 4 * n * 16 + 4 * n + 8 * n * 4
+    weights = (12 + 1 + 8) * nw + 4 * nw + 16 * nw
+    per_case = 4 * (32 + 8 + 2 * 32 + 3 + 16) + 4 * 8
+    assert memory.device_training_bytes(arch, n) == data + weights + 256 * per_case
+    assert memory.device_training_bytes(arch, n, max_batch=10) == data + weights + 10 * per_case
+    assert memory.device_training_bytes(arch, 7) == (4 * 7 * 16 + 4 * 7 + 8 * 7 * 4 + weights
+                                                     + 7 * per_case)
+
+
+def test_device_memory_is_checked_when_cuda_is_used(tmp_path, monkeypatch):
+    import convnet.devices
+    monkeypatch.setattr(convnet.devices, "cuda_status", lambda: (True, "1 CUDA device"))
+    monkeypatch.setattr(memory, "device_available", lambda: 1 << 20)
+    path = tmp_path / "dev.ctl"
+    path.write_text("CUDA = YES\nMAKE IMAGE 28 28 1 10 60000\nFULLY CONNECTED LAYER 100\nTRAIN\n")
+    result = invoke("check", path)
+    assert result.exit_code == 2
+    assert f"{path}:4: not enough CUDA device memory for 60000 cases" in result.output
+    assert "1.00 MiB available" in result.output
+    # the host path is not limited by the device
+    path.write_text("CUDA = NO\nMAKE IMAGE 28 28 1 10 60000\nFULLY CONNECTED LAYER 100\nTRAIN\n")
+    assert invoke("check", path).exit_code == 0
+
+
+@pytest.mark.parametrize("error", [MemoryError(), ValueError("Maximum allowed size exceeded"),
+                                   type("MemoryError", (Exception,), {})("cuMemAlloc failed")])
+def test_run_turns_an_allocation_failure_into_the_clear_error(tmp_path, monkeypatch, error):
+    def fail(self, cmd):
+        raise error
+    monkeypatch.setitem(Session.HANDLERS, "MAKE IMAGE", fail)
+    path = tmp_path / "a.ctl"
+    path.write_text("// data\nMAKE IMAGE 8 8 1 2 10\n")
+    result = invoke("run", "--out", tmp_path / "out", "--quiet", path)
+    assert result.exit_code == 2, result.output
+    assert f"convnet: error: {path}:2: not enough memory for MAKE IMAGE" in result.output
+    assert "available" in result.output
+    log = (tmp_path / "out" / "CONVNET.LOG").read_text()
+    assert "ERROR:" in log and "not enough memory" in log
+
+
+def test_a_program_error_is_not_disguised(tmp_path, monkeypatch):
+    def fail(self, cmd):
+        raise KeyError("bug")
+    monkeypatch.setitem(Session.HANDLERS, "MAKE IMAGE", fail)
+    path = tmp_path / "a.ctl"
+    path.write_text("MAKE IMAGE 8 8 1 2 10\n")
+    result = invoke("check", path)
+    assert isinstance(result.exception, KeyError)
