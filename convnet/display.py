@@ -11,15 +11,16 @@ Grids (DISPLAY TRAINING / FILTER / ACTIVATION IMAGES, book p.160-161)
     slate blue that no gray cell can take. One band is drawn gray, three bands as red, green, blue.
 
 Tone mappings
-    Training images: 0 is black and 1 is white (the readers scale every pixel to [0, 1]); data
-    outside [0, 1] widens the range to the shown images' own minimum and maximum.
+    Training images: -1 is black and +1 is white (the readers scale every pixel to -1..1, as the
+    book does; a series path is -1, so it is drawn black on white); data outside -1..1 widens the
+    range to the shown images' own minimum and maximum.
     Filters: a linear map of the weights (bias excluded) with the smallest weight black and the
     largest white, the range taken over every weight shown, or with INDIVIDUAL over each slice
     alone. With three bands each colour channel shows the weight for its band on the same scale,
     so a red pixel has a strongly positive red weight and strongly negative green and blue weights.
     Activations: black is the lowest activation the layer can produce and white the highest:
-    -1 and +1 for a tanh layer (fully connected, local, convolutional); for a pooling first layer,
-    whose activations are pooled input pixels, 0 and 1.
+    -1 and +1 for a tanh layer (fully connected, local, convolutional) and for a pooling first
+    layer, whose activations are pooled input pixels (-1..1).
 """
 
 import math
@@ -122,7 +123,7 @@ def training_images(dataset, first, rows, cols, path):
                            f"{dataset.bands}")
     order = wrapped_ordinals(first, rows * cols, dataset.n_cases, "cases")
     shown = dataset.inputs[order]
-    lo, hi = min(0.0, float(shown.min())), max(1.0, float(shown.max()))
+    lo, hi = min(-1.0, float(shown.min())), max(1.0, float(shown.max()))
     tones = (shown - lo) / (hi - lo)
     picture, geom = grid_picture([_band_tiles(t) for t in tones], rows, cols)
     _save(picture, path)
@@ -170,9 +171,7 @@ def filter_images(model, first, rows, cols, individual, path):
 # ---------------------------------------------------------------------------------- activations
 def activation_range(layer):
     """The lowest and highest activation a first hidden layer can produce."""
-    if not layer.kind.applies_tanh:
-        return 0.0, 1.0             # pooled input pixels, which the readers scale to [0, 1]
-    return -1.0, 1.0                # tanh
+    return -1.0, 1.0       # tanh, or pooled input pixels, which the readers scale to -1..1
 
 
 def first_layer_activations(model, dataset, case):

@@ -35,12 +35,14 @@ def test_records_by_hand(tmp_path):
     assert d.inputs.shape == (2, 3, 32, 32) and d.inputs.dtype == np.float64
     assert d.inputs.flags["C_CONTIGUOUS"]
     assert d.classes.tolist() == [3, 9]
-    assert d.inputs[0, 0, 0, 5] == pytest.approx(5 / 255)          # red, row 0, column 5
-    assert d.inputs[0, 0, 1, 0] == pytest.approx(32 / 255)         # red, row 1, column 0
-    assert d.inputs[0, 0, 7, 31] == pytest.approx(255 / 255)       # 7 * 32 + 31 = 255
-    assert np.all(d.inputs[0, 1] == pytest.approx(0.2))            # green 51 / 255
+    # bytes 0..255 map linearly to -1..1
+    assert d.inputs[0, 0, 0, 0] == -1.0                            # red, row 0, column 0: 0
+    assert d.inputs[0, 0, 0, 5] == pytest.approx(2 * 5 / 255 - 1)  # red, row 0, column 5
+    assert d.inputs[0, 0, 1, 0] == pytest.approx(2 * 32 / 255 - 1)  # red, row 1, column 0
+    assert d.inputs[0, 0, 7, 31] == 1.0                            # 7 * 32 + 31 = 255
+    assert np.all(d.inputs[0, 1] == pytest.approx(-0.6))           # green 51 / 255 = 0.2
     assert np.all(d.inputs[0, 2] == 1.0)                           # blue
-    assert np.all(d.inputs[1, 1] == pytest.approx(0.4)) and d.inputs[1, 0].max() == 0.0
+    assert np.all(d.inputs[1, 1] == pytest.approx(-0.2)) and d.inputs[1, 0].max() == -1.0
 
 
 def test_several_files_are_concatenated(tmp_path):
@@ -48,7 +50,7 @@ def test_several_files_are_concatenated(tmp_path):
     b = put(tmp_path, "b.bin", record(2, 40, 50, 60) + record(0, 70, 80, 90))
     d = read_c10(b, existing=read_c10(a))
     assert d.n_cases == 3 and d.classes.tolist() == [1, 2, 0]
-    np.testing.assert_allclose(d.inputs[:, :, 31, 31] * 255,
+    np.testing.assert_allclose((d.inputs[:, :, 31, 31] + 1) * 127.5,
                                [[10, 20, 30], [40, 50, 60], [70, 80, 90]])
 
 
@@ -64,7 +66,9 @@ def test_generated_sample_matches_its_script():
     assert d.n_cases == 200 and d.classes[:12].tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
     raw = np.frombuffer(committed, np.uint8).reshape(200, 3073)
     for case in (0, 57, 199):
-        assert d.inputs[case].sum() == pytest.approx(raw[case, 1:].astype(np.int64).sum() / 255)
+        want = raw[case, 1:].astype(np.int64).sum() * 2 / 255 - 3072
+        assert d.inputs[case].sum() == pytest.approx(want, rel=1e-12, abs=1e-9)
+    assert d.inputs.min() == -1.0 and d.inputs.max() == 1.0
 
 
 # ---------------------------------------------------------------------------------- errors

@@ -87,8 +87,9 @@ def test_check_matches():
 def test_make_image():
     d = make_image(3, 4, 2, 5, 200, np.random.default_rng(7))
     assert d.kind == "MAKE" and d.inputs.shape == (200, 2, 3, 4) and d.n_classes == 5
-    assert d.inputs.min() >= 0.0 and d.inputs.max() < 1.0
-    assert abs(d.inputs.mean() - 0.5) < 0.05
+    assert d.inputs.min() >= -1.0 and d.inputs.max() < 1.0      # the readers' range, -1..1
+    assert d.inputs.min() < -0.99 and d.inputs.max() > 0.99
+    assert abs(d.inputs.mean()) < 0.05
     assert set(d.classes.tolist()) == {0, 1, 2, 3, 4}
     again = make_image(3, 4, 2, 5, 200, np.random.default_rng(7))
     np.testing.assert_array_equal(d.inputs, again.inputs)

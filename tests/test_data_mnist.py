@@ -48,9 +48,10 @@ def test_any_image_size_plain_or_gzip(tmp_path, compress):
     assert d.kind == "MNIST" and d.classes is None and d.n_classes == 10
     assert d.inputs.shape == (2, 1, 3, 5) and d.inputs.dtype == np.float64
     assert d.inputs.flags["C_CONTIGUOUS"]
-    assert d.inputs[0, 0, 0, 1] == 1.0 and d.inputs[0, 0, 0, 2] == pytest.approx(0.2)
-    assert d.inputs[0, 0, 1, 4] == pytest.approx(0.4) and d.inputs[0, 0, 2].tolist() == [1.0] * 5
-    assert d.inputs[1, 0, 2, 4] == pytest.approx(15 / 255)
+    # bytes 0..255 map linearly to -1..1 (the book's range; zero padding is mid-grey)
+    assert d.inputs[0, 0, 0, 1] == 1.0 and d.inputs[0, 0, 0, 2] == pytest.approx(-0.6)
+    assert d.inputs[0, 0, 1, 4] == pytest.approx(-0.2) and d.inputs[0, 0, 2].tolist() == [1.0] * 5
+    assert d.inputs[1, 0, 2, 4] == pytest.approx(2 * 15 / 255 - 1)
     labels = put(tmp_path, "labels.gz" if not compress else "labels.plain",
                  idx_labels([7, 0]) if not compress else gzip.compress(idx_labels([7, 0])))
     d = read_labels(labels, d)
@@ -70,12 +71,14 @@ def test_real_sample_pixel_sums_and_labels():
     d = read_labels(SAMPLE_LABELS, read_images(SAMPLE_IMAGES))
     assert (d.n_cases, d.rows, d.cols, d.bands, d.n_classes) == (3000, 28, 28, 1, 10)
     for case in (0, 1, 999, 2000, 2999):
-        assert d.inputs[case].sum() == pytest.approx(pixels[case].astype(np.int64).sum() / 255.0,
-                                                     rel=1e-12)
+        want = pixels[case].astype(np.int64).sum() * 2 / 255.0 - 28 * 28
+        assert d.inputs[case].sum() == pytest.approx(want, rel=1e-12)
         assert d.classes[case] == labels[case]
     # the MNIST test set begins 7 2 1 0 4
     assert d.classes[:5].tolist() == [7, 2, 1, 0, 4]
-    assert d.inputs.min() == 0.0 and d.inputs.max() == 1.0
+    # the whole range -1..1 is reached: background 0 -> -1, full ink 255 -> +1
+    assert d.inputs.min() == -1.0 and d.inputs.max() == 1.0
+    assert np.count_nonzero(d.inputs == -1.0) > d.inputs.size // 2
     assert np.bincount(d.classes, minlength=10).min() > 250
 
 

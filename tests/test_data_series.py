@@ -29,10 +29,11 @@ def series_file(tmp_path, values, name="series.txt"):
 
 
 def pictures(rows):
-    """Hand-drawn pictures -> array (n_windows, 1, n_rows, n_cols)."""
+    """Hand-drawn pictures -> array (n_windows, 1, n_rows, n_cols): '#' is the path, -1 (drawn
+    black), '.' the background, +1 (white), as the book draws a series."""
     per_row = [r.split() for r in rows]
     n = len(per_row[0])
-    out = np.array([[[[1.0 if ch == "#" else 0.0 for ch in row[k]] for row in per_row]]
+    out = np.array([[[[-1.0 if ch == "#" else 1.0 for ch in row[k]] for row in per_row]]
                     for k in range(n)])
     assert set("".join(rows)) <= set("#. ")
     return out
@@ -137,7 +138,8 @@ def test_default_settings_make_16_by_16_images(tmp_path):
     assert bands == list(range(15)) + [15]
     for col in range(16):
         lit = {15 - bands[col]} | ({15 - bands[col - 1]} if col else set())
-        assert {int(r) for r in np.flatnonzero(img[:, col])} == lit
+        assert {int(r) for r in np.flatnonzero(img[:, col] == -1.0)} == lit
+    assert set(np.unique(d.inputs).tolist()) == {-1.0, 1.0}         # path -1, background +1
 
 
 # ---------------------------------------------------------------------------------- transforms,

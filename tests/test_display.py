@@ -19,6 +19,11 @@ def tone(v):
     return int(np.clip(np.rint(v * 255.0), 0, 255))
 
 
+def input_tone(v):
+    """The byte an input value in -1..1 becomes: -1 black, +1 white."""
+    return tone((v + 1.0) / 2.0)
+
+
 def decode(path):
     with Image.open(path) as im:
         assert im.format == "PNG"
@@ -54,7 +59,7 @@ def assert_separators(pixels, geom):
 # ----------------------------------------------------------------------------- training images
 def small_dataset(n, bands, rows=4, cols=6, seed=0):
     rng = np.random.default_rng(seed)
-    inputs = rng.random((n, bands, rows, cols))
+    inputs = rng.random((n, bands, rows, cols)) * 2.0 - 1.0        # the readers' range
     return Dataset(inputs, rng.integers(0, 2, n), 2, "MAKE")
 
 
@@ -70,7 +75,7 @@ def test_training_images_gray_grid_wraps_and_keeps_tones(tmp_path):
     # cases 3, 4, 5, 1, 2, 3, 4, 5: left to right, then down, wrapping past the fifth
     for k, case in enumerate([3, 4, 5, 1, 2, 3, 4, 5]):
         got = cell(pixels, geom, k)
-        want = np.vectorize(tone)(data.inputs[case - 1, 0])
+        want = np.vectorize(input_tone)(data.inputs[case - 1, 0])
         assert np.array_equal(got[:, :, 0], want), (k, case)
         assert (got == got[:, :, :1]).all()              # gray: red = green = blue
 
@@ -84,7 +89,7 @@ def test_training_images_rgb_maps_bands_to_red_green_blue(tmp_path):
     for k in range(3):
         got = cell(pixels, geom, k)
         for band in range(3):
-            assert np.array_equal(got[:, :, band], np.vectorize(tone)(data.inputs[k, band]))
+            assert np.array_equal(got[:, :, band], np.vectorize(input_tone)(data.inputs[k, band]))
 
 
 def test_training_images_errors(tmp_path):
@@ -244,7 +249,7 @@ def test_activation_images_pooling_first_layer_uses_input_range(tmp_path):
     path = tmp_path / "pool.png"
     geom = display.activation_images(model, data, 1, 1, 1, 2, str(path))
     got = cell(decode(path), geom, 0)[:, :, 0]
-    assert np.array_equal(got, np.vectorize(tone)(data.inputs[1, 0, ::2, ::2]))
+    assert np.array_equal(got, np.vectorize(input_tone)(data.inputs[1, 0, ::2, ::2]))
 
 
 def test_activation_images_case_out_of_range(tmp_path):
@@ -358,7 +363,7 @@ def test_pictures_from_a_real_session(tmp_path):
     assert (pixels.shape[1], pixels.shape[0]) == (geom.width, geom.height)
     for k, case in enumerate([29, 30, 1, 2]):
         got = cell(pixels, geom, k)
-        want = np.vectorize(tone)(np.transpose(data.inputs[case - 1], (1, 2, 0)))
+        want = np.vectorize(input_tone)(np.transpose(data.inputs[case - 1], (1, 2, 0)))
         assert np.array_equal(got, want)
     # filters: 3 x 5 (rows x cols) RGB, slices 4, 5, 1, 2, 3, 4 on a common scale
     f = filters_of(model)

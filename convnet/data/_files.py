@@ -1,7 +1,9 @@
-"""Reading a whole data file into memory, with errors that name it."""
+"""Reading a whole data file into memory, with errors that name it; pixel bytes to tones."""
 
 import gzip
 import zlib
+
+import numpy as np
 
 from ..errors import ConvnetError
 
@@ -31,3 +33,9 @@ def gunzip_if_gzip(data, path, what):
         detail = str(e) or type(e).__name__
         raise ConvnetError(f"{what} '{path}' starts like a gzip file but cannot be "
                            f"decompressed (corrupt or truncated: {detail})") from None
+
+
+def pixel_tones(pixels):
+    """Bytes 0..255 to float64 tones in -1..1 (0 -> -1, 255 -> +1, linear): the book's input range,
+    in which zero padding is mid-grey (ch. 1, half-width and padding)."""
+    return np.asarray(pixels, dtype=np.float64) * (2.0 / 255.0) - 1.0

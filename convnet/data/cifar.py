@@ -2,7 +2,7 @@
 
 A batch is a sequence of 3073-byte records: one label byte (0-9), then 3072 pixel bytes: the
 1024 red values of the 32 x 32 image in row-major order, then the 1024 green, then the 1024 blue.
-Pixels are divided by 255 (so they lie in [0, 1]); images are 3 bands of 32 x 32; 10 classes.
+Pixels are mapped linearly to -1..1 (0 -> -1, 255 -> +1); images are 3 bands of 32 x 32; 10 classes.
 Reading a second batch appends its images to those already read.
 
 Errors are ConvnetErrors that name the file in their message and carry no file or line; the
@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import ConvnetError
 from ..memory import images_bytes, require
-from ._files import read_bytes
+from ._files import pixel_tones, read_bytes
 from .dataset import Dataset
 
 RECORD = 3073
@@ -47,7 +47,7 @@ def read_c10(path, existing=None):
                            + (f" ({bad.size} bad labels in all)" if bad.size > 1 else ""))
     total = records.shape[0] + (existing.n_cases if existing is not None else 0)
     require(images_bytes(total, BANDS, SIDE, SIDE), f"{what} '{path}': {total} images")
-    inputs = records[:, 1:].reshape(-1, BANDS, SIDE, SIDE).astype(np.float64) / 255.0
+    inputs = pixel_tones(records[:, 1:].reshape(-1, BANDS, SIDE, SIDE))
     if existing is not None:
         inputs = np.concatenate([existing.inputs, inputs])
         labels = np.concatenate([existing.classes, labels])

@@ -4,8 +4,9 @@ The IDX format: two zero bytes, a data-type byte (0x08 = unsigned byte, the only
 the only one read here), a byte giving the number of dimensions, then each dimension as a big-endian
 32-bit count, then the data. Image files are 3-dimensional (images, rows, columns; magic
 0x00000803), label files 1-dimensional (magic 0x00000801). Gzip compression is recognised by the
-file's first two bytes (1f 8b), not by its name. Any image size is accepted; pixels are divided by
-255 so they lie in [0, 1]. There are always 10 classes (labels 0-9).
+file's first two bytes (1f 8b), not by its name. Any image size is accepted; pixels are mapped
+linearly to -1..1 (0 -> -1, 255 -> +1), as the book's program does, so that zero padding is
+mid-grey. There are always 10 classes (labels 0-9).
 
 A file must hold exactly what its header describes: a shorter file is truncated, a longer one
 is refused too.
@@ -18,7 +19,7 @@ import numpy as np
 
 from ..errors import ConvnetError
 from ..memory import images_bytes, require
-from ._files import gunzip_if_gzip, read_bytes
+from ._files import gunzip_if_gzip, pixel_tones, read_bytes
 from .dataset import Dataset
 
 N_CLASSES = 10
@@ -66,7 +67,7 @@ def read_images(path):
         raise ConvnetError(f"{what} '{path}' holds no pixels ({n} images of {rows} x {cols})")
     require(images_bytes(n, 1, rows, cols), f"{what} '{path}': {n} images of {rows} x {cols}")
     pixels = np.frombuffer(payload, dtype=np.uint8).reshape(n, 1, rows, cols)
-    return Dataset(pixels.astype(np.float64) / 255.0, None, N_CLASSES, "MNIST")
+    return Dataset(pixel_tones(pixels), None, N_CLASSES, "MNIST")
 
 
 def read_labels(path, dataset):

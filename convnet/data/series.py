@@ -39,7 +39,8 @@ Image (RESOLUTION rows by WINDOW columns, 1 band)
     highest band. Band 0 is the bottom row of the image (row index RESOLUTION - 1), so higher
     values are higher in the picture. Column 0 lights its value's band; every later column lights
     the bands from the previous value's band to its own, both included, so the path is connected.
-    Path pixels are 1.0, the rest 0.0. When the span is zero (a flat window and q = 0) the path is
+    Path pixels are -1.0, the rest +1.0 (the book draws the path black on white; the readers'
+    range is -1..1 and -1 is shown black). When the span is zero (a flat window and q = 0) the path is
     drawn in band RESOLUTION // 2.
 
 Scale and thresholds travel with the data (:class:`SeriesInfo`, ``Dataset.series``; a flat dict of
@@ -71,6 +72,7 @@ CLASS_MODES = ("ZERO", "MEDIAN", "THIRDS")
 N_CLASSES = {"ZERO": 2, "MEDIAN": 2, "THIRDS": 3}
 
 SERIES_INFO_VERSION = 1
+PATH_TONE, BACKGROUND_TONE = -1.0, 1.0       # black path on white, as the book draws it
 
 _SPLIT = re.compile(r"\s*,\s*|\s+")
 
@@ -384,7 +386,7 @@ def window_bands(windows, q, resolution):
 
 
 def image_windows(windows, q, resolution):
-    """Draw windows (n, w) as images (n, 1, resolution, w): path 1.0, background 0.0."""
+    """Draw windows (n, w) as images (n, 1, resolution, w): path -1.0, background +1.0."""
     windows = np.asarray(windows, dtype=np.float64)
     n, w = windows.shape
     bands = window_bands(windows, q, resolution)
@@ -395,7 +397,7 @@ def image_windows(windows, q, resolution):
     above[:, 1:] = np.maximum(bands[:, :-1], bands[:, 1:])
     levels = np.arange(resolution)[None, :, None]                     # (1, r, 1)
     lit = (levels >= below[:, None, :]) & (levels <= above[:, None, :])  # (n, r, w), band order
-    images = np.ascontiguousarray(lit[:, ::-1, :], dtype=np.float64)  # top row = highest band
+    images = np.where(lit[:, ::-1, :], PATH_TONE, BACKGROUND_TONE)    # top row = highest band
     return images.reshape(n, 1, resolution, w)
 
 

@@ -1,6 +1,6 @@
 """MAKE IMAGE: random-tone images for trying out a model and its speed.
 
-Tones are uniform in [0, 1); classes are drawn uniformly from 0..classes-1. The generator is
+Tones are uniform in [-1, 1) (the readers' range); classes are drawn uniformly from 0..classes-1. The generator is
 used in this order: all tones first (cases, bands, rows, cols in C order), then all classes, so a
 seeded generator gives the same data every time.
 """
@@ -19,6 +19,6 @@ def make_image(rows, cols, bands, n_classes, n_cases, rng):
         if int(value) != value or value < least:
             raise ConvnetError(f"MAKE IMAGE: {name} must be a whole number of at least {least}, "
                                f"not {value}")
-    inputs = rng.random((int(n_cases), int(bands), int(rows), int(cols)))
+    inputs = rng.random((int(n_cases), int(bands), int(rows), int(cols))) * 2.0 - 1.0
     classes = rng.integers(0, int(n_classes), size=int(n_cases))
     return Dataset(inputs, classes, int(n_classes), "MAKE")
