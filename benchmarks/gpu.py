@@ -84,11 +84,10 @@ def load_net(bench_dir, name):
 def multiply_adds(plan):
     """Multiply-adds per case of one gradient evaluation (forward, delta, weight gradient),
     counting only products that touch the prior layer (not the zero padding)."""
-    from convnet.device.layout import POOL_KINDS
     tables = plan.tables.astype(np.int64)
     fwd = bwd = 0
     for lp in plan.layers:
-        if lp.kind in POOL_KINDS:
+        if not lp.kind.has_weights:
             continue
         for a_start, _, K, _, _ in lp.fwd.desc:
             valid = int(np.count_nonzero(tables[a_start:a_start + K] != -1))

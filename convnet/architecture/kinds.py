@@ -55,6 +55,7 @@ class LayerKind(str):
     keeps_winners = False      # max pooling: the winner of each window feeds the backward pass
     commutes_with_tanh = False  # pooling tanh values = tanh of pooled values (max is monotonic)
     shares_weights = False     # one weight set per slice, used at every position: a filter
+    whole_prior = False        # each neuron sees the whole prior layer (no window, one position)
     host = ""                  # "module:class" of the fast host layer
     reference = ""             # "module:class" of the per-case reference routines
     device = ""                # "module:class" of the device plan of the layer
@@ -106,9 +107,9 @@ class LayerKind(str):
         """The per-case reference routines bound to ``layer``."""
         return _load(self.reference)(layer)
 
-    def device_class(self):
-        """The device plan class of this kind."""
-        return _load(self.device)
+    def device_plan(self, layer, layout, tables):
+        """The device plan of ``layer``: its gather tables and launch shapes."""
+        return _load(self.device)(layer, layout, tables)
 
 
 def _neurons_line(layer, per):
@@ -123,6 +124,8 @@ class FullyConnected(LayerKind):
     arg_names = (("Slices", 1),)
     host = "convnet.host.fc:FCLayer"
     reference = "convnet.host.reference:FCReference"
+    device = "convnet.device.plan:GatherLayerPlan"
+    whole_prior = True
 
     def check(self, numbers, err):
         (slices,) = numbers
@@ -160,6 +163,7 @@ class _Windowed(LayerKind):
                  ("strideV", 1), ("strideH", 1))
     host = "convnet.host.local_conv:LocalConvLayer"
     reference = "convnet.host.reference:LocalConvReference"
+    device = "convnet.device.plan:GatherLayerPlan"
     title = ""                 # report wording
     weights_per = ""           # "neuron" or "slice": who owns a weight set
 
@@ -252,6 +256,7 @@ class _Pooling(LayerKind):
     applies_tanh = False
     host = "convnet.host.pool:PoolLayer"
     reference = "convnet.host.reference:PoolReference"
+    device = "convnet.device.plan:PoolLayerPlan"
     title = ""                 # report wording
     listing_name = ""          # PRINT WEIGHTS wording
 

@@ -27,7 +27,6 @@ The evaluator (evaluator.py) sequences the launches (launches.py) over a Workspa
 
 import numpy as np
 
-from ..architecture import CONV, POOLMAX
 from ..errors import ConvnetError
 from .evaluator import DeviceEvaluator
 from .launches import CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, weights_scatter
@@ -71,7 +70,7 @@ class DeviceBackend:
         self.labels = [f"Layer {i + 1} {L.kind}" for i, L in enumerate(arch.layers)] + ["Output"]
         self.conv_small = {}        # layer index -> padded slice count, for conv_small layers
         for lp in self.plan.hidden:
-            if lp.kind == CONV and lp.depth <= CONV_SMALL_SLICES:
+            if lp.kind.shares_weights and lp.depth <= CONV_SMALL_SLICES:
                 width = -(-lp.depth // 4) * 4
                 if lp.rows * width <= CONV_SMALL_FLOATS:
                     self.conv_small[lp.index] = width
@@ -82,7 +81,7 @@ class DeviceBackend:
         # per-element work in its loader cost more than the pooling kernels it saved).
         self.fused_pool = False
         layers = arch.layers
-        if fuse and 0 in self.conv_small and len(layers) > 1 and layers[1].kind == POOLMAX:
+        if fuse and 0 in self.conv_small and len(layers) > 1 and layers[1].kind.keeps_winners:
             s = layers[1].spec
             smem = 4 * (self.plan.layers[0].rows * self.conv_small[0]
                         + 2 * CONV_SMALL_THREADS * layers[0].depth)
@@ -162,7 +161,7 @@ class DeviceBackend:
         """Device bytes per case of a batch: activations, max-pooling winners, delta, scratch."""
         p = self.plan
         floats = sum(lp.nhid for lp in p.layers) + 2 * p.max_nhid + p.n_classes
-        ints = sum(lp.nhid for lp in p.layers if lp.kind == POOLMAX)
+        ints = sum(lp.nhid for lp in p.layers if lp.kind.keeps_winners)
         scratch = max([lp.grad.scratch_floats(CHUNK, lp.depth, lp.grad.slots_for(CHUNK)[1]) / CHUNK
                        for lp in p.layers if lp.grad is not None] + [0])
         return 4 * (floats + ints + p.n_inputs + scratch) + 8 * (1 + p.n_classes)

@@ -5,11 +5,10 @@ weights and index tables belong to the DeviceBackend (backend.py)."""
 
 import numpy as np
 
-from ..architecture import FC, POOLMAX
 from ..errors import ConvnetError
 from . import launches as K
 from .launches import EPI_DERIV, EPI_NONE, EPI_TANH
-from .layout import POOL_KINDS, activations_to_host, image_to_device
+from .layout import activations_to_host, image_to_device
 from .plan import CHUNK, split_batches
 from .runtime import NULL, ptr
 from .tuning import Tuner
@@ -143,7 +142,7 @@ class DeviceEvaluator:
                 K.conv_small_pool(rt, lp, b.arch.layers[1], src, lda, nb,
                                   ptr(b.d_wfwd, lp.lay.fwd_offset), ws.acts[1], ws.ids[1],
                                   b.conv_small[0])
-            elif lp.kind in POOL_KINDS:
+            elif not lp.kind.has_weights:
                 K.pool_forward(rt, lp, src, ws.acts[li], ws.ids.get(li, NULL), nb)
             elif li in b.conv_small:
                 K.conv_small(rt, lp, src, lda, nb, ptr(b.d_wfwd, lp.lay.fwd_offset), ws.acts[li],
@@ -176,8 +175,8 @@ class DeviceEvaluator:
             if li == 0:
                 break
             prior = plan.layers[li - 1]
-            prior_act = NULL if prior.kind in POOL_KINDS else ws.acts[li - 1]
-            if lp.kind in POOL_KINDS:
+            prior_act = ws.acts[li - 1] if prior.kind.applies_tanh else NULL
+            if not lp.kind.has_weights:
                 K.pool_backward(rt, lp, prior.nhid, ws.deltas[cur], ws.ids.get(li, NULL), prior_act,
                                 ws.deltas[other], nb)
             else:
@@ -185,7 +184,7 @@ class DeviceEvaluator:
                           tables=b.d_tables, desc=ptr(b.d_desc, b.bwd_desc[li]), groups=lp.bwd,
                           B=ptr(b.d_wbwd, lp.lay.bwd_offset), b_ld=0, M=nb, out=ws.deltas[other],
                           ldo=prior.nhid, prior=prior_act,
-                          epi=EPI_NONE if prior.kind in POOL_KINDS else EPI_DERIV)
+                          epi=EPI_DERIV if prior.kind.applies_tanh else EPI_NONE)
             b.timer.mark(rt.stream, b.labels[li - 1], "delta", 1)    # the layer that receives it
             cur, other = other, cur
 
@@ -208,7 +207,7 @@ class DeviceEvaluator:
             NL = n_hi - n_lo
             K.gemm_tn(rt, self.tuner, ("gradient", lp.index, NL, nb), src=src, lda=lda,
                       tables=b.d_tables, desc=ptr(b.d_desc, b.fwd_desc[lp.index]), delta=delta,
-                      ldd=lp.nhid, depth=lp.depth if lp.kind != FC else 0, rows=R, n_lo=n_lo,
+                      ldd=lp.nhid, depth=0 if lp.kind.whole_prior else lp.depth, rows=R, n_lo=n_lo,
                       n_hi=n_hi, n_cases=nb, chunk=CHUNK, groups=gp.groups, gps=gps, slots=slots,
                       local_cols=gp.local_cols, part=self.ws.scratch, nz=nz)
             pld = gp.groups * NL if gp.local_cols else NL
@@ -255,7 +254,7 @@ class DeviceEvaluator:
         b = self.backend
         plan = b.plan
         res = {lp.index: np.empty((self.n_cases, lp.nhid), np.int32)
-               for lp in plan.hidden if lp.kind == POOLMAX}
+               for lp in plan.hidden if lp.kind.keeps_winners}
 
         def collect(start, stop):
             for i, r in res.items():

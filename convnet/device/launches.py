@@ -8,7 +8,6 @@ from . import tuning
 from .kernel_args import (CONV_SMALL, CONV_SMALL_POOL, GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN,
                           GRAD_FLATTEN_D, GRAD_SLOT_SUM, LL_SUM, POOL_BACKWARD, POOL_FORWARD,
                           SOFTMAX_LL, WEIGHTS_SCATTER)
-from ..architecture import POOLMAX
 
 EPI_NONE, EPI_TANH, EPI_DERIV = 0, 1, 2     # gemm_nn epilogue: none, tanh, times tanh'(prior)
 
@@ -39,7 +38,7 @@ def _pool_shape(layer, kind):
     return dict(prior_height=layer.prior_height, prior_width=layer.prior_width,
                 prior_depth=layer.prior_depth, height=layer.height, width=layer.width,
                 width_v=s.width_v, width_h=s.width_h, stride_v=s.stride_v, stride_h=s.stride_h,
-                is_max=kind == POOLMAX)
+                is_max=kind.keeps_winners)
 
 
 def _conv_shape(layer, src, lda, weights, ldw):

@@ -28,9 +28,6 @@ Everything here is numpy; nothing needs a GPU.
 
 import numpy as np
 
-from ..architecture import CONV, FC, LOCAL, POOLAVG, POOLMAX
-
-POOL_KINDS = (POOLAVG, POOLMAX)
 
 
 def pad32(n):
@@ -43,16 +40,17 @@ class LayerLayout:
 
     def __init__(self, layer, fwd_offset, bwd_offset):
         self.layer = layer
-        self.kind = FC if layer.is_output else layer.kind
+        self.kind = layer.kind
         self.rows = layer.n_prior_weights
-        self.n_cols = layer.n_neurons if self.kind == LOCAL else layer.depth
+        # one column per weight set: every neuron (LOCAL) or every slice (FC, CONV)
+        self.n_cols = layer.n_weights // layer.n_prior_weights
         self.cols = pad32(self.n_cols)
         self.fwd_offset = fwd_offset
         self.fwd_size = self.rows * self.cols
         self.bwd_offset = bwd_offset
         self.bwd_size = (self.rows - 1) * self.n_cols
         # bwd_ld: length of one backward row (the prior slices, or the prior neurons for FC)
-        if self.kind == FC:
+        if self.kind.whole_prior:
             self.bwd_ld = layer.n_prior
         else:
             self.bwd_ld = layer.prior_depth
@@ -64,7 +62,7 @@ def _layer_maps(layer, lay):
     ph, pw, pd = layer.prior_height, layer.prior_width, layer.prior_depth
     fwd = np.empty(layer.n_weights, dtype=np.int64)
     bwd = np.full(layer.n_weights, -1, dtype=np.int64)
-    if lay.kind == FC:
+    if lay.kind.whole_prior:
         n = layer.depth
         # host q = (s * ph + r) * pw + c  ->  device row (r * pw + c) * pd + s
         s, r, c = np.meshgrid(np.arange(pd), np.arange(ph), np.arange(pw), indexing="ij")
@@ -83,14 +81,14 @@ def _layer_maps(layer, lay):
     tap = (fr * fh + fc).ravel()
     sl = s.ravel()
     h, w, d = layer.height, layer.width, layer.depth
-    if lay.kind == CONV:
+    if lay.kind.shares_weights:
         for i in range(d):
             base = i * npw
             fwd[base:base + npw - 1] = dev_row * lay.cols + i
             fwd[base + npw - 1] = (npw - 1) * lay.cols + i
             bwd[base:base + npw - 1] = (tap * d + i) * pd + sl
         return fwd, bwd
-    # LOCAL: host neuron j = (i * h + oh) * w + ow; device column (oh * w + ow) * d + i
+    # a weight set per neuron (LOCAL): host neuron j = (i * h + oh) * w + ow; device column (oh * w + ow) * d + i
     i, oh, ow = np.meshgrid(np.arange(d), np.arange(h), np.arange(w), indexing="ij")
     pos = (oh * w + ow).ravel()                      # in host neuron order j
     col = pos * d + i.ravel()
@@ -111,7 +109,7 @@ class WeightLayout:
         fwd_off = bwd_off = 0
         fwd_parts, bwd_parts = [], []
         for layer in arch.all_layers:
-            if not layer.is_output and layer.kind in POOL_KINDS:
+            if not layer.kind.has_weights:
                 continue
             lay = LayerLayout(layer, fwd_off, bwd_off)
             self.layers[layer.index] = lay

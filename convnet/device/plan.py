@@ -36,8 +36,7 @@ import math
 
 import numpy as np
 
-from ..architecture import CONV, FC, LOCAL, POOLAVG, POOLMAX
-from .layout import POOL_KINDS, WeightLayout, image_to_device, pad32
+from .layout import WeightLayout, image_to_device, pad32
 
 # Cases per partial sum of the weight gradient, and the unit at which batches are cut when the
 # data are split into several (MAX BATCH < number of cases).
@@ -126,13 +125,14 @@ def _backprop_pairs(layer):
 
 
 class LayerPlan:
-    """Tables and shapes for one layer (hidden or output)."""
+    """Shapes of one layer (hidden or output) on the device. Each layer kind names its plan class
+    (convnet.architecture.kinds): :class:`GatherLayerPlan` or :class:`PoolLayerPlan`."""
 
     def __init__(self, layer, lay, tables):
         self.layer = layer
         self.index = layer.index
         self.is_output = layer.is_output
-        self.kind = FC if layer.is_output else layer.kind
+        self.kind = layer.kind
         self.lay = lay
         self.nhid = layer.n_neurons
         self.n_prior = layer.n_prior
@@ -140,11 +140,21 @@ class LayerPlan:
         self.fwd = None
         self.bwd = None
         self.grad = None
-        if self.kind in POOL_KINDS:
-            return
+
+
+class PoolLayerPlan(LayerPlan):
+    """A pooling layer: no weights and no tables; its kernels read the layer's shape."""
+
+
+class GatherLayerPlan(LayerPlan):
+    """A layer with weights (FC, LOCAL, CONV and the output layer): the gather tables of its
+    activation, delta and weight-gradient products."""
+
+    def __init__(self, layer, lay, tables):
+        super().__init__(layer, lay, tables)
         cols = lay.cols
         # ---- activation
-        if self.kind == FC:
+        if self.kind.whole_prior:
             aoff = np.concatenate([np.arange(self.n_prior), [A_ONE]])
             K = aoff.size
             a0 = tables.add(aoff)
@@ -158,7 +168,7 @@ class LayerPlan:
             b0 = tables.add(np.arange(K) * cols)
             g = np.arange(G)
             desc = np.stack([a0 + g * K, np.full(G, b0), np.full(G, K),
-                             g * self.depth if self.kind == LOCAL else np.zeros(G, np.int64),
+                             np.zeros(G, np.int64) if self.kind.shares_weights else g * self.depth,
                              g * self.depth], axis=1)
             self.fwd = GemmGroups(desc, self.depth, K)
             self.fwd_aoff = off
@@ -167,7 +177,7 @@ class LayerPlan:
         # ---- delta backpropagation into the prior layer (never into the input image)
         if self.index > 0:
             d = self.depth
-            if self.kind == FC:
+            if self.kind.whole_prior:
                 a0 = tables.add(np.arange(d))
                 b0 = tables.add(np.arange(d) * lay.bwd_ld)
                 self.bwd = GemmGroups([[a0, b0, d, 0, 0]], self.n_prior, d)
@@ -182,7 +192,7 @@ class LayerPlan:
                     pos = np.array([p for p, _ in plist], dtype=np.int64)
                     tap = np.array([t for _, t in plist], dtype=np.int64)
                     ao = (pos[:, None] * d + dd[None, :]).ravel()
-                    if self.kind == CONV:
+                    if self.kind.shares_weights:
                         bo = ((tap[:, None] * d + dd[None, :]) * pd).ravel()
                     else:
                         bo = (((pos[:, None] * taps + tap[:, None]) * d + dd[None, :]) * pd).ravel()
@@ -201,15 +211,14 @@ class GradPlan:
         G = lp.groups
         self.groups = G
         self.kind = lp.kind
-        self.local_cols = lp.kind == LOCAL
+        # a weight set per position (LOCAL): the partial sums keep every position's columns
+        self.local_cols = not (lp.kind.shares_weights or lp.kind.whole_prior)
 
     def slots_for(self, n_total):
         """(groups per slot, slots) for a data set of n_total cases."""
         G = self.groups
-        if self.kind == LOCAL:
-            return 1, G
-        if self.kind != CONV:
-            return 1, 1
+        if not self.kind.shares_weights:
+            return 1, G             # a slot per position (LOCAL), or the one group (FC)
         tiles = -(-self.rows // ROW_TILE)
         gps = max(1, min(CONV_GROUP, G, G * self.n_chunks(n_total) * tiles // CONV_BLOCKS))
         return gps, -(-G // gps)
@@ -279,7 +288,7 @@ class ModelPlan:
         self.layers = []
         for layer in arch.all_layers:
             lay = self.layout.layers.get(layer.index)
-            self.layers.append(LayerPlan(layer, lay, self.tables_builder))
+            self.layers.append(layer.kind.device_plan(layer, lay, self.tables_builder))
         self.tables = self.tables_builder.array()
         self.n_classes = arch.n_classes
         self.n_inputs = arch.n_inputs
@@ -322,7 +331,7 @@ def _pool_forward(prev, lp, layer):
         for ow in range(w):
             r0, c0 = oh * s.stride_v, ow * s.stride_h
             win = x[:, r0:r0 + s.width_v, c0:c0 + s.width_h, :].reshape(n, -1, pd)
-            if lp.kind == POOLAVG:
+            if not lp.kind.keeps_winners:
                 out[:, oh, ow, :] = win.mean(axis=1)
             else:
                 j = np.argmax(win, axis=1)          # first maximum in row-then-column order
@@ -338,7 +347,7 @@ def _pool_backward(delta, ids, lp, layer):
     h, w = layer.height, layer.width
     d = delta.reshape(n, h, w, pd)
     out = np.zeros((n, ph, pw, pd))
-    if lp.kind == POOLAVG:
+    if not lp.kind.keeps_winners:
         for oh in range(h):
             for ow in range(w):
                 r0, c0 = oh * s.stride_v, ow * s.stride_h
@@ -365,7 +374,7 @@ def simulate(plan, weights, inputs, classes, wpen=0.0):
     prev = x
     for lp in plan.layers:
         layer = lp.layer
-        if lp.kind in POOL_KINDS:
+        if not lp.kind.has_weights:
             a, i = _pool_forward(prev, lp, layer)
         else:
             a = np.empty((n, lp.nhid))
@@ -387,29 +396,29 @@ def simulate(plan, weights, inputs, classes, wpen=0.0):
     for li in range(len(plan.layers) - 1, -1, -1):
         lp = plan.layers[li]
         A = x if li == 0 else acts[li - 1]
-        if lp.kind not in POOL_KINDS:
+        if lp.kind.has_weights:
             gmat = grad_dev[lp.lay.fwd_offset:lp.lay.fwd_offset + lp.lay.fwd_size].reshape(lp.lay.rows, lp.lay.cols)
             for g, (a_start, _, K, _, _) in enumerate(lp.fwd.desc):
                 ao = tables[a_start:a_start + K]
                 Ag = np.where(ao[None, :] >= 0, A[:, np.maximum(ao, 0)], np.where(ao == A_ONE, 1.0, 0.0)[None, :])
-                if lp.kind == FC:
+                if lp.kind.whole_prior:
                     Dg = delta
                 else:
                     Dg = delta[:, g * lp.depth:(g + 1) * lp.depth]
-                col0 = g * lp.depth if lp.kind == LOCAL else 0
+                col0 = g * lp.depth if lp.grad.local_cols else 0
                 gmat[:, col0:col0 + lp.depth] += Ag.T @ Dg
         if li == 0:
             break
         prior = plan.layers[li - 1]
         new = np.empty((n, prior.nhid))
-        if lp.kind in POOL_KINDS:
+        if not lp.kind.has_weights:
             new = _pool_backward(delta, ids[li], lp, lp.layer)
-            if prior.kind not in POOL_KINDS:
+            if prior.kind.applies_tanh:
                 new *= 1.0 - acts[li - 1] ** 2
         else:
             B = bwd[lp.lay.bwd_offset:lp.lay.bwd_offset + lp.lay.bwd_size]
             _gemm_nn(delta, tables, lp.bwd, B, new,
-                     "none" if prior.kind in POOL_KINDS else "deriv", acts[li - 1])
+                     "deriv" if prior.kind.applies_tanh else "none", acts[li - 1])
         delta = new
     grad = lay.to_host(grad_dev) / (n * ncls)
     mask = plan.arch.penalty_mask()

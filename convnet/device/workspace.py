@@ -1,6 +1,5 @@
 """Device work buffers of one batch size, and how the weight gradient is cut into launches."""
 
-from ..architecture import CONV, LOCAL, POOLMAX
 from .plan import CHUNK, gradient_launch_slices
 
 
@@ -17,7 +16,7 @@ class Workspace:
         for lp in plan.layers:
             self.acts.append(backend.alloc(4 * nb * lp.nhid))
             self.sizes.append((f"{backend.labels[lp.index]} activations", 4 * nb * lp.nhid))
-            if lp.kind == POOLMAX:
+            if lp.kind.keeps_winners:
                 self.ids[lp.index] = backend.alloc(4 * nb * lp.nhid)
                 self.sizes.append((f"{backend.labels[lp.index]} max-pooling winners", 4 * nb * lp.nhid))
         self.deltas = [backend.alloc(4 * nb * plan.max_nhid), backend.alloc(4 * nb * plan.max_nhid)]
@@ -41,7 +40,7 @@ class Workspace:
         tot = 1
         chunks = -(-nb // CHUNK)
         for lp in plan.layers:
-            if lp.grad is not None and lp.kind == CONV:
+            if lp.grad is not None and lp.kind.shares_weights:
                 per, _, _, _, slots = self.splits[lp.index]
                 if slots > 1:
                     tot = max(tot, chunks * lp.grad.rows * per)
@@ -66,12 +65,12 @@ def allocation_lines(backend, ws, n_cases, nb, n_batches, data_bytes):
             continue
         per, launches, floats, gps, slots = ws.splits[lp.index]
         gp = lp.grad
-        what = ("slices" if lp.kind in (CONV, LOCAL) else "neurons")
+        what = "neurons" if lp.kind.whole_prior else "slices"
         lines.append(f"   {b.labels[lp.index]}: {gp.rows} x {lp.depth} weights"
-                     f"{' per position' if lp.kind == LOCAL else ''}, {per} {what} per launch, "
+                     f"{' per position' if gp.local_cols else ''}, {per} {what} per launch, "
                      f"{launches} launch(es) per batch, scratch {4 * floats / mib:.2f} MiB, "
                      f"{gp.n_partials(nb, slots)} partial sums per batch"
-                     + (f" ({gps} positions each)" if lp.kind == CONV else ""))
+                     + (f" ({gps} positions each)" if lp.kind.shares_weights else ""))
     total = data_bytes + b.static_bytes + sum(n for _, n in ws.sizes)
     lines.append(f"Total device memory allocated: {total / mib:.2f} MiB")
     return lines
