@@ -91,26 +91,33 @@ class _FakeCuda:
 
     def __init__(self, mem):
         self.mem = mem
+        self.recording = None       # a list while a graph is being captured: async work is kept
+
+    def _queue(self, op):
+        if self.recording is not None:
+            self.recording.append(op)
+        else:
+            op()
 
     def memcpy_htod(self, dst, src):
         src = np.ascontiguousarray(src)
         self.mem.view(dst, np.uint8, src.nbytes)[:] = src.view(np.uint8).ravel()
 
     def memcpy_htod_async(self, dst, src, stream=None):
-        self.memcpy_htod(dst, src)
+        self._queue(lambda: self.memcpy_htod(dst, src))
 
     def memcpy_dtoh(self, dst, src):
         assert dst.flags.c_contiguous
         dst.view(np.uint8).ravel()[:] = self.mem.view(src, np.uint8, dst.nbytes)
 
     def memcpy_dtoh_async(self, dst, src, stream=None):
-        self.memcpy_dtoh(dst, src)
+        self._queue(lambda: self.memcpy_dtoh(dst, src))
 
     def memset_d32(self, dst, value, count):
         self.mem.view(dst, np.uint32, count)[:] = value
 
     def memset_d32_async(self, dst, value, count, stream=None):
-        self.memset_d32(dst, value, count)
+        self._queue(lambda: self.memset_d32(dst, value, count))
 
     def pagelocked_empty(self, shape, dtype):
         return np.empty(shape, dtype)
@@ -350,6 +357,8 @@ class FakeRuntime:
         self.pycuda_version = "emulated"
         self.trace = None
         self.launches = []
+        self.captures = 0
+        self.graph_launches = 0
 
     @contextlib.contextmanager
     def active(self):
@@ -366,7 +375,30 @@ class FakeRuntime:
             self.cuda.memcpy_htod(buf, a)
         return buf
 
+    can_capture = True
+
+    def capture(self, record):
+        """Like a CUDA graph: the launches and async copies record() makes are kept with their
+        arguments, not run, and run again in order at each launch()."""
+        ops = self.cuda.recording = []
+        try:
+            record()
+        finally:
+            self.cuda.recording = None
+        self.captures += 1
+        rt = self
+
+        class Graph:
+            def launch(self, stream):
+                rt.graph_launches += 1
+                for op in ops:
+                    op()
+        return Graph()
+
     def launch(self, name, grid, block, *args, shared=0):
+        if self.cuda.recording is not None:
+            self.cuda.recording.append(lambda: self.launch(name, grid, block, *args, shared=shared))
+            return
         self.launches.append(name)
         args = [_arg(a) for a in args]
         if name.startswith("conv_small_pool_"):
@@ -544,3 +576,35 @@ def test_emulated_fused_first_layer(fake_runtime):
     assert "pool_forward" in fake_runtime.launches and "pool_backward" in fake_runtime.launches
     assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
     assert not dbe.DeviceBackend(arch, fuse=False).fused_pool
+
+
+@pytest.mark.parametrize("spec", RANDOM_ARCHS[:2], ids=range(2))
+def test_graph_replay_gives_the_eager_results(fake_runtime, spec):
+    """From the second evaluation of a kind on, the launches are captured once and replayed;
+    the results, bit for bit, and the timing table's entries are those of plain launches."""
+    lines, rows, cols, bands, ncls = spec
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(5)
+    n = 300
+    x = rng.random((n, bands, rows, cols))
+    c = rng.integers(0, ncls, n)
+    ws = [rng.normal(0, 0.4, arch.n_weights) for _ in range(3)]
+    runs = {}
+    for graphs in (False, True):
+        be = dbe.DeviceBackend(arch, {"MAX BATCH": 128}, graphs=graphs)
+        ev = be.evaluator(x, c, 0.01)
+        out = []
+        for i in range(5):
+            w = ws[i % 3]
+            out.append(ev.gradient(w))
+            out.append(ev.criterion(w))
+        runs[graphs] = (out, [row[:3] for row in be.timings()], be.timer.evaluations)
+    assert fake_runtime.captures == 2                   # one gradient graph, one criterion graph
+    assert fake_runtime.graph_launches == 8             # evaluations 2-5 of each kind
+    (eager, eager_table, eager_n), (graphed, graph_table, graph_n) = runs[False], runs[True]
+    for a, b in zip(eager, graphed):
+        if isinstance(a, tuple):
+            assert a[0] == b[0] and np.array_equal(a[1], b[1])
+        else:
+            assert a == b
+    assert eager_table == graph_table and eager_n == graph_n == 10

@@ -50,8 +50,10 @@ def _same(a, b, first=4096):
 class DeviceBackend:
     """See the module docstring."""
 
-    def __init__(self, arch, params=None, timing=True, poison=False, tune=True, fuse=True, device=0):
+    def __init__(self, arch, params=None, timing=True, poison=False, tune=True, fuse=True, device=0,
+                 graphs=True):
         self.rt = Runtime.get(device)
+        self.graphs = graphs        # replay each evaluation's launches as a CUDA graph (evaluator.py)
         self.tune = tune            # time the tile shapes of each product once per evaluator
         self.poison = poison        # tests: fill new work buffers with NaN to catch unwritten outputs
         self.arch = arch
@@ -89,7 +91,8 @@ class DeviceBackend:
                 self.fused_pool = True
         rt = self.rt
         with rt.active():
-            self.timer = EventTimer(rt.cuda, enabled=timing)
+            self.timer = EventTimer(rt.cuda, enabled=timing,
+                                    new_event=getattr(rt, "new_event", None))
             # descriptors of every gemm_nn launch, in one int32 array
             descs, self.fwd_desc, self.bwd_desc = [], {}, {}
             pos = 0

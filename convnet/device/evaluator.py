@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import ConvnetError
 from . import launches as K
+from .graphs import DriverError
 from .launches import EPI_DERIV, EPI_NONE, EPI_TANH
 from .layout import activations_to_host, image_to_device
 from .plan import CHUNK, split_batches
@@ -50,6 +51,10 @@ class DeviceEvaluator:
             self.tuner = Tuner(rt, backend.tune)
             self.h_crit = rt.cuda.pagelocked_empty(1, np.float64)
             self.h_grad = rt.cuda.pagelocked_empty(backend.n_weights, np.float64)
+        # launch sequences recorded as CUDA graphs, by (kind, timed): see _run
+        self.graphs = {}
+        self.use_graphs = backend.graphs and getattr(rt, "can_capture", False)
+        self._ran = set()
         data_bytes = 4 * n * plan.n_inputs + 4 * n + 8 * n * ncls + 8 * n + 8 + 16 * backend.n_weights
         self.allocation = allocation_lines(backend, self.ws, n, self.nb, len(self.batches), data_bytes)
         backend.last_allocation = self.allocation
@@ -62,9 +67,8 @@ class DeviceEvaluator:
             b.timer.start(b.rt.stream)
             b.last_allocation = self.allocation
             b._set_weights(weights)
-            for start, stop in self.batches:
-                self._forward(start, stop, want_delta=False)
-            crit = self._fetch_ll()
+            self._run("criterion", self._criterion_launches)
+            crit = self._read_ll()
             b.timer.resolve()
         return crit / (self.n_cases * b.arch.n_classes) + b.penalty(weights, self.wpen)
 
@@ -76,19 +80,11 @@ class DeviceEvaluator:
             b.timer.start(rt.stream)
             b.last_allocation = self.allocation
             b._set_weights(weights)
-            rt.cuda.memset_d32_async(self.d_acc, 0, 2 * b.n_weights, rt.stream)
-            for start, stop in self.batches:
-                self._forward(start, stop, want_delta=True, fused=False)
-                self._backward(start, stop)
-            scale = 1.0 / (self.n_cases * b.arch.n_classes)
-            pen2 = 2.0 * self.wpen / b.n_weights
-            K.grad_finish(rt, acc=self.d_acc, w=b.d_w32, mask=b.d_mask, n=b.n_weights, scale=scale,
-                          pen2=pen2, grad=self.d_grad)
-            rt.cuda.memcpy_dtoh_async(self.h_grad, self.d_grad, rt.stream)
-            b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
-            crit = self._fetch_ll()
+            self._run("gradient", self._gradient_launches)
+            crit = self._read_ll()
             b.timer.resolve()
             grad = np.array(self.h_grad)
+        scale = 1.0 / (self.n_cases * b.arch.n_classes)
         return crit * scale + b.penalty(weights, self.wpen), grad
 
     def outputs(self, weights):
@@ -111,12 +107,61 @@ class DeviceEvaluator:
         if self.classes is None:
             raise ConvnetError("the criterion needs the classes of the cases, and there are none")
 
-    def _fetch_ll(self):
+    def _run(self, kind, launches):
+        """Queue one evaluation's launches (everything after the weight upload). The first time
+        they run as they are (so the tuner can time its candidates); after that they are recorded
+        once as a CUDA graph, and the graph is launched instead."""
+        b = self.backend
+        rt = b.rt
+        timed = b.timer.enabled and b.timer._start is not None
+        if not self.use_graphs or b.timer.host_sync or rt.trace is not None or kind not in self._ran:
+            launches()
+            self._ran.add(kind)
+            return
+        key = (kind, timed)
+        entry = self.graphs.get(key)
+        if entry is None:
+            b.timer.begin_capture()
+            try:
+                graph = rt.capture(launches)
+            except DriverError:
+                b.timer.end_capture()
+                self.use_graphs = False         # this driver cannot: stay with plain launches
+                launches()
+                return
+            entry = self.graphs[key] = (graph, b.timer.end_capture())
+        graph, marks = entry
+        graph.launch(rt.stream)
+        b.timer.replayed(marks)
+
+    def _criterion_launches(self):
+        for start, stop in self.batches:
+            self._forward(start, stop, want_delta=False)
+        self._queue_ll()
+
+    def _gradient_launches(self):
+        b = self.backend
+        rt = b.rt
+        rt.cuda.memset_d32_async(self.d_acc, 0, 2 * b.n_weights, rt.stream)
+        for start, stop in self.batches:
+            self._forward(start, stop, want_delta=True, fused=False)
+            self._backward(start, stop)
+        scale = 1.0 / (self.n_cases * b.arch.n_classes)
+        pen2 = 2.0 * self.wpen / b.n_weights
+        K.grad_finish(rt, acc=self.d_acc, w=b.d_w32, mask=b.d_mask, n=b.n_weights, scale=scale,
+                      pen2=pen2, grad=self.d_grad)
+        rt.cuda.memcpy_dtoh_async(self.h_grad, self.d_grad, rt.stream)
+        b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
+        self._queue_ll()
+
+    def _queue_ll(self):
         rt = self.backend.rt
         K.ll_sum(rt, ll=self.d_ll, n=self.n_cases, out=self.d_crit)
         rt.cuda.memcpy_dtoh_async(self.h_crit, self.d_crit, rt.stream)
         self.backend.timer.mark(rt.stream, "Output", "log likelihood", 1)
-        rt.stream.synchronize()
+
+    def _read_ll(self):
+        self.backend.rt.stream.synchronize()
         return float(self.h_crit[0])
 
     def _src(self, li, start):

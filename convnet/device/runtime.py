@@ -11,6 +11,7 @@ import threading
 import numpy as np
 
 from ..errors import ConvnetError
+from .graphs import DriverAPI, DriverEvent, Graph
 from .kernel_args import compiled_functions
 from .tuning import NN_TILES, TN_TILES
 
@@ -89,6 +90,9 @@ class Runtime:
             self.stream = cuda.Stream()
             self.functions = {}
             self._build()
+        # CUDA graphs and in-graph timing events need the driver API and the stream's handle
+        driver = DriverAPI.load()
+        self.driver = driver if driver is not None and hasattr(self.stream, "handle") else None
 
     @contextlib.contextmanager
     def active(self):
@@ -135,6 +139,19 @@ class Runtime:
             self.trace.append((name, grid, e0, e1))
             return
         self.functions[name].prepared_async_call(grid, block, self.stream, *args, shared_size=shared)
+
+    @property
+    def can_capture(self):
+        return self.driver is not None
+
+    def capture(self, record):
+        """record() run with the stream capturing, as a Graph (launch(stream) replays it).
+        Raises graphs.DriverError when the driver refuses."""
+        return Graph(self.driver, self.stream, record)
+
+    def new_event(self):
+        """A timing event; one that can also be recorded inside a graph when graphs work here."""
+        return DriverEvent(self.driver) if self.driver is not None else self.cuda.Event()
 
     def free_memory(self):
         free, total = self.cuda.mem_get_info()

@@ -5,6 +5,10 @@ activation, its delta backpropagation, its gradient, the weight copy, ...). The 
 activity is the time between its event and the one before it, so the activities of an
 evaluation add up exactly to the time from the first event to the last. Events are read only
 after the evaluation has synchronized, and are reused.
+
+A launch sequence recorded as a CUDA graph records its marks inside the graph: ``capture()``
+collects the marks made while the graph is recorded (their events then belong to the graph),
+and ``replayed(marks)`` adds them to the evaluation each time the graph runs.
 """
 
 
@@ -12,9 +16,11 @@ import time
 
 
 class EventTimer:
-    def __init__(self, cuda, enabled=True):
+    def __init__(self, cuda, enabled=True, new_event=None):
         self.cuda = cuda
+        self.new_event = new_event or cuda.Event
         self.enabled = enabled
+        self._capturing = None      # marks made while a graph is being recorded
         self.host_sync = False      # checks: also synchronize and read the host clock at each mark
         self.host_totals = {}
         self._host_t = None
@@ -26,7 +32,7 @@ class EventTimer:
         self.evaluations = 0
 
     def _event(self):
-        return self._free.pop() if self._free else self.cuda.Event()
+        return self._free.pop() if self._free else self.new_event()
 
     def start(self, stream):
         if not self.enabled:
@@ -42,6 +48,11 @@ class EventTimer:
     def mark(self, stream, label, activity, launches):
         if not self.enabled or self._start is None:
             return
+        if self._capturing is not None:      # this event belongs to the graph from now on
+            ev = self.new_event()
+            getattr(ev, "record_captured", ev.record)(stream)
+            self._capturing.append((label, activity, launches, ev))
+            return
         ev = self._event()
         ev.record(stream)
         self._pending.append((label, activity, launches, ev))
@@ -53,12 +64,26 @@ class EventTimer:
             cell[1] += t - self._host_t
             self._host_t = t
 
+    def begin_capture(self):
+        self._capturing = []
+
+    def end_capture(self):
+        """The marks made since begin_capture, for replayed()."""
+        marks, self._capturing = self._capturing or [], None
+        return marks
+
+    def replayed(self, marks):
+        """A graph holding these marks has just been launched in this evaluation."""
+        if self.enabled and self._start is not None:
+            self._pending.extend((label, activity, launches, ev, False)
+                                 for label, activity, launches, ev in marks)
+
     def resolve(self):
         """Call after the stream has synchronized: adds this evaluation's intervals to the totals."""
         if not self.enabled or self._start is None:
             return
         prev = self._start
-        for label, activity, launches, ev in self._pending:
+        for label, activity, launches, ev, *_ in self._pending:
             seconds = ev.time_since(prev) / 1000.0
             cell = self.totals.setdefault((label, activity), [0, 0.0])
             cell[0] += launches
@@ -71,7 +96,8 @@ class EventTimer:
     def _discard(self):
         if self._start is not None:
             self._free.append(self._start)
-        self._free.extend(ev for *_, ev in self._pending)
+        # events recorded by a graph stay with it (a 5th item, False, marks them)
+        self._free.extend(entry[3] for entry in self._pending if len(entry) == 4)
         self._pending = []
         self._start = None
 
