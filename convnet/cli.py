@@ -48,7 +48,7 @@ def run(files, out, device, threads, seed, quiet):
         _last_words(session, f"ERROR: {e}")
         fail(e)
     except Interrupted as e:
-        session.status = "interrupted"
+        session.status = e.status
         why = "by the user (Ctrl-C)" if e.signum == signal.SIGINT else "by SIGTERM"
         _last_words(session, f"Run ended {why}; the log is complete up to here")
         click.echo(f"convnet: {e}", err=True)

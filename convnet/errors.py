@@ -1,5 +1,25 @@
 """User-facing errors: one line, naming the file and line where there is one."""
 
+import re
+
+# A run of this many characters without a blank (a file name, a number, a word written by a user)
+# is shown cut to its first LONG_RUN_SHOWN characters, so a message stays one readable line.
+LONG_RUN = 160
+LONG_RUN_SHOWN = 100
+LONG_BLANKS = 20          # a run of blanks this long is shown as its count
+LONGEST = 600             # a longer message keeps its beginning and its end
+
+
+def _readable(text):
+    """Control characters escaped, very long runs cut."""
+    text = re.sub(r"\s{%d,}" % LONG_BLANKS, lambda m: f" ({len(m.group())} blanks) ", text)
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    text = re.sub(r"\S{%d,}" % LONG_RUN,
+                  lambda m: f"{m.group()[:LONG_RUN_SHOWN]}... ({len(m.group())} characters)", text)
+    if len(text) > LONGEST:
+        text = f"{text[:LONGEST // 2]} ... {text[-LONGEST // 3:]}"
+    return text
+
 
 class ConvnetError(Exception):
     """A user error (bad control line, bad data file, impossible architecture).
@@ -28,7 +48,7 @@ class ConvnetError(Exception):
             if self.line is not None:
                 where += f"{self.line}:"
             where += " "
-        return f"{where}{self.message}"
+        return _readable(f"{where}{self.message}")
 
 
 class Interrupted(Exception):
@@ -40,6 +60,11 @@ class Interrupted(Exception):
     def __init__(self, message, signum=2):
         super().__init__(message)
         self.signum = int(signum)
+
+    @property
+    def status(self):
+        """The run's status word: "terminated" for SIGTERM, "interrupted" for Ctrl-C."""
+        return "terminated" if self.signum == 15 else "interrupted"
 
     @property
     def exit_status(self):

@@ -158,6 +158,12 @@ def series_bytes(n_cases, resolution, window):
         + int(n_cases) * int(window) * 3 * FLOAT64
 
 
+def picture_bytes(width, height, cells, values_per_cell):
+    """A DISPLAY picture: the RGB canvas and its pillow copy, and the tones of every cell (float64,
+    shown, scaled and tiled)."""
+    return 2 * 3 * int(width) * int(height) + 3 * FLOAT64 * int(cells) * int(values_per_cell)
+
+
 def _per_case_host(arch):
     """Host work areas of one case: every layer's activations and two delta buffers."""
     neurons = [layer.n_neurons for layer in arch.all_layers]
@@ -192,7 +198,7 @@ def device_training_bytes(arch, n_cases, max_batch=None):
     weights = (3 * FLOAT32 + 1 + FLOAT64) * nw + FLOAT32 * nw + 2 * FLOAT64 * nw
     batch = min(n, int(max_batch) if max_batch else DEVICE_MIN_BATCH)
     hidden = [layer.n_neurons for layer in arch.layers]
-    pool_ids = [layer.n_neurons for layer in arch.layers if layer.kind == "POOLMAX"]
+    pool_ids = [layer.n_neurons for layer in arch.layers if layer.kind.keeps_winners]
     widest = max(hidden + [ncls])
     per_case = FLOAT32 * (sum(hidden) + 2 * widest + ncls + arch.n_inputs) + INT32 * sum(pool_ids)
     return data + weights + batch * per_case

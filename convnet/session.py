@@ -104,7 +104,9 @@ class Session:
         self.device_note_written = False
         self.outcomes = []                       # (command, result) of every TRAIN and TEST
         self.outputs = []                        # files written under --out, in order
-        self.status = "running"                  # then "completed", "error" or "interrupted"
+        # "running", then "completed", "error", "interrupted" (Ctrl-C) or "terminated" (SIGTERM):
+        # set by whoever ends the run (the command line, run() below), for the run's results
+        self.status = "running"
         self.log = LogWriter(None)
         self.lock = None
         if not check_only:
@@ -454,6 +456,7 @@ class Session:
         data = self._need_data(cmd, labels=False)
         if data.bands not in (1, 3):
             raise cmd.error(f"DISPLAY TRAINING IMAGES shows 1 or 3 bands; these images have {data.bands}")
+        self._require_picture(cmd, data.rows, data.cols, data.bands)
         if self.check_only:
             return
         from .display import training_images
@@ -468,6 +471,8 @@ class Session:
             raise cmd.error("DISPLAY FILTER IMAGES needs a model whose first hidden layer is convolutional")
         if arch.bands not in (1, 3):
             raise cmd.error(f"DISPLAY FILTER IMAGES shows 1 or 3 bands; the model's input has {arch.bands}")
+        spec = arch.layers[0].spec
+        self._require_picture(cmd, spec.filter_v, spec.filter_h, arch.bands)
         if self.check_only:
             return
         from .display import filter_images
@@ -487,12 +492,24 @@ class Session:
                             f"({data.n_cases})")
         data.check_matches(self.model_arch.rows, self.model_arch.cols, self.model_arch.bands,
                            self.model_arch.n_classes)
+        first = self.model_arch.layers[0]
+        self._require_picture(cmd, first.height, first.width, 1)
         if self.check_only:
             return
         from .display import activation_images
         activation_images(self.model, data, a["first"], a["rows"], a["columns"], a["case"],
                           self._output_path(a["file"]))
         self._wrote(self._output_path(a["file"]))
+
+    def _require_picture(self, cmd, tile_rows, tile_cols, bands):
+        """Refuse a DISPLAY grid whose picture cannot fit in memory."""
+        from .display import GridGeometry
+        a = cmd.args
+        geom = GridGeometry(tile_rows, tile_cols, a["rows"], a["columns"])
+        need = memory.picture_bytes(geom.width, geom.height, a["rows"] * a["columns"],
+                                    tile_rows * tile_cols * bands)
+        memory.require(need, f"a picture of {a['rows']} x {a['columns']} images "
+                       f"({geom.width} x {geom.height} pixels)")
 
     # ------------------------------------------------------------------ the dispatch table
     # Every command name the parser produces (control.COMMANDS' command_name, plus SET for
@@ -551,8 +568,8 @@ def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True):
         except ConvnetError:        # the log itself cannot be written: e says so already
             pass
         raise
-    except Interrupted:
-        session.status = "interrupted"
+    except Interrupted as e:
+        session.status = e.status
         raise
     finally:
         session.close()

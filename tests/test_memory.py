@@ -136,3 +136,18 @@ def test_a_program_error_is_not_disguised(tmp_path, monkeypatch):
     path.write_text("MAKE IMAGE 8 8 1 2 10\n")
     result = invoke("check", path)
     assert isinstance(result.exception, KeyError)
+
+
+@pytest.mark.parametrize("grid", ["100000 100000", "2147483648 2147483648", "1 99999999999"])
+def test_display_grid_too_big(tmp_path, grid):
+    _check_refuses(tmp_path, f'MAKE IMAGE 8 8 1 2 20\nDISPLAY TRAINING IMAGES 1 {grid} "x.png"\n', 2,
+                   "a picture of", "pixels)")
+
+
+def test_display_filter_and_activation_grids_too_big(tmp_path):
+    text = ('MAKE IMAGE 8 8 1 2 20\nCONVOLUTIONAL LAYER 2 1 1 1 1 1 1\nANNEAL ITERS = 1\n'
+            'MAXITERS = 1\nTRAIN\nDISPLAY FILTER IMAGES 1 100000 100000 "f.png"\n')
+    _check_refuses(tmp_path, text, 6, "a picture of 100000 x 100000 images")
+    text = text.replace("DISPLAY FILTER IMAGES 1 100000 100000", "DISPLAY ACTIVATION IMAGES 1 "
+                        "100000 100000 1")
+    _check_refuses(tmp_path, text, 6, "a picture of 100000 x 100000 images")

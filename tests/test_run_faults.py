@@ -169,3 +169,13 @@ def test_save_model_never_replaces_something_that_is_not_a_regular_file(tmp_path
         assert line == (f"convnet: error: {ctl}:7: {name}: cannot write the model file: it exists "
                         "and is not a regular file")
     assert target.is_dir() and link.is_symlink()
+
+
+def test_error_messages_stay_one_short_line():
+    from convnet.errors import ConvnetError
+    text = str(ConvnetError("bad name 'a" + " " * 5000 + "b" + "c" * 5000 + "\0\n' here", "f.ctl", 3))
+    assert text.startswith("f.ctl:3: bad name 'a (5000 blanks) bccc")
+    assert "characters) here" in text and "\n" not in text and "\0" not in text
+    assert len(text) < 300
+    many = str(ConvnetError(" ".join(["word"] * 1000)))
+    assert len(many) <= 600 and many.endswith("word")

@@ -244,3 +244,17 @@ def test_a_run_ends_with_a_summary_and_quiet_keeps_to_errors(tmp_path):
     assert len(lines) == 4
     result = invoke("run", ctl, "--out", out, "--seed", "1", "--quiet")
     assert result.exit_code == 0 and result.output == ""
+
+
+def test_the_run_status_for_the_results(tmp_path):
+    from convnet.errors import Interrupted
+    from convnet.session import run
+    assert Interrupted("x", signal.SIGTERM).status == "terminated"
+    assert Interrupted("x", signal.SIGTERM).exit_status == 143
+    assert Interrupted("x", signal.SIGINT).status == "interrupted"
+    assert Interrupted("x", signal.SIGINT).exit_status == 130
+    ctl = tmp_path / "a.ctl"
+    ctl.write_text(SMALL)
+    session = run([ctl], out=tmp_path / "out", seed=1, threads=1)
+    assert session.status == "completed"
+    assert [r.kind for _, r in session.outcomes] == ["TRAIN", "TEST"]
