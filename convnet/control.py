@@ -186,12 +186,29 @@ class CommandSpec:
 
 @dataclass
 class ParamSpec:
-    """A ``NAME = value`` parameter."""
+    """A ``NAME = value`` parameter and its default: the one table the parser, the keyword
+    reference, training and the device read (:data:`DEFAULT_PARAMETERS`)."""
 
     name: str                 # canonical name
     arg: Arg
-    help: str
+    meaning: str
+    default: Any = None       # None: decided at run time (see default_note) or no default
+    default_note: str = ""    # what a None default means, for the reference
     aliases: Tuple[str, ...] = ()
+
+    @property
+    def help(self):
+        if self.default is not None:
+            return f"{self.meaning} (default {_show_default(self.default)})"
+        if self.default_note:
+            return f"{self.meaning} (default: {self.default_note})"
+        return self.meaning
+
+
+def _show_default(value):
+    if isinstance(value, float):
+        return f"{value:.10f}".rstrip("0").rstrip(".")
+    return str(value)
 
 
 COMMANDS: List[CommandSpec] = [
@@ -251,39 +268,34 @@ COMMANDS: List[CommandSpec] = [
 ]
 
 PARAMETERS: List[ParamSpec] = [
-    ParamSpec("MAX BATCH", _int("MAX BATCH", 1),
-              "cases per device batch (default: as many as fit in device memory)"),
+    ParamSpec("MAX BATCH", _int("MAX BATCH", 1), "cases per device batch",
+              default_note="as many as fit in device memory"),
     ParamSpec("MAX HID GRAD", _int("MAX HID GRAD", 1, 65535),
-              "hidden neurons per device gradient launch (default 65535)"),
+              "hidden neurons per device gradient launch", 65535),
     ParamSpec("MAX MEM GRAD", _int("MAX MEM GRAD", 1, 2047),
-              "megabytes of device convolution-gradient scratch (default 2047)"),
-    ParamSpec("ANNEAL ITERS", _int("ANNEAL ITERS", 0), "annealing criterion evaluations (default 100)"),
+              "megabytes of device convolution-gradient scratch", 2047),
+    ParamSpec("ANNEAL ITERS", _int("ANNEAL ITERS", 0), "annealing criterion evaluations", 100),
     ParamSpec("ANNEAL RANGE", _float("ANNEAL RANGE", 0.0, exclusive_min=True),
-              "size of the first random weights (default 0.1)"),
-    ParamSpec("MAXITERS", _int("MAXITERS", 0), "conjugate-gradient iterations at most (default 1000)",
+              "size of the first random weights", 0.1),
+    ParamSpec("MAXITERS", _int("MAXITERS", 0), "conjugate-gradient iterations at most", 1000,
               aliases=("MAX ITERS",)),
     ParamSpec("TOL", _float("TOL", 0.0, exclusive_min=True),
-              "relative improvement that ends refinement (default 0.00005)"),
-    ParamSpec("WPEN", _float("WPEN", 0.0), "weight penalty (default 0)"),
+              "relative improvement that ends refinement", 0.00005),
+    ParamSpec("WPEN", _float("WPEN", 0.0), "weight penalty", 0.0),
     ParamSpec("CUDA", Arg("CUDA", "choice", choices=("YES", "NO", "AUTO")),
-              "use the GPU: YES, NO or AUTO (default AUTO)"),
-    ParamSpec("THREADS", _int("THREADS", 1), "host threads (default: all cores)"),
+              "use the GPU: YES, NO or AUTO", "AUTO"),
+    ParamSpec("THREADS", _int("THREADS", 1), "host threads", default_note="all cores"),
     ParamSpec("RANDOM SEED", _int("RANDOM SEED", 0), "seed of every random choice"),
-    ParamSpec("SERIES COLUMN", _int("SERIES COLUMN", 1), "1-based column of the series (default 1)"),
-    ParamSpec("SERIES WINDOW", _int("SERIES WINDOW", 2), "window length = image width (default 16)"),
-    ParamSpec("SERIES RESOLUTION", _int("SERIES RESOLUTION", 2),
-              "image height (default 16)"),
-    ParamSpec("SERIES SHIFT", _int("SERIES SHIFT", 1), "records between windows (default 1)"),
+    ParamSpec("SERIES COLUMN", _int("SERIES COLUMN", 1), "1-based column of the series", 1),
+    ParamSpec("SERIES WINDOW", _int("SERIES WINDOW", 2), "window length = image width", 16),
+    ParamSpec("SERIES RESOLUTION", _int("SERIES RESOLUTION", 2), "image height", 16),
+    ParamSpec("SERIES SHIFT", _int("SERIES SHIFT", 1), "records between windows", 1),
     ParamSpec("SERIES FRAC FULL", _float("SERIES FRAC FULL", 0.0, 1.0),
-              "fraction of windows scaled to full height (default 0.2)"),
+              "fraction of windows scaled to full height", 0.2),
 ]
 
-DEFAULT_PARAMETERS = {
-    "MAX BATCH": None, "MAX HID GRAD": 65535, "MAX MEM GRAD": 2047, "ANNEAL ITERS": 100,
-    "ANNEAL RANGE": 0.1, "MAXITERS": 1000, "TOL": 0.00005, "WPEN": 0.0, "CUDA": "AUTO",
-    "THREADS": None, "RANDOM SEED": None, "SERIES COLUMN": 1, "SERIES WINDOW": 16,
-    "SERIES RESOLUTION": 16, "SERIES SHIFT": 1, "SERIES FRAC FULL": 0.2,
-}
+# Every parameter's value before a control file sets it (None: decided at run time).
+DEFAULT_PARAMETERS = {p.name: p.default for p in PARAMETERS}
 
 _PARAM_BY_NAME: Dict[Tuple[str, ...], ParamSpec] = {}
 for _p in PARAMETERS:

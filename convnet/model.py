@@ -15,7 +15,8 @@ probability. Training (simulated annealing, then conjugate gradients) sets real 
 import numpy as np
 
 from .errors import ConvnetError
-from .host.backend import HostBackend, check_classes, check_inputs, check_weights
+from .evaluator import check_classes, check_inputs, check_weights
+from .host.backend import HostBackend
 
 DEVICES = ("cpu", "cuda")
 

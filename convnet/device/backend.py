@@ -15,8 +15,9 @@ Parameters (control-file names):
                   quarter of the free device memory (all of them for every benchmark net).
                   The book's default of 100 only served to keep each launch under the Windows
                   display-driver time limit; a value given is honoured as it is.
-    MAX HID GRAD  most neurons of one layer in one gradient launch (default 65535).
-    MAX MEM GRAD  most megabytes of gradient partial-sum scratch (default 2047).
+    MAX HID GRAD  most neurons of one layer in one gradient launch.
+    MAX MEM GRAD  most megabytes of gradient partial-sum scratch.
+(Their defaults: the parameter table in convnet/control.py.)
 None of the three changes the result (plan.py says how), except that MAX BATCH below 256
 cases rounds the float32 partial sums differently.
 
@@ -27,6 +28,7 @@ The evaluator (evaluator.py) sequences the launches (launches.py) over a Workspa
 
 import numpy as np
 
+from ..control import DEFAULT_PARAMETERS
 from ..errors import ConvnetError
 from .evaluator import DeviceEvaluator
 from .launches import CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, weights_scatter
@@ -34,8 +36,6 @@ from .plan import CHUNK, ModelPlan
 from .runtime import DeviceUnavailable, Runtime, device_available, device_report  # noqa: F401
 from .timers import EventTimer
 
-DEFAULT_MAX_HID_GRAD = 65535
-DEFAULT_MAX_MEM_GRAD = 2047
 # Share of the free device memory an automatic MAX BATCH may take.
 AUTO_BATCH_MEMORY_SHARE = 0.25
 
@@ -60,8 +60,8 @@ class DeviceBackend:
         params = dict(params or {})
         mb = params.get("MAX BATCH")
         self.max_batch = None if mb is None else int(mb)
-        self.max_hid_grad = int(params.get("MAX HID GRAD") or DEFAULT_MAX_HID_GRAD)
-        self.max_mem_grad = int(params.get("MAX MEM GRAD") or DEFAULT_MAX_MEM_GRAD)
+        self.max_hid_grad = int(params.get("MAX HID GRAD") or DEFAULT_PARAMETERS["MAX HID GRAD"])
+        self.max_mem_grad = int(params.get("MAX MEM GRAD") or DEFAULT_PARAMETERS["MAX MEM GRAD"])
         if self.max_batch is not None and self.max_batch < 1:
             raise ConvnetError(f"MAX BATCH must be at least 1, not {self.max_batch}")
         if self.max_hid_grad < 1 or self.max_mem_grad < 1:
@@ -126,7 +126,6 @@ class DeviceBackend:
         self._last_weights = None
         self.weight_uploads = 0
         self.last_allocation = None     # lines for CUDA.LOG section 3, from the last evaluator
-        self._penalty_mask = arch.penalty_mask().astype(bool)
 
     # ------------------------------------------------------------------ public interface
     def evaluator(self, inputs, classes, wpen=0.0):
@@ -200,9 +199,3 @@ class DeviceBackend:
         if self.poison:
             self.rt.cuda.memset_d32(buf, 0x7FC00001, max(int(nbytes), 16) // 4)
         return buf
-
-    def penalty(self, w, wpen):
-        if not wpen:
-            return 0.0
-        wm = np.asarray(w, dtype=np.float64)[self._penalty_mask]
-        return wpen / self.n_weights * float(np.dot(wm, wm))

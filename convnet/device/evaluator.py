@@ -5,7 +5,7 @@ weights and index tables belong to the DeviceBackend (backend.py)."""
 
 import numpy as np
 
-from ..errors import ConvnetError
+from ..evaluator import Evaluator
 from . import launches as K
 from .graphs import DriverError
 from .launches import EPI_DERIV, EPI_NONE, EPI_TANH
@@ -16,22 +16,14 @@ from .tuning import Tuner
 from .workspace import Workspace, allocation_lines
 
 
-class DeviceEvaluator:
-    """A data set on the device: full-batch criterion, gradient and outputs for any weights."""
+class DeviceEvaluator(Evaluator):
+    """A data set on the device: full-batch criterion, gradient and outputs for any weights
+    (the contract in :mod:`convnet.evaluator`)."""
 
     def __init__(self, backend, inputs, classes, wpen=0.0):
-        from ..host.backend import check_classes, check_inputs
         self.backend = backend
         arch = backend.arch
-        x = check_inputs(arch, inputs)
-        self.n_cases = x.shape[0]
-        self.classes = None if classes is None else check_classes(arch, classes, self.n_cases)
-        try:
-            self.wpen = float(wpen)
-        except (TypeError, ValueError):
-            raise ConvnetError(f"the weight penalty must be a number, not {wpen!r}") from None
-        if not self.wpen >= 0.0:
-            raise ConvnetError(f"the weight penalty must not be negative, not {wpen!r}")
+        x = self.bind(arch, inputs, classes, wpen)
         rt = backend.rt
         plan = backend.plan
         n = self.n_cases
@@ -62,7 +54,7 @@ class DeviceEvaluator:
     # ------------------------------------------------------------------ public
     def criterion(self, weights):
         b = self.backend
-        self._need_classes()
+        self.need_classes()
         with b.rt.active():
             b.timer.start(b.rt.stream)
             b.last_allocation = self.allocation
@@ -70,12 +62,12 @@ class DeviceEvaluator:
             self._run("criterion", self._criterion_launches)
             crit = self._read_ll()
             b.timer.resolve()
-        return crit / (self.n_cases * b.arch.n_classes) + b.penalty(weights, self.wpen)
+        return crit / (self.n_cases * b.arch.n_classes) + self.penalty.value_of_selected(weights)
 
     def gradient(self, weights):
         b = self.backend
         rt = b.rt
-        self._need_classes()
+        self.need_classes()
         with rt.active():
             b.timer.start(rt.stream)
             b.last_allocation = self.allocation
@@ -84,8 +76,7 @@ class DeviceEvaluator:
             crit = self._read_ll()
             b.timer.resolve()
             grad = np.array(self.h_grad)
-        scale = 1.0 / (self.n_cases * b.arch.n_classes)
-        return crit * scale + b.penalty(weights, self.wpen), grad
+        return crit * self.scale + self.penalty.value_of_selected(weights), grad
 
     def outputs(self, weights):
         b = self.backend
@@ -103,10 +94,6 @@ class DeviceEvaluator:
         return out
 
     # ------------------------------------------------------------------ internals
-    def _need_classes(self):
-        if self.classes is None:
-            raise ConvnetError("the criterion needs the classes of the cases, and there are none")
-
     def _run(self, kind, launches):
         """Queue one evaluation's launches (everything after the weight upload). The first time
         they run as they are (so the tuner can time its candidates); after that they are recorded
@@ -146,8 +133,8 @@ class DeviceEvaluator:
         for start, stop in self.batches:
             self._forward(start, stop, want_delta=True, fused=False)
             self._backward(start, stop)
-        scale = 1.0 / (self.n_cases * b.arch.n_classes)
-        pen2 = 2.0 * self.wpen / b.n_weights
+        scale = self.scale
+        pen2 = 2.0 * self.penalty.coefficient          # d penalty / d w = pen2 * w
         K.grad_finish(rt, acc=self.d_acc, w=b.d_w32, mask=b.d_mask, n=b.n_weights, scale=scale,
                       pen2=pen2, grad=self.d_grad)
         rt.cuda.memcpy_dtoh_async(self.h_grad, self.d_grad, rt.stream)

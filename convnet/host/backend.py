@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import ConvnetError
+from ..evaluator import Evaluator, check_inputs, check_weights
 from .local_conv import transpose_into
 from .output import softmax_block, softmax_criterion_t, tanh_backward
 from .threads import default_threads, single_threaded_blas
@@ -52,46 +53,6 @@ ACTIVITIES = ("forward", "delta", "gradient")
 
 _NO_CLASSES = np.zeros(0, dtype=np.int64)
 _NO_IDS = np.zeros((1, 1), dtype=np.int32)
-
-
-# ---------------------------------------------------------------------------------- checks
-def check_inputs(arch, inputs):
-    """inputs as (n, bands, rows, cols) float64 C-contiguous, or ConvnetError."""
-    a = np.asarray(inputs)
-    want = (arch.bands, arch.rows, arch.cols)
-    if a.ndim != 4 or tuple(a.shape[1:]) != want:
-        raise ConvnetError(f"inputs must have shape (n_cases, {want[0]}, {want[1]}, {want[2]}) "
-                           f"(cases, bands, rows, cols) for this model, not {tuple(a.shape)}")
-    if a.shape[0] < 1:
-        raise ConvnetError("there are no cases")
-    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
-        raise ConvnetError(f"inputs must be numbers, not {a.dtype}")
-    return np.ascontiguousarray(a, dtype=np.float64)
-
-
-def check_classes(arch, classes, n_cases):
-    """classes as (n,) int64 in 0..n_classes-1, or ConvnetError."""
-    c = np.asarray(classes)
-    if c.ndim != 1 or c.shape[0] != n_cases:
-        raise ConvnetError(f"classes must have shape ({n_cases},), one per case, "
-                           f"not {tuple(c.shape)}")
-    if not np.issubdtype(c.dtype, np.integer):
-        if not np.issubdtype(c.dtype, np.floating) or not np.all(c == np.round(c)):
-            raise ConvnetError("classes must be whole numbers (0-based class numbers)")
-    c = np.ascontiguousarray(c, dtype=np.int64)
-    if c.size and (c.min() < 0 or c.max() >= arch.n_classes):
-        raise ConvnetError(f"classes must lie in 0..{arch.n_classes - 1} for this model, "
-                           f"found {int(c.min())}..{int(c.max())}")
-    return c
-
-
-def check_weights(arch, weights):
-    """weights as (n_weights,) float64 C-contiguous, or ConvnetError."""
-    w = np.asarray(weights)
-    if w.ndim != 1 or w.shape[0] != arch.n_weights:
-        raise ConvnetError(f"this model has {arch.n_weights} weights; got an array of shape "
-                           f"{tuple(w.shape)}")
-    return np.ascontiguousarray(w, dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------- work areas
@@ -470,19 +431,6 @@ class HostBackend:
                     grad += p
         return total, grad
 
-    def _penalty(self, w, wpen):
-        if wpen == 0.0:
-            return 0.0, None
-        mask = self._mask()
-        scale = wpen / self.arch.n_weights
-        return scale * float(np.dot(mask * w, w)), 2.0 * scale * mask * w
-
-    def _mask(self):
-        m = getattr(self, "_penalty_mask", None)
-        if m is None:
-            m = self._penalty_mask = self.arch.penalty_mask()
-        return m
-
     def close(self):
         """Stop the worker threads (they are also stopped at exit)."""
         if self._pool is not None:
@@ -491,45 +439,31 @@ class HostBackend:
             self._pool_size = 0
 
 
-class HostEvaluator:
-    """A data set bound to a :class:`HostBackend`: full-batch criterion, gradient and outputs."""
+class HostEvaluator(Evaluator):
+    """A data set bound to a :class:`HostBackend`: full-batch criterion, gradient and outputs
+    (the contract in :mod:`convnet.evaluator`)."""
 
     def __init__(self, backend, inputs, classes, wpen=0.0):
         self.backend = backend
-        arch = backend.arch
-        self.inputs = check_inputs(arch, inputs)
-        self.n_cases = self.inputs.shape[0]
-        self.classes = None if classes is None else check_classes(arch, classes, self.n_cases)
-        try:
-            self.wpen = float(wpen)
-        except (TypeError, ValueError):
-            raise ConvnetError(f"the weight penalty must be a number, not {wpen!r}") from None
-        if not self.wpen >= 0.0:
-            raise ConvnetError(f"the weight penalty must not be negative, not {wpen!r}")
-        self._scale = 1.0 / (self.n_cases * arch.n_classes)
-
-    def _need_classes(self):
-        if self.classes is None:
-            raise ConvnetError("the criterion needs the classes of the cases, and there are none")
-        return self.classes
+        self.inputs = self.bind(backend.arch, inputs, classes, wpen)
 
     def criterion(self, weights):
         """Mean negative log likelihood per case and class plus the weight penalty."""
         b = self.backend
         w = check_weights(b.arch, weights)
-        total, _ = b._run(w, self.inputs, self._need_classes(), "criterion")
-        return total * self._scale + b._penalty(w, self.wpen)[0]
+        total, _ = b._run(w, self.inputs, self.need_classes(), "criterion")
+        return total * self.scale + self.penalty.value(w)
 
     def gradient(self, weights):
         """(criterion, d criterion / d weights)."""
         b = self.backend
         w = check_weights(b.arch, weights)
-        total, grad = b._run(w, self.inputs, self._need_classes(), "gradient")
-        grad *= self._scale
-        pen, dpen = b._penalty(w, self.wpen)
+        total, grad = b._run(w, self.inputs, self.need_classes(), "gradient")
+        grad *= self.scale
+        dpen = self.penalty.gradient(w)
         if dpen is not None:
             grad += dpen
-        return total * self._scale + pen, grad
+        return total * self.scale + self.penalty.value(w), grad
 
     def outputs(self, weights):
         """SoftMax outputs, (n_cases, n_classes)."""

@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..control import DEFAULT_PARAMETERS
 from .anneal import anneal, weight_scales
 from .confusion import confusion_matrix, format_confusion, misclassification
 from .conjgrad import conjugate_gradients
@@ -131,11 +132,15 @@ def train(model, dataset, params, log, interrupt, rng, progress=None):
     (.count, .reset()); rng: numpy Generator (the only source of randomness); progress: optional
     callable(phase, iteration, current, best, total=limit) for a live display.
     """
-    wpen = float(params.get("WPEN", 0.0) or 0.0)
-    n_anneal = int(params.get("ANNEAL ITERS", 100))
-    anneal_range = float(params.get("ANNEAL RANGE", 0.1))
-    max_iters = int(params.get("MAXITERS", 1000))
-    tol = float(params.get("TOL", 0.00005))
+    def param(name):             # a parameter not set falls back on the one table of defaults
+        value = params.get(name)
+        return DEFAULT_PARAMETERS[name] if value is None else value
+
+    wpen = float(param("WPEN"))
+    n_anneal = int(param("ANNEAL ITERS"))
+    anneal_range = float(param("ANNEAL RANGE"))
+    max_iters = int(param("MAXITERS"))
+    tol = float(param("TOL"))
     arch = model.arch
     ev = model.evaluator(dataset.inputs, dataset.classes, wpen)
     seconds = {}

@@ -1,0 +1,124 @@
+"""The evaluator contract that every backend keeps (host and device alike).
+
+A backend's ``evaluator(inputs, classes, wpen)`` binds a data set once and then answers, for any
+weight vector in the book's host order:
+
+* ``criterion(w)``: the mean negative log likelihood per case and class (Equation 1-13, the sum
+  times :attr:`Evaluator.scale`) plus the weight penalty;
+* ``gradient(w)``: ``(criterion, d criterion / d w)``;
+* ``outputs(w)``: the SoftMax outputs, (n_cases, n_classes).
+
+What is common to every backend lives here, once: the checks of inputs, classes, weights and
+the penalty (each failure one :class:`~convnet.errors.ConvnetError`), the scale 1 / (n_cases *
+n_classes), and the weight penalty (wpen / n_weights times the sum of the squared weights, biases
+excluded; the gradient adds 2 wpen / n_weights times the weight). numpy only.
+"""
+
+import numpy as np
+
+from .errors import ConvnetError
+
+
+# ---------------------------------------------------------------------------------- checks
+def check_inputs(arch, inputs):
+    """inputs as (n, bands, rows, cols) float64 C-contiguous, or ConvnetError."""
+    a = np.asarray(inputs)
+    want = (arch.bands, arch.rows, arch.cols)
+    if a.ndim != 4 or tuple(a.shape[1:]) != want:
+        raise ConvnetError(f"inputs must have shape (n_cases, {want[0]}, {want[1]}, {want[2]}) "
+                           f"(cases, bands, rows, cols) for this model, not {tuple(a.shape)}")
+    if a.shape[0] < 1:
+        raise ConvnetError("there are no cases")
+    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise ConvnetError(f"inputs must be numbers, not {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def check_classes(arch, classes, n_cases):
+    """classes as (n,) int64 in 0..n_classes-1, or ConvnetError."""
+    c = np.asarray(classes)
+    if c.ndim != 1 or c.shape[0] != n_cases:
+        raise ConvnetError(f"classes must have shape ({n_cases},), one per case, "
+                           f"not {tuple(c.shape)}")
+    if not np.issubdtype(c.dtype, np.integer):
+        if not np.issubdtype(c.dtype, np.floating) or not np.all(c == np.round(c)):
+            raise ConvnetError("classes must be whole numbers (0-based class numbers)")
+    c = np.ascontiguousarray(c, dtype=np.int64)
+    if c.size and (c.min() < 0 or c.max() >= arch.n_classes):
+        raise ConvnetError(f"classes must lie in 0..{arch.n_classes - 1} for this model, "
+                           f"found {int(c.min())}..{int(c.max())}")
+    return c
+
+
+def check_weights(arch, weights):
+    """weights as (n_weights,) float64 C-contiguous, or ConvnetError."""
+    w = np.asarray(weights)
+    if w.ndim != 1 or w.shape[0] != arch.n_weights:
+        raise ConvnetError(f"this model has {arch.n_weights} weights; got an array of shape "
+                           f"{tuple(w.shape)}")
+    return np.ascontiguousarray(w, dtype=np.float64)
+
+
+def check_wpen(wpen):
+    """The weight penalty as a float >= 0, or ConvnetError."""
+    try:
+        value = float(wpen)
+    except (TypeError, ValueError):
+        raise ConvnetError(f"the weight penalty must be a number, not {wpen!r}") from None
+    if not value >= 0.0:
+        raise ConvnetError(f"the weight penalty must not be negative, not {wpen!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------------- penalty
+class WeightPenalty:
+    """wpen / n_weights * sum of w^2 over every weight but the biases, and its gradient."""
+
+    def __init__(self, arch, wpen):
+        self.wpen = wpen
+        self.coefficient = wpen / arch.n_weights
+        self.mask = arch.penalty_mask()          # 1.0 for penalised weights, 0.0 for biases
+        self.selected = self.mask.astype(bool)
+
+    def value(self, w):
+        if self.wpen == 0.0:
+            return 0.0
+        return self.coefficient * float(np.dot(self.mask * w, w))
+
+    def value_of_selected(self, w):
+        """The same penalty summed over the penalised weights alone: equal to :meth:`value` to
+        rounding, the order of the device path's criterion."""
+        if not self.wpen:
+            return 0.0
+        wm = np.asarray(w, dtype=np.float64)[self.selected]
+        return self.coefficient * float(np.dot(wm, wm))
+
+    def gradient(self, w):
+        """d penalty / d w, or None when there is no penalty."""
+        if self.wpen == 0.0:
+            return None
+        return 2.0 * self.coefficient * self.mask * w
+
+
+# ---------------------------------------------------------------------------------- the contract
+class Evaluator:
+    """What every backend's evaluator shares: a checked data set, its scale and its penalty.
+
+    Subclasses call :meth:`bind` first and then implement criterion, gradient and outputs."""
+
+    def bind(self, arch, inputs, classes, wpen):
+        """Check the data set and the penalty; returns the inputs as float64 (n, bands, rows,
+        cols). classes may be None (outputs only)."""
+        x = check_inputs(arch, inputs)
+        self.n_cases = x.shape[0]
+        self.classes = None if classes is None else check_classes(arch, classes, self.n_cases)
+        self.wpen = check_wpen(wpen)
+        self.scale = 1.0 / (self.n_cases * arch.n_classes)
+        self.penalty = WeightPenalty(arch, self.wpen)
+        return x
+
+    def need_classes(self):
+        """The classes, or ConvnetError when the data set came without them."""
+        if self.classes is None:
+            raise ConvnetError("the criterion needs the classes of the cases, and there are none")
+        return self.classes
