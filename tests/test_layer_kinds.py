@@ -93,3 +93,24 @@ def test_capabilities_are_consistent():
 def test_output_layer_report():
     arch = Architecture.from_lines([], ROWS, COLS, BANDS, CLASSES)
     assert arch.report()[3] == f"Layer 1 (output) is fully connected, with {CLASSES} slices (classes)"
+
+
+def test_kernel_sources_and_tests_named_by_each_kind_exist():
+    from pathlib import Path
+    import convnet.device
+    folder = Path(convnet.device.__file__).parent / "kernels"
+    for kind in KINDS:
+        for name in kind.device_kernels:
+            assert (folder / name).is_file(), (kind, name)
+        assert kind.device_kernels, kind
+        for test in kind.tests:
+            assert (Path(__file__).parent.parent / test).is_file()
+
+
+def test_kinds_survive_pickling_as_the_same_objects():
+    import pickle
+    arch = kind_arch("POOLMAX", "after-conv")
+    again = pickle.loads(pickle.dumps(arch))
+    assert [L.kind for L in again.layers] == [L.kind for L in arch.layers]
+    assert all(a.kind is b.kind for a, b in zip(again.layers, arch.layers))
+    assert again.report() == arch.report()

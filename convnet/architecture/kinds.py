@@ -9,7 +9,13 @@ compares and serialises as its name, and an object that owns:
 * the capabilities the compute paths ask about (has weights, applies tanh, keeps max-pool winners);
 * where its code lives on every compute path (:attr:`LayerKind.host`, :attr:`LayerKind.reference`,
   :attr:`LayerKind.device`), as ``"module:name"`` strings loaded on first use so that this module
-  stays free of the compute side.
+  stays free of the compute side, and its CUDA sources and tests.
+
+So the LOCAL layer is :class:`Local` below: its numbers and checks, shapes, weight order and
+wording here; its host kernels in convnet/host/local_conv.py (shared with CONV, which differs only
+in sharing its weights), its per-case reference loops in convnet/host/reference.py, its device
+tables in convnet/device/plan.py with the gather products of kernels/gemm.cu; its tests are the
+``LOCAL-...`` cases of tests/test_layer_*.py.
 
 Code outside this module asks a layer's kind (``layer.kind.has_weights``, ``layer.kind.report(layer)``,
 ``layer.kind.host_layer(layer)``); it never tests which kind it is. Adding a kind means adding a
@@ -59,6 +65,9 @@ class LayerKind(str):
     host = ""                  # "module:class" of the fast host layer
     reference = ""             # "module:class" of the per-case reference routines
     device = ""                # "module:class" of the device plan of the layer
+    device_kernels = ()        # its CUDA sources in convnet/device/kernels/
+    tests = ("tests/test_layer_kinds.py", "tests/test_layer_paths.py",
+             "tests/test_layer_gradients.py")   # per-kind tests: ids name the kind
 
     def __new__(cls, name):
         return str.__new__(cls, name)
@@ -125,6 +134,7 @@ class FullyConnected(LayerKind):
     host = "convnet.host.fc:FCLayer"
     reference = "convnet.host.reference:FCReference"
     device = "convnet.device.plan:GatherLayerPlan"
+    device_kernels = ("gemm.cu",)
     whole_prior = True
 
     def check(self, numbers, err):
@@ -164,6 +174,7 @@ class _Windowed(LayerKind):
     host = "convnet.host.local_conv:LocalConvLayer"
     reference = "convnet.host.reference:LocalConvReference"
     device = "convnet.device.plan:GatherLayerPlan"
+    device_kernels = ("gemm.cu",)
     title = ""                 # report wording
     weights_per = ""           # "neuron" or "slice": who owns a weight set
 
@@ -237,6 +248,7 @@ class Convolutional(_Windowed):
     title = "convolutional"
     weights_per = "slice"
     shares_weights = True
+    device_kernels = ("gemm.cu", "conv_small.cu")     # conv_small: few slices, computed directly
 
     def n_weight_sets(self, height, width, depth):
         return depth
@@ -257,6 +269,7 @@ class _Pooling(LayerKind):
     host = "convnet.host.pool:PoolLayer"
     reference = "convnet.host.reference:PoolReference"
     device = "convnet.device.plan:PoolLayerPlan"
+    device_kernels = ("pool.cu",)
     title = ""                 # report wording
     listing_name = ""          # PRINT WEIGHTS wording
 
