@@ -3,9 +3,13 @@
     python benchmarks/host.py                       # the three nets, 1 and 2 threads, median of 5
     python benchmarks/host.py --threads 1,2,4 --repeat 7 --nets lenet-mnist
     python benchmarks/host.py --memory              # peak memory, 6,000 vs 60,000 cases of 28x28
+    python benchmarks/host.py --warm --threads 2 --repeat 9 --no-torch
 
 Every net is validated first (fast path against the per-case reference path on a few cases), then
-timed. "first call" is the first gradient call of the run for that net: for the first net it
+timed. When PyTorch is importable, the same net (the model of benchmarks/gpu.py) is then timed in
+PyTorch on the CPU in float64 with the same thread count, in a process of its own started right
+after ours (so neither library's threads or caches disturb the other); its full-batch gradient is
+checked against ours, and the table prints our gradient time over PyTorch's. "first call" is the first gradient call of the run for that net: for the first net it
 includes compiling every host kernel, because the script starts from an empty Numba cache unless
 --warm is given. Timings are medians; on a machine shared with other work they are noisy.
 
@@ -16,6 +20,7 @@ numpy and gzip), local-rgb on 500 random cases.
 
 import argparse
 import gzip
+import json
 import os
 import platform
 import resource
@@ -44,7 +49,10 @@ def parse_args(argv=None):
     ap.add_argument("--warm", action="store_true", help="keep the usual Numba cache")
     ap.add_argument("--memory", action="store_true",
                     help="measure peak memory on 6,000 and 60,000 MNIST-sized cases")
+    ap.add_argument("--no-torch", action="store_true", help="do not time PyTorch")
     ap.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--torch-child", metavar="NET", help=argparse.SUPPRESS)
+    ap.add_argument("--torch-out", type=Path, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
@@ -122,48 +130,155 @@ def validate(arch, w, x, y, wpen):
     return abs(c - rc) / abs(rc), float(np.linalg.norm(g - rg) / np.linalg.norm(rg))
 
 
+def net_rng(name):
+    """The random generator for one net's data and weights: the same in every process."""
+    import numpy as np
+    return np.random.default_rng([12345, *name.encode()])
+
+
+def net_data(args, name):
+    """(arch, inputs, classes, wpen, weights) of a benchmark net, the same in every process."""
+    rng = net_rng(name)
+    arch, x, y, wpen = load_net(args.bench_dir, name, rng)
+    return arch, x, y, wpen, rng.normal(0.0, 0.1, arch.n_weights)
+
+
+def have_torch():
+    """True where PyTorch can be imported (checked without importing it here)."""
+    import importlib.util
+    return importlib.util.find_spec("torch") is not None
+
+
+def torch_child(args):
+    """Time the net in PyTorch float64 on the CPU (run in a process of its own); print one JSON
+    line per thread count and save the full-batch gradient in --torch-out for the check."""
+    import numpy as np
+    import torch
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gpu import torch_model
+
+    name = args.torch_child
+    arch, x, y, wpen, w = net_data(args, name)
+    params, loss_fn, host_grad = torch_model(arch, w, torch.float64, torch.device("cpu"))
+    xt = torch.from_numpy(x)
+    yt = torch.from_numpy(y)
+
+    def gradient():
+        loss = loss_fn(xt, yt, wpen)
+        return loss, torch.autograd.grad(loss, params)
+
+    def criterion():
+        with torch.no_grad():
+            return loss_fn(xt, yt, wpen)
+
+    loss, grads = gradient()
+    np.save(args.torch_out, np.concatenate([[float(loss)], host_grad(grads).numpy()]))
+    for t in [int(v) for v in args.threads.split(",")]:
+        torch.set_num_threads(t)
+        for _ in range(2):
+            gradient()
+        tc, _ = median_time(criterion, args.repeat)
+        tg, cg = median_time(gradient, args.repeat)
+        print(json.dumps({"threads": t, "criterion_s": tc, "gradient_s": tg, "gradient_cpu_s": cg,
+                          "version": torch.__version__}))
+
+
+def run_torch(args, name, ours):
+    """PyTorch's timings for one net from a child process: ({threads: row}, version, criterion
+    and gradient differences against ours (relative))."""
+    import numpy as np
+    with tempfile.TemporaryDirectory(prefix="convnet-bench-torch-") as d:
+        out = Path(d) / "grad.npy"
+        cmd = [sys.executable, __file__, "--torch-child", name, "--threads", args.threads,
+               "--repeat", str(args.repeat), "--bench-dir", str(args.bench_dir),
+               "--torch-out", str(out), "--warm"]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise SystemExit(f"{name}: the PyTorch run failed:\n{res.stderr}")
+        ref = np.load(out)
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    c, g = ours
+    diff_c = abs(c - ref[0]) / abs(ref[0])
+    diff_g = float(np.linalg.norm(g - ref[1:]) / np.linalg.norm(ref[1:]))
+    return {r["threads"]: r for r in rows}, rows[0]["version"], diff_c, diff_g
+
+
 def bench(args):
     import numpy as np
     import numba
     from convnet.host.backend import HostBackend
     from convnet.host.threads import blas_controllable
 
-    rng = np.random.default_rng(12345)
     threads = [int(t) for t in args.threads.split(",")]
-    print(f"host benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+    use_torch = not args.no_torch and have_torch()
+    print(f"host benchmark: {cpu_name()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f}, Python {platform.python_version()}, "
           f"numpy {np.__version__}, numba {numba.__version__}, "
           f"BLAS threads {'held to 1 per worker' if blas_controllable() else 'NOT controllable'}")
     print(f"float64, full batch, median of {args.repeat}; Numba cache: "
-          f"{'usual' if args.warm else 'empty at start (first call includes compiling)'}")
+          f"{'usual' if args.warm else 'empty at start (first call includes compiling)'}; "
+          f"PyTorch: {'CPU float64, own process after ours' if use_torch else 'not timed'}")
     rows = []
+    version = None
     for name in args.nets.split(","):
-        arch, x, y, wpen = load_net(args.bench_dir, name, rng)
-        w = rng.normal(0.0, 0.1, arch.n_weights)
+        arch, x, y, wpen, w = net_data(args, name)
         be = HostBackend(arch, threads=max(threads))
         ev = be.evaluator(x, y, wpen)
         t0 = time.perf_counter()
-        ev.gradient(w)
+        ours = ev.gradient(w)
         first = time.perf_counter() - t0
         err_c, err_g = validate(arch, w, x, y, wpen)
         if err_c > 1e-9 or err_g > 1e-9:
             raise SystemExit(f"{name}: fast path disagrees with the reference path "
                              f"(criterion {err_c:.1e}, gradient {err_g:.1e})")
+        mine = []
         for t in threads:
             be.threads = t
             ev.gradient(w)                          # work areas for this thread count
             tc, _ = median_time(lambda: ev.criterion(w), args.repeat)
             tg, cg = median_time(lambda: ev.gradient(w), args.repeat)
-            rows.append((name, x.shape[0], t, be.block_size(x.shape[0]), tc, tg, cg, first, err_g))
+            mine.append((t, be.block_size(x.shape[0]), tc, tg, cg))
+        be.close()
+        pt, diff = {}, None
+        if use_torch:
+            pt, version, dc, dg = run_torch(args, name, ours)
+            diff = max(dc, dg)
+        for t, b, tc, tg, cg in mine:
+            rows.append((name, x.shape[0], t, b, tc, tg, cg, first, err_g, pt.get(t), diff))
     print()
-    print(f"{'net':<12} {'cases':>6} {'thr':>3} {'block':>5} {'criterion s':>11} "
-          f"{'gradient s':>10} {'grad CPU s':>10} {'crit/grad':>9} {'cases/s':>8} "
-          f"{'first call s':>12} {'vs ref':>8}")
-    for name, n, t, b, tc, tg, cg, first, err in rows:
-        print(f"{name:<12} {n:>6} {t:>3} {b:>5} {tc:>11.4f} {tg:>10.4f} {cg:>10.4f} "
-              f"{tc / tg:>9.2f} {n / tg:>8.0f} {first:>12.2f} {err:>8.0e}")
+    head = (f"{'net':<12} {'cases':>6} {'thr':>3} {'block':>5} {'criterion s':>11} "
+            f"{'gradient s':>10} {'grad CPU s':>10} {'crit/grad':>9} {'cases/s':>8} "
+            f"{'first call s':>12} {'vs ref':>8}")
+    if version:
+        head += f" {'torch crit s':>12} {'torch grad s':>12} {'ours/torch':>10} {'vs torch':>8}"
+    print(head)
+    for name, n, t, b, tc, tg, cg, first, err, p, diff in rows:
+        line = (f"{name:<12} {n:>6} {t:>3} {b:>5} {tc:>11.4f} {tg:>10.4f} {cg:>10.4f} "
+                f"{tc / tg:>9.2f} {n / tg:>8.0f} {first:>12.2f} {err:>8.0e}")
+        if p:
+            line += (f" {p['criterion_s']:>12.4f} {p['gradient_s']:>12.4f} "
+                     f"{tg / p['gradient_s']:>10.2f} {diff:>8.0e}")
+        print(line)
     print("gradient s, criterion s: wall clock; grad CPU s: CPU time of the whole process per "
           "gradient (all threads).")
+    if version:
+        print(f"torch: PyTorch {version} on the CPU, float64, the same cases and weights, "
+              f"torch.set_num_threads(thr); ours/torch: gradient time over PyTorch's; vs torch: "
+              f"relative difference of the full-batch criterion and gradient (max-pooling ties "
+              f"may fall on another element where sums are taken in another order).")
+    print(f"load average after the runs: {os.getloadavg()[0]:.2f}")
+
+
+def cpu_name():
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 # ------------------------------------------------------------------------------ memory
@@ -213,7 +328,9 @@ def main(argv=None):
     if not args.warm:
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="convnet-bench-numba-")
     sys.path.insert(0, str(ROOT))
-    if args.memory_child:
+    if args.torch_child:
+        torch_child(args)
+    elif args.memory_child:
         memory_child(args.memory_child, int(args.threads))
     elif args.memory:
         memory(args)
