@@ -4,16 +4,21 @@ How the work is organised
 -------------------------
 The cases are cut into blocks of B cases. Worker threads take contiguous runs of blocks (the book's
 threads over cases), and every worker owns its work areas: activations, unrolled windows, deltas
-and a gradient accumulator sized for one block. Within a block each layer is a few matrix products
-(numpy, BLAS held to one thread per worker) and compiled loops that release the GIL
-(:mod:`~convnet.host.fc`, :mod:`~convnet.host.local_conv`, :mod:`~convnet.host.pool`,
-:mod:`~convnet.host.output`). At the end the workers' criterion sums and gradients are added in
-worker order, divided by n_cases * n_classes (Equation 1-13), and the weight penalty is added.
+and a gradient accumulator sized for one block. A block is transposed once on entry and every
+layer then works in (feature, case) order: a layer's activations are an (n_out, B) matrix, so the
+matrix products read and write whole blocks with no reordering between layers. Within a block each
+layer is a few matrix products (numpy, BLAS held to one thread per worker) and compiled loops that
+release the GIL (:mod:`~convnet.host.fc`, :mod:`~convnet.host.local_conv`,
+:mod:`~convnet.host.pool`, :mod:`~convnet.host.output`, :mod:`~convnet.host.activation`). Bias and
+tanh are one pass; the tanh derivative is applied by the step that computes a delta (a max pooling
+layer applies its winners' own, from the pooled values). At the end the partial criterion sums and
+gradients are added in a fixed order, divided by n_cases * n_classes (Equation 1-13), and the
+weight penalty is added.
 
-The criterion alone (no gradient) takes a forward-only route, :func:`_criterion_block`: the input
-block is transposed once and every layer then works in (feature, case) order, keeps nothing for a
-backward pass, and a max pooling layer after a layer with tanh pools the net inputs before the tanh
-(tanh is monotonic). It uses the same work areas as the gradient.
+The criterion alone (no gradient) takes a forward-only route, :func:`_criterion_block`: it keeps
+nothing for a backward pass (windows are unrolled a run of positions at a time), and a max pooling
+layer after a layer with tanh pools the net inputs before the tanh (tanh is monotonic). It uses the
+same work areas as the gradient.
 
 So memory grows with threads x block size and not with the number of cases: B is chosen so that
 one worker's work areas stay near :data:`BLOCK_BYTES`, at most :data:`MAX_BLOCK` cases.
@@ -39,7 +44,8 @@ import numpy as np
 from ..errors import ConvnetError
 from ..evaluator import Evaluator, check_inputs, check_weights
 from .local_conv import transpose_into
-from .output import softmax_block, softmax_criterion_t, tanh_backward
+from .activation import tanh_inplace
+from .output import softmax_criterion_t, softmax_t
 from .threads import default_threads, single_threaded_blas
 
 BLOCK_BYTES = 32 << 20    # target size of one worker's per-case work areas
@@ -69,11 +75,11 @@ class _Work:
                     else None for L, kind in zip(layers, plan.kinds)]
         self.cols = [np.empty(capacity * L.kept_per_case()) if L.kept_per_case() else None
                      for L in layers]
-        self.net = np.empty(capacity * plan.net_per_case)
-        self.tprior = np.empty(capacity * plan.prior_per_case)
+        self.inputs_t = np.empty(capacity * plan.n_inputs)       # the input block, transposed
         self.logits = np.empty(capacity * plan.n_classes)
         if gradient:
-            # d criterion / d activations of the layer being worked on and of the one below it
+            # d criterion / d net inputs (or activations, for pooling layers) of the layer being
+            # worked on and of the one below it
             self.deltas = tuple(np.empty(capacity * plan.max_neurons) for _ in range(2))
             self.gtmp = np.empty(plan.grad_scratch)
             self.grad = np.empty(plan.n_weights)
@@ -81,9 +87,10 @@ class _Work:
         self.calls = np.zeros((len(layers) + 1, 3), dtype=np.int64)
 
     def ids_view(self, i, n):
-        """Layer i's max-pool winners for a block of n cases (a placeholder if it keeps none)."""
+        """Layer i's max-pool winners for a block of n cases, (n_out, n) (a placeholder if it keeps
+        none)."""
         ids = self.ids[i]
-        return _NO_IDS if ids is None else _view(ids, n, ids.shape[0] // self.capacity)
+        return _NO_IDS if ids is None else _view(ids, ids.shape[0] // self.capacity, n)
 
 
 def _view(flat, *shape):
@@ -94,9 +101,11 @@ class _Plan:
     """The layers of an architecture bound to their shapes, and the work-area sizes they need.
 
     Every layer kind names its host class (convnet.architecture.kinds); each class gives the
-    per-case sizes of the work areas it uses (kept_per_case, net_per_case, prior_per_case,
-    grad_scratch) and the four steps the engine takes: step_forward, step_forward_t (forward only,
-    (feature, case) order), step_gradient (layers with weights) and step_delta."""
+    per-case sizes of the work areas it uses (kept_per_case, grad_scratch) and the four steps the
+    engine takes, all on blocks in (feature, case) order: step_forward (the activations, tanh
+    included where the kind applies it), step_forward_t (forward only, net inputs), step_gradient
+    (layers with weights) and step_delta (d criterion / d the prior layer's activations, or its
+    net inputs when it applies tanh and its activations are handed in)."""
 
     def __init__(self, arch):
         self.arch = arch
@@ -108,17 +117,13 @@ class _Plan:
         self.n_inputs = arch.n_inputs
         self.slices = [L.weight_slice for L in arch.layers]
         self.out_slice = arch.output.weight_slice
-        self.net_per_case = max([L.net_per_case() for L in self.layers] + [1])
-        # also the whole input of a case: the criterion transposes the input block into it
-        self.prior_per_case = max([L.prior_per_case() for L in self.layers] + [self.n_inputs])
         self.max_neurons = max([L.n_out for L in self.layers] + [1])
         self.grad_scratch = max([L.grad_scratch() for L in self.layers]
                                 + [self.output.grad_scratch(), 1])
         self.labels = [f"Layer {i + 1} {k}" for i, k in enumerate(self.kinds)] + ["Output"]
 
     def bytes_per_case(self, gradient):
-        floats = (sum(L.n_out for L in self.layers) + self.net_per_case + self.prior_per_case
-                  + self.n_classes)
+        floats = sum(L.n_out for L in self.layers) + self.n_inputs + self.n_classes
         floats += sum(L.kept_per_case() for L in self.layers)
         ints = sum(L.n_out for L, k in zip(self.layers, self.kinds) if k.keeps_winners)
         if gradient:
@@ -128,23 +133,24 @@ class _Plan:
 
 # ---------------------------------------------------------------------------------- one block
 def _forward_block(plan, w, x, work, n, classes, want_delta):
-    """Forward pass of one block of n cases; returns the block's -log likelihood sum.
-    work.logits then holds the probabilities, or p - t when want_delta."""
-    prior = x
+    """Forward pass of one block of n cases, in (feature, case) order from the transposed input
+    block on; returns the block's -log likelihood sum. work.acts then hold the (n_out, n)
+    activations, work.ids the max-pooling winners, work.cols the unrolled windows, and
+    work.logits (n_classes, n) the probabilities, or p - t when want_delta."""
     sec, calls = work.seconds, work.calls
+    prior = _view(work.inputs_t, plan.n_inputs, n)
+    transpose_into(x, prior)
     for i, L in enumerate(plan.layers):
         t0 = time.perf_counter()
-        out = _view(work.acts[i], n, L.n_out)
+        out = _view(work.acts[i], L.n_out, n)
         L.step_forward(w[plan.slices[i]], prior, out, work, i, n)
-        if plan.kinds[i].applies_tanh:
-            np.tanh(out, out=out)
         sec[i, FORWARD] += time.perf_counter() - t0
         calls[i, FORWARD] += 1
         prior = out
     t0 = time.perf_counter()
-    logits = _view(work.logits, n, plan.n_classes)
-    plan.output.forward(w[plan.out_slice], prior, logits)
-    total = softmax_block(logits, classes, want_delta)
+    logits = _view(work.logits, plan.n_classes, n)
+    plan.output.forward_t(w[plan.out_slice], prior, logits)
+    total = softmax_t(logits, classes, want_delta)
     sec[-1, FORWARD] += time.perf_counter() - t0
     calls[-1, FORWARD] += 1
     return total
@@ -152,15 +158,15 @@ def _forward_block(plan, w, x, work, n, classes, want_delta):
 
 def _criterion_block(plan, w, x, work, n, classes):
     """Forward pass of one block of n cases for the criterion alone; returns the block's -log
-    likelihood sum. Every layer works in (feature, case) order from the transposed input block
-    on, so no layer transposes or reorders, and nothing the backward pass would need (unrolled
-    windows, winner ids, probabilities) is kept. work.acts then hold (feature, case) blocks.
+    likelihood sum. The same (feature, case) order as :func:`_forward_block`, but nothing the
+    backward pass would need (unrolled windows, winner ids, probabilities) is kept, so LOCAL and
+    CONV layers unroll their windows a run of positions at a time.
 
     tanh is monotonic, so a max pooling layer that follows a layer with tanh pools the net inputs
     and its pooled values get the tanh instead (the same values, for far fewer of them). Such a
     deferred tanh is timed with the layer that applies it."""
     sec, calls = work.seconds, work.calls
-    prior = _view(work.tprior, plan.n_inputs, n)
+    prior = _view(work.inputs_t, plan.n_inputs, n)
     transpose_into(x, prior)
     pending = False                       # prior still needs its tanh
     for i, L in enumerate(plan.layers):
@@ -168,7 +174,7 @@ def _criterion_block(plan, w, x, work, n, classes):
         out = _view(work.acts[i], L.n_out, n)
         kind = plan.kinds[i]
         if pending and not kind.commutes_with_tanh:
-            np.tanh(prior, out=prior)
+            tanh_inplace(prior)
             pending = False
         L.step_forward_t(w[plan.slices[i]], prior, out, work, i)
         if kind.applies_tanh:
@@ -178,7 +184,7 @@ def _criterion_block(plan, w, x, work, n, classes):
         prior = out
     t0 = time.perf_counter()
     if pending:
-        np.tanh(prior, out=prior)
+        tanh_inplace(prior)
     logits = _view(work.logits, plan.n_classes, n)
     plan.output.forward_t(w[plan.out_slice], prior, logits)
     total = softmax_criterion_t(logits, classes)
@@ -187,47 +193,50 @@ def _criterion_block(plan, w, x, work, n, classes):
     return total
 
 
-def _backward_block(plan, w, x, work, n):
+def _backward_block(plan, w, work, n):
     """Backward pass of one block after :func:`_forward_block` with want_delta; adds the block's
-    (unnormalised) gradient into work.grad."""
+    (unnormalised) gradient into work.grad. Each delta is made d criterion / d net inputs (times
+    tanh') by the step that computes it, so that a max pooling layer hands down the tanh' of its
+    winners with the delta itself."""
     g = work.grad
     sec, calls = work.seconds, work.calls
     nl = len(plan.layers)
 
     def act(i):
-        return _view(work.acts[i], n, plan.layers[i].n_out) if i >= 0 else x
+        return _view(work.acts[i], plan.layers[i].n_out, n) if i >= 0 else \
+            _view(work.inputs_t, plan.n_inputs, n)
+
+    def tanh_act(i):
+        """Layer i's activations when it applies tanh (its delta needs tanh'), else None."""
+        return act(i) if plan.kinds[i].applies_tanh else None
 
     def dact(i):
         # layers alternate between the two delta buffers, as the book's this_delta / prior_delta
-        return _view(work.deltas[i % 2], n, plan.layers[i].n_out) if i >= 0 else None
+        return _view(work.deltas[i % 2], plan.layers[i].n_out, n)
 
-    dnet = _view(work.logits, n, plan.n_classes)
+    dnet = _view(work.logits, plan.n_classes, n)
     t0 = time.perf_counter()
     plan.output.gradient(w[plan.out_slice], g[plan.out_slice], dnet, act(nl - 1), work.gtmp)
     t1 = time.perf_counter()
     sec[-1, GRADIENT] += t1 - t0
     calls[-1, GRADIENT] += 1
     if nl:
-        plan.output.delta(w[plan.out_slice], dnet, dact(nl - 1))
+        plan.output.step_delta(w[plan.out_slice], dnet, dact(nl - 1), work, nl, n, None,
+                               tanh_act(nl - 1))
         sec[nl - 1, DELTA] += time.perf_counter() - t1
         calls[nl - 1, DELTA] += 1
     for i in range(nl - 1, -1, -1):
         L = plan.layers[i]
-        kind = plan.kinds[i]
         d = dact(i)
         wl = w[plan.slices[i]]
         t1 = time.perf_counter()
-        if kind.applies_tanh:
-            tanh_backward(d, act(i))                      # now d criterion / d net input
-            sec[i, DELTA] += time.perf_counter() - t1
-        if kind.has_weights:
-            t0 = time.perf_counter()
+        if plan.kinds[i].has_weights:
             L.step_gradient(wl, g[plan.slices[i]], d, act(i - 1), work, i)
-            t1 = time.perf_counter()
+            t0, t1 = t1, time.perf_counter()
             sec[i, GRADIENT] += t1 - t0
             calls[i, GRADIENT] += 1
         if i > 0:
-            L.step_delta(wl, d, dact(i - 1), work, i, n)
+            L.step_delta(wl, d, dact(i - 1), work, i, n, act(i), tanh_act(i - 1))
             sec[i - 1, DELTA] += time.perf_counter() - t1
             calls[i - 1, DELTA] += 1
 
@@ -394,15 +403,15 @@ class HostBackend:
                             continue
                         totals[k] = _forward_block(plan, w, xb, wk, m, cb, gradient)
                         if gradient:
-                            _backward_block(plan, w, xb, wk, m)
+                            _backward_block(plan, w, wk, m)
                         elif mode == "outputs":
-                            results[b0:b1] = _view(wk.logits, m, plan.n_classes)
+                            results[b0:b1] = _view(wk.logits, plan.n_classes, m).T
                         elif mode == "activations":
                             for i, L in enumerate(plan.layers):
-                                results[i][b0:b1] = _view(wk.acts[i], m, L.n_out)
+                                results[i][b0:b1] = _view(wk.acts[i], L.n_out, m).T
                         elif mode == "winners":
                             for i in results:
-                                results[i][b0:b1] = _view(wk.ids[i], m, plan.layers[i].n_out)
+                                results[i][b0:b1] = wk.ids_view(i, m).T
                     if gradient:
                         partials[c] = wk.grad
 

@@ -1,13 +1,17 @@
 """Fully connected layers (hidden and the output layer's logits) on a block of cases.
 
 Each neuron has a weight for every prior activation, in (depth, height, width) order, then its
-bias (Equation 1-3 with the bias folded in). For a block of n cases the layer is one matrix
-product:  net (n, D) = prior (n, N) @ W[:, :N].T + bias.  Backward, with dnet the derivative of the
-criterion with respect to the net inputs (Equations 1-14 / 1-20 and the sum of 1-19):
-dW[:, :N] += dnet.T @ prior,  dbias += column sums of dnet,  dprior = dnet @ W[:, :N].
+bias (Equation 1-3 with the bias folded in). Blocks are in (feature, case) order, so for a block of
+n cases the layer is one matrix product:  net (D, n) = W[:, :N] (D, N) @ prior (N, n) + bias.
+Backward, with dnet the derivative of the criterion with respect to the net inputs (Equations
+1-14 / 1-20 and the sum of 1-19): dW[:, :N] += dnet @ prior.T,  dbias += row sums of dnet,
+dprior = W[:, :N].T @ dnet.
 """
 
 import numpy as np
+
+from .activation import bias_tanh
+from .output import tanh_backward
 
 
 class FCLayer:
@@ -23,51 +27,48 @@ class FCLayer:
     def kept_per_case(self):
         return 0
 
-    def net_per_case(self):
-        return 0
-
-    def prior_per_case(self):
-        return 0
-
     def grad_scratch(self):
         """Scratch for one block's weight gradient before it is added in."""
         return self.n_out * self.n_in
 
-    def forward(self, w, prior, out):
-        """prior (n, n_in) -> out (n, n_out) net inputs (the caller applies tanh if hidden)."""
+    def forward(self, w, priorT, outT):
+        """A hidden layer: priorT (n_in, n) -> outT (n_out, n), the activations tanh(net)."""
         W = w.reshape(self.n_out, self.npw)
-        np.matmul(prior, W[:, :self.n_in].T, out=out)
-        out += W[:, self.n_in]
+        np.matmul(W[:, :self.n_in], priorT, out=outT)
+        bias_tanh(outT.reshape(self.n_out, 1, outT.shape[1]), W[:, self.n_in:])
 
     def forward_t(self, w, priorT, outT):
-        """Forward only, in (feature, case) order: priorT (n_in, n) -> outT (n_out, n)."""
+        """priorT (n_in, n) -> outT (n_out, n), the net inputs (no tanh: the output layer's
+        logits, or a hidden layer whose tanh the criterion-only pass applies later)."""
         W = w.reshape(self.n_out, self.npw)
         np.matmul(W[:, :self.n_in], priorT, out=outT)
         outT += W[:, self.n_in, None]
 
-    def gradient(self, w, g, dnet, prior, gtmp):
-        """dnet (n, n_out) d criterion / d net inputs: adds the weight gradient into g (this
+    def gradient(self, w, g, dnetT, priorT, gtmp):
+        """dnetT (n_out, n) d criterion / d net inputs: adds the weight gradient into g (this
         layer's part of the gradient vector). gtmp: scratch of at least n_out*n_in elements."""
         G = g.reshape(self.n_out, self.npw)
         t = gtmp[:self.n_out * self.n_in].reshape(self.n_out, self.n_in)
-        np.matmul(dnet.T, prior, out=t)
+        np.matmul(dnetT, priorT.T, out=t)
         G[:, :self.n_in] += t
-        G[:, self.n_in] += dnet.sum(axis=0)
+        G[:, self.n_in] += dnetT.sum(axis=1)
 
-    def delta(self, w, dnet, dprior):
-        """d criterion / d prior activations (the sum in Equation 1-19) into dprior (n, n_in)."""
+    def delta(self, w, dnetT, dpriorT):
+        """d criterion / d prior activations (the sum in Equation 1-19) into dpriorT (n_in, n)."""
         W = w.reshape(self.n_out, self.npw)
-        np.matmul(dnet, W[:, :self.n_in], out=dprior)
+        np.matmul(W[:, :self.n_in].T, dnetT, out=dpriorT)
 
     # the steps the host backend takes for every layer kind (see convnet.host.backend)
-    def step_forward(self, w, prior, out, work, i, n):
-        self.forward(w, prior, out)
+    def step_forward(self, w, priorT, outT, work, i, n):
+        self.forward(w, priorT, outT)
 
     def step_forward_t(self, w, priorT, outT, work, i):
         self.forward_t(w, priorT, outT)
 
-    def step_gradient(self, w, g, dnet, prior, work, i):
-        self.gradient(w, g, dnet, prior, work.gtmp)
+    def step_gradient(self, w, g, dnetT, priorT, work, i):
+        self.gradient(w, g, dnetT, priorT, work.gtmp)
 
-    def step_delta(self, w, dnet, dprior, work, i, n):
-        self.delta(w, dnet, dprior)
+    def step_delta(self, w, dnetT, dpriorT, work, i, n, act, prior_act):
+        self.delta(w, dnetT, dpriorT)
+        if prior_act is not None:
+            tanh_backward(dpriorT, prior_act)

@@ -6,27 +6,31 @@ whether a slice shares one weight set over the visual field (CONV) or every neur
 visual field, k = (prior slice, filter row, filter col), the order of the weights, d a slice of this
 layer.
 
-Both start by unrolling the windows into a matrix of "columns" cols[k, p, b]: the prior value under
-element k of the window of position p, or 0 where the window hangs over the padding. The prior
-block is first transposed to priorT[i, b] (prior activation i of case b), so that every (k, p) of
-the unrolled matrix is one contiguous copy of n values (or n zeros). Then
+Blocks are kept in (feature, case) order: a layer's activations are a (n_out, n) matrix, here
+(D, P, n). Both kinds start by unrolling the windows of the prior block priorT (n_in, n) into a
+matrix of "columns" cols[k, p, b]: the prior value under element k of the window of position p,
+or 0 where the window hangs over the padding, each (k, p) one contiguous copy of n values. Then
 
     CONV   net (D, P*n) = W[:, :K] (D, K) @ cols (K, P*n)         one matrix product for the block
            dW (D, K)   += dnet (D, P*n) @ cols.T                  weight gradient
            dcols (K, P*n) = W[:, :K].T @ dnet                     deltas of the window elements
-    LOCAL  net[p] (D, n) = W[:, p, :K] (D, K) @ cols[:, p] (K, n) one product per position
-           dW[:, p]    += dnet[p] (D, n) @ cols[:, p].T
-           dcols[p] (K, n) = W[:, p, :K].T @ dnet[p]
+    LOCAL  net[:, p] (D, n) = W[:, p, :K] (D, K) @ cols[:, p] (K, n) one product per position
+           dW[:, p]    += dnet[:, p] (D, n) @ cols[:, p].T
+           dcols[p] (K, n) = W[:, p, :K].T @ dnet[:, p]
 
-Folding dcols back onto the prior layer, adding where windows overlap, gives d criterion / d prior
-activations: the book's loop reversal, done on blocks. The products are numpy matrix products
-(BLAS); unrolling, folding and reordering are compiled loops that release the GIL, so that several
+The products write straight into the (D, P, n) block (LOCAL through a strided view), the bias and
+tanh are one fused pass (:mod:`~convnet.host.activation`), and the bias gradient is a row sum of
+dnet. Folding dcols back onto the prior layer, adding where windows overlap, gives d criterion /
+d prior activations: the book's loop reversal, done on blocks. The products are numpy matrix
+products (BLAS); unrolling and folding are compiled loops that release the GIL, so that several
 workers run at once.
 """
 
 import numpy as np
 from numba import njit
 
+from .activation import bias_tanh
+from .output import tanh_backward
 
 TILE = 8
 # Forward-only passes unroll the windows of a block in one piece when they take at most WHOLE_BYTES,
@@ -122,58 +126,10 @@ def fold_windows(dcols, by_position, S, IR, IC, R, C, nfv, nfh, pv, ph, sv, sh, 
 
 
 @njit(cache=True, nogil=True)
-def scatter_net(net, by_position, w, npw, out):
-    """net (D, P, n), or (P, D, n) when by_position (LOCAL), plus the biases -> out (n, D*P) in
-    (depth, height, width) order. The bias of slice d is w[d*npw + npw-1] (CONV); that of
-    neuron (d, p) is w[(d*P + p)*npw + npw-1] (LOCAL)."""
-    n = out.shape[0]
-    if by_position:
-        P, D = net.shape[0], net.shape[1]
-    else:
-        D, P = net.shape[0], net.shape[1]
-    kb = npw - 1
-    for d in range(D):
-        for p0 in range(0, P, TILE):
-            p1 = min(P, p0 + TILE)
-            for b in range(n):
-                for p in range(p0, p1):
-                    if by_position:
-                        out[b, d * P + p] = net[p, d, b] + w[(d * P + p) * npw + kb]
-                    else:
-                        out[b, d * P + p] = net[d, p, b] + w[d * npw + kb]
-
-
-@njit(cache=True, nogil=True)
-def gather_delta(dnet, by_position, npw, dnet_t, grad):
-    """dnet (n, D*P) -> dnet_t (D, P, n), or (P, D, n) when by_position; adds the bias gradients
-    into grad (this layer's part of the gradient vector)."""
-    n = dnet.shape[0]
-    if by_position:
-        P, D = dnet_t.shape[0], dnet_t.shape[1]
-    else:
-        D, P = dnet_t.shape[0], dnet_t.shape[1]
-    kb = npw - 1
-    for d in range(D):
-        s = 0.0
-        for p0 in range(0, P, TILE):
-            p1 = min(P, p0 + TILE)
-            for b in range(n):
-                for p in range(p0, p1):
-                    x = dnet[b, d * P + p]
-                    if by_position:
-                        dnet_t[p, d, b] = x
-                        grad[(d * P + p) * npw + kb] += x
-                    else:
-                        dnet_t[d, p, b] = x
-                        s += x
-        if not by_position:
-            grad[d * npw + kb] += s
-
-
-@njit(cache=True, nogil=True)
 def add_bias(out, by_position, w, npw):
     """out (D, P, n) net inputs in (slice, position, case) order, in place: plus the biases
-    (that of slice d for CONV, of neuron (d, p) when by_position, as in :func:`scatter_net`)."""
+    (that of slice d for CONV, of neuron (d, p) when by_position; the bias is the last weight of
+    each neuron)."""
     D, P, n = out.shape
     kb = npw - 1
     for d in range(D):
@@ -193,8 +149,8 @@ def _view(flat, *shape):
 class LocalConvLayer:
     """A LOCAL or CONV hidden layer bound to its shapes.
 
-    Work areas are flat float64 arrays handed in by the caller, sized from :meth:`kept_per_case`,
-    :meth:`net_per_case`, :meth:`prior_per_case` (times the block size) and :meth:`grad_scratch`."""
+    Work areas are flat float64 arrays handed in by the caller, sized from :meth:`kept_per_case`
+    (times the block size) and :meth:`grad_scratch`."""
 
     def __init__(self, layer):
         s = layer.spec
@@ -214,14 +170,6 @@ class LocalConvLayer:
         """Kept from forward to backward: the unrolled windows (later their deltas)."""
         return self.P * self.K
 
-    def net_per_case(self):
-        """Scratch: the net inputs, later the reordered deltas."""
-        return self.P * self.D
-
-    def prior_per_case(self):
-        """Scratch: the prior activations (later their deltas) transposed."""
-        return self.n_in
-
     def grad_scratch(self):
         """Scratch for one block's weight gradient before it is added in (LOCAL only)."""
         return 0 if self.shared else self.P * self.D * self.K
@@ -229,94 +177,97 @@ class LocalConvLayer:
     def _local_weights(self, w):
         return w.reshape(self.D, self.P, self.npw)[:, :, :self.K].transpose(1, 0, 2)  # (P, D, K)
 
-    def forward(self, w, prior, out, cols_area, net_area, t_area):
-        """prior (n, n_in) -> out (n, n_out), the net inputs (the caller applies tanh)."""
-        n = prior.shape[0]
+    def _bias(self, w):
+        """The biases as (D, 1) for CONV (one per slice), (D, P) for LOCAL (one per neuron)."""
+        if self.shared:
+            return w.reshape(self.D, self.npw)[:, self.K:]
+        return w.reshape(self.D, self.P, self.npw)[:, :, self.K]
+
+    def _products(self, w, cols, out, p0, p1):
+        """out[:, p0:p1] (D, p1-p0, n) = the products of the weights and the windows
+        cols (K, p1-p0, n) of positions p0..p1-1 (no bias)."""
+        K, D = self.K, self.D
+        n = cols.shape[2]
+        if self.shared:
+            W = w.reshape(D, self.npw)[:, :K]
+            np.matmul(W, cols.reshape(K, (p1 - p0) * n), out=out[:, p0:p1].reshape(D, (p1 - p0) * n))
+        else:
+            np.matmul(self._local_weights(w)[p0:p1], cols.transpose(1, 0, 2),
+                      out=out[:, p0:p1].transpose(1, 0, 2))
+
+    def forward(self, w, priorT, outT, cols_area):
+        """priorT (n_in, n) -> outT (n_out, n), the activations tanh(net input); the unrolled
+        windows stay in cols_area for :meth:`gradient`."""
+        n = priorT.shape[1]
         P, K, D = self.P, self.K, self.D
-        priorT = _view(t_area, self.n_in, n)
-        transpose_into(prior, priorT)
         cols = _view(cols_area, K, P, n)
         unroll_windows(priorT, *self.geometry, cols)
-        if self.shared:
-            net = _view(net_area, D, P, n)
-            W = w.reshape(D, self.npw)[:, :K]
-            np.matmul(W, cols.reshape(K, P * n), out=net.reshape(D, P * n))
-        else:
-            net = _view(net_area, P, D, n)
-            np.matmul(self._local_weights(w), cols.transpose(1, 0, 2), out=net)
-        scatter_net(net, not self.shared, w, self.npw, out)
+        out = outT.reshape(D, P, n)
+        self._products(w, cols, out, 0, P)
+        bias_tanh(out, self._bias(w))
 
     def forward_t(self, w, priorT, outT, cols_area):
-        """Forward only, in (feature, case) order: priorT (n_in, n) -> outT (n_out, n), the net
-        inputs. The same windows and products as :meth:`forward`, without its transpose and
-        reorder; nothing is kept for a backward pass, so the windows are unrolled a run of
-        positions at a time (cols_area is only scratch) and stay in cache for their product."""
+        """Forward only: priorT (n_in, n) -> outT (n_out, n), the net inputs (no tanh). The same
+        windows and products as :meth:`forward`; nothing is kept for a backward pass, so the
+        windows are unrolled a run of positions at a time (cols_area is only scratch) and stay in
+        cache for their product."""
         n = priorT.shape[1]
         P, K, D = self.P, self.K, self.D
         out = outT.reshape(D, P, n)
         step = P if 8 * K * P * n <= WHOLE_BYTES else max(1, min(P, CHUNK_BYTES // (8 * K * n)))
-        if self.shared:
-            W = w.reshape(D, self.npw)[:, :K]
-        else:
-            LW = self._local_weights(w)
         for p0 in range(0, P, step):
             p1 = min(P, p0 + step)
             cols = _view(cols_area, K, p1 - p0, n)
             unroll_range(priorT, *self.geometry, p0, p1, cols)
-            if self.shared:
-                np.matmul(W, cols.reshape(K, (p1 - p0) * n),
-                          out=out[:, p0:p1].reshape(D, (p1 - p0) * n))
-            else:
-                np.matmul(LW[p0:p1], cols.transpose(1, 0, 2), out=out[:, p0:p1].transpose(1, 0, 2))
+            self._products(w, cols, out, p0, p1)
         add_bias(out, not self.shared, w, self.npw)
 
-    def gradient(self, w, g, dnet, cols_area, net_area, gtmp):
-        """dnet (n, n_out): d criterion / d net inputs. Adds the weight gradient into g (this
-        layer's part of the gradient vector) and leaves dnet reordered in net_area for
-        :meth:`delta`. cols_area as left by forward; gtmp: LOCAL scratch."""
-        n = dnet.shape[0]
+    def gradient(self, w, g, dnetT, cols_area, gtmp):
+        """dnetT (n_out, n): d criterion / d net inputs. Adds the weight gradient into g (this
+        layer's part of the gradient vector). cols_area as left by :meth:`forward`; gtmp: LOCAL
+        scratch."""
+        n = dnetT.shape[1]
         P, K, D = self.P, self.K, self.D
         cols = _view(cols_area, K, P, n)
+        dnet = dnetT.reshape(D, P, n)
         if self.shared:
-            dnet_t = _view(net_area, D, P, n)
-            gather_delta(dnet, False, self.npw, dnet_t, g)
-            G = g.reshape(D, self.npw)[:, :K]
-            G += dnet_t.reshape(D, P * n) @ cols.reshape(K, P * n).T
+            G = g.reshape(D, self.npw)
+            G[:, :K] += dnet.reshape(D, P * n) @ cols.reshape(K, P * n).T
+            G[:, K] += dnet.reshape(D, P * n).sum(axis=1)
         else:
-            dnet_p = _view(net_area, P, D, n)
-            gather_delta(dnet, True, self.npw, dnet_p, g)
             t = _view(gtmp, P, D, K)
-            np.matmul(dnet_p, cols.transpose(1, 2, 0), out=t)
-            G = g.reshape(D, P, self.npw)[:, :, :K]
-            G += t.transpose(1, 0, 2)
+            np.matmul(dnet.transpose(1, 0, 2), cols.transpose(1, 2, 0), out=t)
+            G = g.reshape(D, P, self.npw)
+            G[:, :, :K] += t.transpose(1, 0, 2)
+            G[:, :, K] += dnet.sum(axis=2)
 
-    def delta(self, w, cols_area, net_area, t_area, dprior):
-        """d criterion / d prior activations into dprior (n, n_in), from the reordered deltas
-        :meth:`gradient` left in net_area. The unrolled windows are used up by then: cols_area
-        takes the window deltas."""
-        n = dprior.shape[0]
+    def delta(self, w, dnetT, cols_area, dpriorT):
+        """d criterion / d prior activations into dpriorT (n_in, n), from dnetT (n_out, n). The
+        unrolled windows are used up by then: cols_area takes the window deltas."""
+        n = dnetT.shape[1]
         P, K, D = self.P, self.K, self.D
-        dpriorT = _view(t_area, self.n_in, n)
+        dnet = dnetT.reshape(D, P, n)
         if self.shared:
             W = w.reshape(D, self.npw)[:, :K]
             dcols = _view(cols_area, K, P, n)
-            np.matmul(W.T, _view(net_area, D, P * n), out=dcols.reshape(K, P * n))
+            np.matmul(W.T, dnet.reshape(D, P * n), out=dcols.reshape(K, P * n))
         else:
             dcols = _view(cols_area, P, K, n)
-            np.matmul(self._local_weights(w).transpose(0, 2, 1), _view(net_area, P, D, n),
+            np.matmul(self._local_weights(w).transpose(0, 2, 1), dnet.transpose(1, 0, 2),
                       out=dcols)
         fold_windows(dcols, not self.shared, *self.geometry, dpriorT)
-        transpose_into(dpriorT, dprior)
 
     # the steps the host backend takes for every layer kind (see convnet.host.backend)
-    def step_forward(self, w, prior, out, work, i, n):
-        self.forward(w, prior, out, work.cols[i], work.net, work.tprior)
+    def step_forward(self, w, priorT, outT, work, i, n):
+        self.forward(w, priorT, outT, work.cols[i])
 
     def step_forward_t(self, w, priorT, outT, work, i):
         self.forward_t(w, priorT, outT, work.cols[i])
 
-    def step_gradient(self, w, g, dnet, prior, work, i):
-        self.gradient(w, g, dnet, work.cols[i], work.net, work.gtmp)
+    def step_gradient(self, w, g, dnetT, priorT, work, i):
+        self.gradient(w, g, dnetT, work.cols[i], work.gtmp)
 
-    def step_delta(self, w, dnet, dprior, work, i, n):
-        self.delta(w, work.cols[i], work.net, work.tprior, dprior)
+    def step_delta(self, w, dnetT, dpriorT, work, i, n, act, prior_act):
+        self.delta(w, dnetT, work.cols[i], dpriorT)
+        if prior_act is not None:
+            tanh_backward(dpriorT, prior_act)

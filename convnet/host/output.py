@@ -14,40 +14,39 @@ LOG_GUARD = 1e-30
 
 
 @njit(cache=True, nogil=True)
-def softmax_block(z, classes, want_delta):
-    """z (n, C) logits -> z holds the probabilities, or p - t when want_delta.
-    classes: (n,) int64 true classes, or an empty array when there are none (returns 0).
-    Returns the sum over the block of -log(p_true + 1e-30)."""
-    n = z.shape[0]
-    C = z.shape[1]
+def softmax_t(zT, classes, want_delta):
+    """zT (C, n) logits in (class, case) order -> zT holds the probabilities, or p - t when
+    want_delta. classes: (n,) int64 true classes, or an empty array when there are none (returns
+    0). Returns the sum over the block of -log(p_true + 1e-30)."""
+    C = zT.shape[0]
+    n = zT.shape[1]
     total = 0.0
     have = classes.shape[0] > 0
     for b in range(n):
-        top = z[b, 0]
+        top = zT[0, b]
         for i in range(1, C):
-            if z[b, i] > top:
-                top = z[b, i]
+            if zT[i, b] > top:
+                top = zT[i, b]
         s = 0.0
         for i in range(C):
-            e = math.exp(z[b, i] - top)
-            z[b, i] = e
+            e = math.exp(zT[i, b] - top)
+            zT[i, b] = e
             s += e
         inv = 1.0 / s
         for i in range(C):
-            z[b, i] *= inv
+            zT[i, b] *= inv
         if have:
             t = classes[b]
-            total -= math.log(z[b, t] + LOG_GUARD)
+            total -= math.log(zT[t, b] + LOG_GUARD)
             if want_delta:
-                z[b, t] -= 1.0
+                zT[t, b] -= 1.0
     return total
 
 
 @njit(cache=True, nogil=True)
 def softmax_criterion_t(zT, classes):
-    """Forward only: zT (C, n) logits in (class, case) order -> the sum over the block of
-    -log(p_true + 1e-30), computed as :func:`softmax_block` computes it; the probabilities are
-    not stored."""
+    """Forward only: zT (C, n) logits -> the sum over the block of -log(p_true + 1e-30),
+    computed as :func:`softmax_t` computes it; the probabilities are not stored."""
     C = zT.shape[0]
     total = 0.0
     for b in range(zT.shape[1]):
@@ -65,8 +64,8 @@ def softmax_criterion_t(zT, classes):
 
 @njit(cache=True, nogil=True, fastmath={"contract"})
 def tanh_backward(dact, act):
-    """dact (n, m) d criterion / d activations -> d criterion / d net inputs, in place:
-    times tanh' = 1 - a^2 (Equation 1-15)."""
+    """dact (m, n) d criterion / d activations -> d criterion / d net inputs, in place:
+    times tanh' = 1 - a^2 (Equation 1-15); act (m, n) the activations."""
     for b in range(dact.shape[0]):
         for i in range(dact.shape[1]):
             a = act[b, i]
