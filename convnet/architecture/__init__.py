@@ -24,7 +24,7 @@ __all__ = ["Architecture", "Layer", "LayerSpec", "LayerKind", "KINDS", "LAYER_KI
 class LayerSpec:
     """What a layer line says. Sizes not used by a kind are zero."""
 
-    kind: str
+    kind: LayerKind            # given as the kind or its name ("CONV"); held as the kind
     slices: int = 0            # FC, LOCAL, CONV
     hw_v: int = 0              # LOCAL, CONV half-widths
     hw_h: int = 0
