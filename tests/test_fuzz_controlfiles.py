@@ -63,3 +63,24 @@ def test_the_harness_tells_a_traceback_and_a_hang(corpus, monkeypatch):
             pass
     monkeypatch.setitem(Session.HANDLERS, "CLEAR", endless)
     assert fuzz.check_case("CLEAR\n", corpus.workdir, timeout=0.5)[0] == "hang"
+
+
+@settings(max_examples=8, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(rng=st.randoms(use_true_random=False))
+def test_a_tiny_run_of_a_mutated_control_file_that_checks_is_ok_or_one_clean_line(corpus, rng):
+    for _ in range(50):                      # the first mutation that checks
+        base, text = fuzz.mutate(rng, corpus)
+        if fuzz.check_case(text, corpus.workdir)[0] == "ok":
+            break
+    else:
+        return
+    outcome, detail = fuzz.check_case(text, corpus.workdir, timeout=120.0, run=True)
+    assert outcome in ("ok", "clean"), f"{outcome} from {base}:\n{text[:2000]!r}\n{detail[-3000:]}"
+
+
+def test_tiny_run_text_cuts_training_and_keeps_outputs_in_the_folder():
+    text = ('MAXITERS = 1000\nmax iters=5\nANNEAL ITERS = 100000\nSAVE MODEL "/etc/x.cnm"\n'
+            'DISPLAY TRAINING IMAGES 1 2 2 "/tmp/a/b.png"\nTRAIN\n')
+    assert fuzz.tiny_run_text(text) == ('ANNEAL ITERS = 2\nMAXITERS = 2\n\n\n\nSAVE MODEL "x.cnm"\n'
+                                        'DISPLAY TRAINING IMAGES 1 2 2 "b.png"\nTRAIN\n')

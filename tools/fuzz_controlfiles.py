@@ -247,15 +247,35 @@ def _alarm(signum, frame):
     raise Hang()
 
 
-def check_case(text, workdir, timeout=10.0):
-    """Run `convnet check` on ``text``; returns (outcome, detail) with outcome one of
-    "ok", "clean", "traceback", "unclean", "hang"."""
+_TRAINING_LENGTH = re.compile(r"^\s*(ANNEAL\s+ITERS|MAX\s*ITERS)\s*=.*$", re.I | re.M)
+_OUTPUT_NAME = re.compile(r'^(\s*(?:SAVE\s+MODEL|DISPLAY\s+\w+\s+IMAGES)\b[^"]*)"([^"]*)"', re.I | re.M)
+
+
+def tiny_run_text(text):
+    """``text`` made cheap and harmless to run: training cut to a few evaluations, and every output
+    file name reduced to its last part so that it lands in the run's --out folder."""
+    text = _TRAINING_LENGTH.sub("", text)
+    text = _OUTPUT_NAME.sub(lambda m: f'{m.group(1)}"{os.path.basename(m.group(2)) or "x"}"', text)
+    return "ANNEAL ITERS = 2\nMAXITERS = 2\n" + text
+
+
+def check_case(text, workdir, timeout=10.0, run=False):
+    """Run `convnet check` (or with ``run``, `convnet run` of tiny_run_text) on ``text``; returns
+    (outcome, detail) with outcome one of "ok", "clean", "traceback", "unclean", "hang"."""
     path = Path(workdir) / "case.ctl"
+    if run:
+        text = tiny_run_text(text)
+        out = Path(workdir) / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        args = ["run", str(path), "--out", str(out), "--quiet", "--seed", "1", "--threads", "1",
+                "--device", "cpu"]
+    else:
+        args = ["check", str(path)]
     path.write_text(text, encoding="utf-8", errors="surrogateescape")
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        result = CliRunner().invoke(cli_main, ["check", str(path)])
+        result = CliRunner().invoke(cli_main, args)
     except Hang:
         return "hang", f"more than {timeout} s"
     finally:
@@ -299,9 +319,13 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds per case")
     ap.add_argument("--memory-mib", type=int, default=256)
     ap.add_argument("--show", type=int, default=3, help="failing cases shown per kind")
+    ap.add_argument("--runs", type=int, default=0,
+                    help="also `convnet run` this many of the cases that check (training cut to "
+                         "two annealing evaluations and two iterations), counted separately")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     counts = {"ok": 0, "clean": 0, "traceback": 0, "unclean": 0, "hang": 0}
+    run_counts = dict.fromkeys(counts, 0)
     shown = {"traceback": [], "unclean": [], "hang": []}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="convnet-fuzz-") as workdir, MemoryCap(args.memory_mib):
@@ -312,6 +336,11 @@ def main(argv=None):
             counts[outcome] += 1
             if outcome in shown and len(shown[outcome]) < args.show:
                 shown[outcome].append((k, base, text, detail))
+            if outcome == "ok" and sum(run_counts.values()) < args.runs:
+                outcome, detail = check_case(text, workdir, 6 * args.timeout, run=True)
+                run_counts[outcome] += 1
+                if outcome in shown and len(shown[outcome]) < args.show:
+                    shown[outcome].append((k, base + ", run", tiny_run_text(text), detail))
             if (k + 1) % 1000 == 0:
                 print(f"  {k + 1} cases, {time.monotonic() - started:.0f} s: {counts}", flush=True)
     for outcome, cases in shown.items():
@@ -320,7 +349,12 @@ def main(argv=None):
     print(f"\nseed {args.seed}: {args.cases} inputs, {counts['ok']} exit 0, {counts['clean']} clean "
           f"errors, {counts['traceback']} tracebacks, {counts['unclean']} unclean, "
           f"{counts['hang']} hangs ({time.monotonic() - started:.0f} s)")
-    return 1 if counts["traceback"] or counts["unclean"] or counts["hang"] else 0
+    if args.runs:
+        print(f"runs: {sum(run_counts.values())} inputs, {run_counts['ok']} exit 0, "
+              f"{run_counts['clean']} clean errors, {run_counts['traceback']} tracebacks, "
+              f"{run_counts['unclean']} unclean, {run_counts['hang']} hangs")
+    bad = ("traceback", "unclean", "hang")
+    return 1 if any(counts[b] or run_counts[b] for b in bad) else 0
 
 
 if __name__ == "__main__":
