@@ -2,8 +2,9 @@
 
 Each control file runs as its own ``convnet run FILE --out DIR/<stem> --quiet`` in a separate
 process (a fresh interpreter: nothing is shared between files, and a crash in one cannot touch the
-others), ``jobs`` at a time. When every file has ended, its CONVNET.LOG is read back with the log
-reader and one row per file goes into ``DIR/summary.csv`` and the printed table:
+others), ``jobs`` at a time. When every file has ended, its results.json is read back (its
+CONVNET.LOG where there is none) and one row per file goes into ``DIR/summary.csv`` and the
+printed table (and ``DIR/report.html``, see convnet/report/batch_page.py):
 
     file                     the control file as given
     weights                  total weights of the model of the last TRAIN
@@ -112,27 +113,27 @@ def _error_from(stderr, returncode):
     return f"exit status {returncode}"
 
 
-def fill_from_log(row, log_path):
-    """Fill a row's results from a session's CONVNET.LOG (nothing when it cannot be read)."""
-    from .logs.reader import read_log
-    if not os.path.exists(log_path):
-        return row
+def fill_from_results(row, folder):
+    """Fill a row's results from a session's results.json (from its CONVNET.LOG where there is no
+    results.json; nothing when neither can be read)."""
+    from .logs.results import load_results
     try:
-        log = read_log(log_path)
+        data = load_results(folder)
     except ConvnetError:
         return row
-    trains = [r for r in log.runs if r.kind == "TRAIN"]
+    runs = data.get("runs") or []
+    trains = [r for r in runs if r["kind"] == "TRAIN"]
     if not trains:
         return row
     train = trains[-1]
-    row.weights = train.weights
-    row.annealing_criterion = train.annealing_criterion
-    row.final_criterion = train.final_criterion
-    row.train_misclassification = train.misclassification
-    row.device = train.device
-    later = [r for r in log.runs if r.kind == "TEST" and r.index > train.index]
+    row.weights = (train.get("architecture") or {}).get("total_weights")
+    row.annealing_criterion = (train.get("annealing") or {}).get("criterion")
+    row.final_criterion = train.get("final_criterion")
+    row.train_misclassification = train.get("misclassification")
+    row.device = train.get("device")
+    later = [r for r in runs if r["kind"] == "TEST" and r["index"] > train["index"]]
     if later:
-        row.test_misclassification = later[0].misclassification
+        row.test_misclassification = later[0].get("misclassification")
     return row
 
 
@@ -161,7 +162,7 @@ class _Runner:
         row.seconds = time.monotonic() - start
         row.returncode = proc.returncode
         row.stderr = stderr
-        fill_from_log(row, os.path.join(folder, "CONVNET.LOG"))
+        fill_from_results(row, folder)
         if proc.returncode != 0:
             row.status = ("interrupted" if self.stopping
                           else "error: " + _error_from(stderr, proc.returncode))
@@ -207,9 +208,17 @@ def run_batch(files, out, jobs=1, device="auto", threads=None, seed=None):
             for i, fut in futures.items():
                 rows[i] = fut.result()
             write_summary(rows, os.path.join(out, "summary.csv"))
+            write_batch_report(rows, out)
             raise
     write_summary(rows, os.path.join(out, "summary.csv"))
+    write_batch_report(rows, out)
     return rows
+
+
+def write_batch_report(rows, out):
+    """DIR/report.html: the table of runs, sortable, and their refinement curves overlaid."""
+    from .report.batch_page import write_batch_report as write
+    return write(rows, out)
 
 
 def write_summary(rows, path):

@@ -1,4 +1,4 @@
-"""The command line: ``convnet run | check | batch | log | devices``."""
+"""The command line: ``convnet run | check | batch | log | report | devices``."""
 
 import signal
 import sys
@@ -119,8 +119,8 @@ def check(files, as_session):
 def batch(files, out, jobs, device, threads, seed):
     """Run each control FILE as an independent session in OUT/<file stem>/, JOBS at a time.
 
-    Writes OUT/summary.csv and prints the same table. One failing file does not stop the others;
-    the exit status is 0 when every file ran without error, else 2.
+    Writes OUT/summary.csv and OUT/report.html and prints the table. One failing file does not
+    stop the others; the exit status is 0 when every file ran without error, else 2.
     """
     from .batch import run_batch, summary_table
     try:
@@ -145,9 +145,10 @@ def log():
 
 
 def _read_logs(paths):
-    from .logs.reader import read_log
+    """Each log's runs: from the results.json beside it, else from the log's own lines."""
+    from .logs.results import load_log
     try:
-        return [read_log(p) for p in paths]
+        return [load_log(p) for p in paths]
     except ConvnetError as e:
         fail(e)
 
@@ -169,7 +170,7 @@ def log_summary(logs):
               help="Which TRAIN of the log (1-based; default the last).")
 def log_plot(logfile, output, number):
     """Criterion against iteration (annealing and refinement) of a TRAIN in LOGFILE, as a PNG."""
-    from .display import log_curve
+    from .display.plots import log_curve
     from .logs.reader import pick_train
     (parsed,) = _read_logs([logfile])
     try:
@@ -197,6 +198,23 @@ def log_compare(log_a, log_b, train_a, train_b):
         fail(e)
     for line in lines:
         click.echo(line)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+def report(paths):
+    """Write report.html for runs made earlier.
+
+    Each PATH is a run's folder, its CONVNET.LOG or results.json (report.html goes beside the log),
+    or a batch folder (a page for every run and PATH/report.html for the batch).
+    """
+    from .report.build import write_reports
+    try:
+        written = write_reports(list(paths))
+    except ConvnetError as e:
+        fail(e)
+    for path in written:
+        click.echo(f"convnet: wrote {path}")
 
 
 @main.command()

@@ -78,7 +78,7 @@ class Session:
     """Executes commands; holds the data, the layer list, the parameters and the model."""
 
     def __init__(self, out=".", device="auto", threads=None, seed=None, quiet=False,
-                 check_only=False, echo=None, log_name="CONVNET.LOG"):
+                 check_only=False, echo=None, log_name="CONVNET.LOG", report=True):
         self.out = out
         self.device_option = device              # the command line's --device
         self.threads_option = threads
@@ -124,16 +124,54 @@ class Session:
                 self.lock.release()
                 raise
             self._wrote(self.log.path)
+        self.record = self._make_record(report)
+
+    def _make_record(self, report):
+        """results.json (and, unless ``report`` is False, report.html) kept up to date as the
+        session runs; a check records nothing."""
+        from .devices import host_threads
+        from .logs.record import SessionRecord
+        info = {"seed": self.seed, "seed_given": self.seed_given, "device": self.device_option,
+                "threads": self.threads_option, "host_threads": host_threads(),
+                "out": os.path.abspath(self.out), "control_files": []}
+        if self.check_only:
+            return SessionRecord(None, info)
+        live = None
+        if report:
+            from .report.live import LiveReport
+            live = LiveReport(self.out)
+        record = SessionRecord(self.out, info, live)
+        self._wrote(record.path)
+        if live is not None:
+            self._wrote(live.path)
+        return record
 
     # ------------------------------------------------------------------ running files
     def run(self, paths):
-        """Parse every file first (a syntax error stops the run before any work), then execute."""
+        """Parse every file first (a syntax error stops the run before any work), then execute.
+        results.json ends with the session's status: done, interrupted or error."""
+        try:
+            self._run(paths)
+        except ConvnetError as e:
+            self.record.finish("error", e)
+            raise
+        except (Interrupted, KeyboardInterrupt) as e:
+            self.record.finish("interrupted", e)
+            raise
+        except Exception as e:
+            self.record.finish("error", e)
+            raise
+        self.record.finish("done")
+        return self
+
+    def _run(self, paths):
         parsed = []
         for path in paths:
             commands, lines = parse_file(path, display_name=path)
             parsed.append((path, commands, lines))
         self.log.write(f"Session: convnet {__version__}; control files: {' '.join(paths)}")
         self.log.write(f"Random seed = {self.seed}{'' if self.seed_given else ' (chosen at random)'}")
+        self.record.start(paths)
         with _signals(self.interrupt):
             for path, commands, lines in parsed:
                 self.run_commands(path, commands, lines)
@@ -320,17 +358,23 @@ class Session:
         self._log_parameters(device)
         from .train.trainer import train
         progress = self._progress()
+        entry = self.record.begin("TRAIN", cmd, arch, self.params, device, self._used_threads(device))
         try:
             with self.interrupt.phase():
                 result = train(self.model, data, self.params, self.log, self.interrupt, self.rng,
-                               progress=progress)
+                               progress=self.record.observer(entry, also=progress))
         finally:
             if progress is not None:
                 progress.close()
         self.results.append(result)
         self.outcomes.append((cmd, result))
-        self._after_train(result, device)
+        self.record.end_train(entry, result)
+        self._after_train(result, device, cmd)
         return result
+
+    def _used_threads(self, device):
+        from .devices import host_threads
+        return None if device == "cuda" else (self.params["THREADS"] or host_threads())
 
     def _require_memory(self, arch, data, training):
         """Refuse a TRAIN or TEST whose model and work areas cannot fit in host (or device) memory."""
@@ -369,14 +413,15 @@ class Session:
         """A live progress line on a terminal, or None."""
         if self.quiet or self.check_only or not sys.stdout.isatty():
             return None
-        from .display import ProgressLine
+        from .display.progress import ProgressLine
         return ProgressLine(sys.stdout)
 
-    def _after_train(self, result, device):
+    def _after_train(self, result, device, cmd):
         """Pictures and the device log that follow a TRAIN."""
-        from .display import criterion_curve
-        criterion_curve(result, os.path.join(self.out, "criterion.png"))
-        self._wrote(os.path.join(self.out, "criterion.png"))
+        from .display.plots import criterion_curve
+        path = criterion_curve(result, os.path.join(self.out, "criterion.png"))
+        self._wrote(path)
+        self.record.picture(path, "criterion curve of TRAIN", cmd, self.out)
         if device == "cpu":
             from .logs.timing import format_timing_table
             table = format_timing_table(self.model.backend.timings())
@@ -387,6 +432,7 @@ class Session:
             write_cuda_log(os.path.join(self.out, "CUDA.LOG"), self.model.backend, self.model.arch,
                            self.params)
             self._wrote(os.path.join(self.out, "CUDA.LOG"))
+            self.record.cuda_log(os.path.join(self.out, "CUDA.LOG"), self.out)
 
     def _test(self, cmd):
         data = self._need_data(cmd)
@@ -403,9 +449,12 @@ class Session:
             self.model.weights = weights
             self.model_device = device
         from .train.trainer import test
+        entry = self.record.begin("TEST", cmd, self.model_arch, self.params, device,
+                                  self._used_threads(device))
         result = test(self.model, data, self.log)
         self.results.append(result)
         self.outcomes.append((cmd, result))
+        self.record.end_test(entry, result)
         return result
 
     def _print_weights(self, cmd):
@@ -430,6 +479,7 @@ class Session:
             raise cmd.error(f"{path}: {e.message}") from None
         self._wrote(path)
         self.log.write(f"   Model saved to {path}")
+        self.record.model("saved", path, self.model.arch, cmd, self.out)
 
     def _load_model(self, cmd):
         from .modelfile import load_model
@@ -450,6 +500,7 @@ class Session:
         self.model_device = self._resolve_device(cmd)
         self.model = self._make_model(loaded.arch, self.model_device)
         self.model.weights = loaded.weights
+        self.record.model("loaded", path, loaded.arch, cmd, self.out)
 
     # ------------------------------------------------------------------ pictures
     def _display_training_images(self, cmd):
@@ -459,10 +510,12 @@ class Session:
         self._require_picture(cmd, data.rows, data.cols, data.bands)
         if self.check_only:
             return
-        from .display import training_images
+        from .display.grids import training_images
         a = cmd.args
-        training_images(data, a["first"], a["rows"], a["columns"], self._output_path(a["file"]))
-        self._wrote(self._output_path(a["file"]))
+        path = self._output_path(a["file"])
+        training_images(data, a["first"], a["rows"], a["columns"], path)
+        self._wrote(path)
+        self.record.picture(path, "DISPLAY TRAINING IMAGES", cmd, self.out)
 
     def _display_filter_images(self, cmd):
         self._need_model(cmd)
@@ -475,11 +528,12 @@ class Session:
         self._require_picture(cmd, spec.filter_v, spec.filter_h, arch.bands)
         if self.check_only:
             return
-        from .display import filter_images
+        from .display.grids import filter_images
         a = cmd.args
-        filter_images(self.model, a["first"], a["rows"], a["columns"], a["individual"],
-                      self._output_path(a["file"]))
-        self._wrote(self._output_path(a["file"]))
+        path = self._output_path(a["file"])
+        filter_images(self.model, a["first"], a["rows"], a["columns"], a["individual"], path)
+        self._wrote(path)
+        self.record.picture(path, "DISPLAY FILTER IMAGES", cmd, self.out)
 
     def _display_activation_images(self, cmd):
         self._need_model(cmd)
@@ -496,14 +550,15 @@ class Session:
         self._require_picture(cmd, first.height, first.width, 1)
         if self.check_only:
             return
-        from .display import activation_images
-        activation_images(self.model, data, a["first"], a["rows"], a["columns"], a["case"],
-                          self._output_path(a["file"]))
-        self._wrote(self._output_path(a["file"]))
+        from .display.grids import activation_images
+        path = self._output_path(a["file"])
+        activation_images(self.model, data, a["first"], a["rows"], a["columns"], a["case"], path)
+        self._wrote(path)
+        self.record.picture(path, "DISPLAY ACTIVATION IMAGES", cmd, self.out)
 
     def _require_picture(self, cmd, tile_rows, tile_cols, bands):
         """Refuse a DISPLAY grid whose picture cannot fit in memory."""
-        from .display import GridGeometry
+        from .display.grids import GridGeometry
         a = cmd.args
         geom = GridGeometry(tile_rows, tile_cols, a["rows"], a["columns"])
         need = memory.picture_bytes(geom.width, geom.height, a["rows"] * a["columns"],
@@ -552,12 +607,14 @@ def _as_user_error(error, cmd):
     return error
 
 
-def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True):
-    """Run control files like ``convnet run`` and return the finished Session."""
+def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True, report=True):
+    """Run control files like ``convnet run`` and return the finished Session (``report`` False:
+    no report.html)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [os.fspath(p) for p in paths]
-    session = Session(out=out, device=device, threads=threads, seed=seed, quiet=quiet)
+    session = Session(out=out, device=device, threads=threads, seed=seed, quiet=quiet,
+                      report=report)
     try:
         session.run(paths)
         session.status = "completed"

@@ -2,7 +2,7 @@
 
 import io
 
-from convnet.display import ProgressLine
+from convnet.display.progress import ProgressLine
 
 
 class Clock:

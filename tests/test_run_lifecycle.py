@@ -182,7 +182,9 @@ def test_sigterm_during_save_model_leaves_the_previous_file_whole(tmp_path, monk
     assert len(saved) == 2 and not np.array_equal(saved[0], saved[1])
     kept = modelfile.load_model(str(out / "m.cnm"))
     assert np.array_equal(kept.weights, saved[0])
-    assert sorted(p.name for p in out.iterdir()) == ["CONVNET.LOG", "criterion.png", "m.cnm"]
+    assert sorted(p.name for p in out.iterdir()) == ["CONVNET.LOG", "criterion.png", "m.cnm",
+                                                     "report.html", "results.json"]
+    assert json.loads((out / "results.json").read_text())["status"] == "interrupted"
     assert (out / "CONVNET.LOG").read_text().splitlines()[-1] == \
         "Run ended by SIGTERM; the log is complete up to here"
 
@@ -240,7 +242,8 @@ def test_a_run_ends_with_a_summary_and_quiet_keeps_to_errors(tmp_path):
                         r"misclassified, [0-9.]+ s", lines[0]), lines
     assert re.fullmatch(rf"TEST at {re.escape(str(ctl))}:6: criterion [0-9.e-]+, [0-9.]+ % "
                         r"misclassified, [0-9.]+ s", lines[1]), lines
-    assert lines[2] == f"Wrote in {out}: CONVNET.LOG, criterion.png, m.cnm"
+    assert lines[2] == (f"Wrote in {out}: CONVNET.LOG, results.json, report.html, criterion.png, "
+                        "m.cnm")
     assert lines[3] == f"Wrote also: {elsewhere}"
     assert len(lines) == 4
     result = invoke("run", ctl, "--out", out, "--seed", "1", "--quiet")

@@ -1,4 +1,5 @@
-"""PNG pictures: every file is decoded and its pixels checked against what it shows."""
+"""Image grids (DISPLAY ... IMAGES): every PNG is decoded and its pixels checked against what it
+shows."""
 
 import math
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from convnet import display
+from convnet.display import grids as display
 from convnet.architecture import Architecture
 from convnet.data.dataset import Dataset
 from convnet.errors import ConvnetError
@@ -282,58 +283,6 @@ def test_activation_images_of_a_real_model_follow_its_activations(tmp_path):
         assert np.array_equal(got, np.vectorize(tone)((np.tanh(wt * x + b) + 1.0) / 2.0))
         brightest = np.unravel_index(np.argmax(got), got.shape)
         assert brightest == np.unravel_index(np.argmax(x) if wt > 0 else np.argmin(x), x.shape)
-
-
-# ------------------------------------------------------------------------------------ the curve
-def coloured(pixels, colour):
-    """(x, y) of every pixel of exactly this colour."""
-    ys, xs = np.nonzero((pixels == np.array(colour, dtype=np.uint8)).all(axis=2))
-    return xs, ys
-
-
-def test_curve_panels_draw_falling_criteria_as_falling_lines(tmp_path):
-    annealing = [(k, 1.0 + 0.5 * np.sin(k) + 1.0 / k) for k in range(1, 41)]
-    annealing.append((41, float("inf")))                 # a non-finite evaluation is left out
-    refinement = [(i, 0.9 * 0.8 ** i + 0.1) for i in range(0, 16)]
-    path = tmp_path / "curve.png"
-    frames = display.plot_panels(display.curve_panels(annealing, refinement), str(path),
-                                 title="a title")
-    pixels = decode(path)
-    assert pixels.shape == (400 + 30, 2 * 520, 3)
-    (a_inner, a_range), (r_inner, r_range) = frames
-    # refinement: its line falls from left to right, inside the right panel
-    xs, ys = coloured(pixels, display.REFINE_COLOUR)
-    xs, ys = xs[xs >= 520], ys[xs >= 520]
-    plot = (ys >= r_inner[1] - 3) & (ys <= r_inner[3] + 3)
-    xs, ys = xs[plot], ys[plot]
-    assert xs.size > 100
-    left, right = ys[xs <= xs.min() + 2].mean(), ys[xs >= xs.max() - 2].mean()
-    assert left < right - 100                         # the start is high on the picture
-    assert r_range[0] <= 0 and r_range[1] >= 15       # the x axis spans the iterations
-    assert r_range[2] <= 0.1 + 0.9 * 0.8 ** 15 and r_range[3] >= 1.0
-    # annealing: the best-so-far line never rises (on the picture: its top edge never goes up)
-    xs, ys = coloured(pixels, display.ANNEAL_COLOUR)
-    legend = (xs > a_inner[2] - 160) & (ys < a_inner[1] + 40)
-    keep = (xs < 520) & (ys >= a_inner[1] - 3) & (ys <= a_inner[3] + 3) & ~legend
-    xs, ys = xs[keep], ys[keep]
-    assert xs.size > 50
-    tops = [ys[xs == x].min() for x in np.unique(xs)]
-    assert all(b >= a for a, b in zip(tops, tops[1:]))
-    assert tops[-1] - tops[0] > 150                   # from 2.42 down to about 0.52
-    assert a_range[1] >= 40 and a_range[1] < 41       # the infinite 41st evaluation is not drawn
-
-
-def test_nice_ticks_cover_the_range_with_round_steps():
-    ticks, dec = display.nice_ticks(0.2903, 0.2951, 5)
-    assert ticks[0] >= 0.2903 - 1e-12 and ticks[-1] <= 0.2951 + 1e-12
-    steps = np.diff(ticks)
-    assert np.allclose(steps, steps[0]) and dec == 3
-    assert [display._tick_label(t, dec) for t in ticks] == ["0.291", "0.292", "0.293", "0.294",
-                                                             "0.295"]
-    ticks, dec = display.nice_ticks(0, 7, 6, integer=True)
-    assert ticks == [0, 2, 4, 6] and dec == 0
-    ticks, dec = display.nice_ticks(3, 3, 6, integer=True)
-    assert ticks == [3.0, 4.0] and dec == 0
 
 
 # ------------------------------------------------------------------------- from a control file

@@ -1,0 +1,6 @@
+"""What the program shows, one module per job.
+
+- ``grids``: DISPLAY TRAINING / FILTER / ACTIVATION IMAGES, image grids drawn with Pillow;
+- ``plots``: criterion curves, confusion heat maps and overlaid curves, drawn with matplotlib;
+- ``progress``: the live progress line on a terminal.
+"""

@@ -1,0 +1,229 @@
+"""Plots drawn with matplotlib (the Agg canvas, no window, no pyplot state).
+
+Margins are fixed rather than computed (tight_layout): computing them took about 40 % of the
+drawing time, which matters to a report rewritten while training runs.
+
+One home for every chart the program draws: the criterion curve of a TRAIN (``criterion.png``,
+``convnet log plot``, the run report), the confusion matrix as a heat map with its counts, and the
+refinement curves of several runs overlaid (the batch report). Each builder returns a matplotlib
+``Figure``; ``save_png`` writes one as a PNG and ``svg_markup`` gives it as SVG text to put inside
+an HTML page (text stays text, so a browser can select and search it).
+"""
+
+import io
+import math
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+import matplotlib
+
+from ..errors import ConvnetError
+
+ANNEAL_COLOUR = "#c86e14"            # best annealing criterion so far
+ANNEAL_POINTS = "#f0c8a0"            # each annealing evaluation
+REFINE_COLOUR = "#1e5ab4"            # the refinement criterion
+OTHER_RUNS = "#9aa5b8"               # overlaid curves other than the best one
+HEAT_MAP = "Blues"
+MAX_MARKERS = 60                     # a refinement curve with more points is drawn without markers
+MAX_ANNOTATED_CLASSES = 20           # a larger confusion matrix is drawn without its counts
+MAX_DRAWN = 2000                     # points drawn per series (more are thinned, evenly)
+DPI = 100
+
+
+def figure(width, height):
+    """A Figure of ``width`` x ``height`` pixels on the Agg canvas."""
+    fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def finite_points(points):
+    """(x, y) pairs with a finite y, as floats (a non-finite criterion cannot be drawn)."""
+    return [(float(x), float(y)) for x, y in points if y is not None and math.isfinite(y)]
+
+
+def wants_log_scale(values, ratio=30.0):
+    """True when positive values span more than ``ratio`` (a falling criterion near zero)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return bool(finite) and min(finite) > 0 and max(finite) / min(finite) > ratio
+
+
+def best_so_far(points):
+    """The running minimum of (x, y) points as steps: a point where it falls, and the last one."""
+    out, low = [], math.inf
+    for x, y in points:
+        if y < low:
+            low = y
+            out.append((x, low))
+    if points and out and out[-1][0] != points[-1][0]:
+        out.append((points[-1][0], low))
+    return out
+
+
+def thin(points, limit=MAX_DRAWN):
+    """At most about ``limit`` of ``points``, evenly spread, the first and last always kept (a
+    million annealing evaluations would take minutes to draw and say no more)."""
+    if len(points) <= limit:
+        return points
+    stride = math.ceil(len(points) / limit)
+    kept = points[::stride]
+    return kept if kept[-1] is points[-1] else kept + [points[-1]]
+
+
+def _empty(ax, note):
+    ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes, color="#555555")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _xy(points):
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def criterion_figure(annealing, refinement, annealing_result=None, title=None,
+                     size=(1040, 430)):
+    """The two panels of a TRAIN's criterion curve: annealing at the left, refinement at the right.
+
+    annealing: (evaluation, criterion) of every annealing evaluation (may be empty);
+    refinement: (iteration, criterion), iteration 0 being refinement's starting point;
+    annealing_result: the annealing criterion, named when the evaluations themselves are unknown.
+    """
+    fig = figure(*size)
+    left, right = fig.subplots(1, 2)
+    points = finite_points(annealing)
+    if points:
+        left.scatter(*_xy(thin(points)), s=9, color=ANNEAL_POINTS, label="each evaluation",
+                     zorder=2)
+        left.plot(*_xy(thin(best_so_far(points))), color=ANNEAL_COLOUR, linewidth=2,
+                  drawstyle="steps-post", label="best so far", zorder=3)
+        left.legend(loc="upper right", fontsize="small")
+        left.xaxis.set_major_locator(MaxNLocator(integer=True))
+        left.set_xlabel("evaluation")
+        left.set_ylabel("criterion")
+        left.grid(True, color="#e1e1e1")
+    else:
+        note = "no annealing evaluations"
+        if annealing_result is not None and math.isfinite(annealing_result):
+            note = f"annealing result {annealing_result:.6g}\n(evaluations not recorded)"
+        _empty(left, note)
+    left.set_title("Simulated annealing")
+    refine = thin(finite_points(refinement))
+    if refine:
+        log_y = wants_log_scale([y for _, y in refine])
+        right.plot(*_xy(refine), color=REFINE_COLOUR, linewidth=2,
+                   marker="o" if len(refine) <= MAX_MARKERS else None, markersize=3,
+                   label="criterion")
+        if log_y:
+            right.set_yscale("log")
+        right.xaxis.set_major_locator(MaxNLocator(integer=True))
+        right.set_xlabel("iteration")
+        right.set_ylabel("criterion (logarithmic scale)" if log_y else "criterion")
+        right.grid(True, color="#e1e1e1")
+    else:
+        _empty(right, "no refinement iterations")
+    right.set_title("Conjugate-gradient refinement")
+    if title:
+        fig.suptitle(title)
+    fig.subplots_adjust(left=0.07, right=0.97, bottom=0.13, top=0.84 if title else 0.9,
+                        wspace=0.22)
+    return fig
+
+
+def confusion_figure(matrix, title=None):
+    """The confusion matrix as a heat map: the colour is the row percent (so classes of different
+    sizes compare), each cell shows its count. Rows are true classes, columns predicted, from 1."""
+    matrix = np.asarray(matrix, dtype=np.int64)
+    k = matrix.shape[0]
+    side = int(min(800, max(220, 40 * k + 60)))               # the square of cells, pixels
+    left, bottom, top, bar, gap, label = 60, 50, 35, 16, 14, 70
+    width, height = left + side + gap + bar + label, bottom + side + top
+    fig = figure(width, height)
+    ax = fig.add_axes([left / width, bottom / height, side / width, side / height])
+    bar_ax = fig.add_axes([(left + side + gap) / width, bottom / height, bar / width,
+                           side / height])
+    totals = matrix.sum(axis=1, keepdims=True)
+    percent = np.divide(100.0 * matrix, totals, out=np.zeros(matrix.shape), where=totals > 0)
+    image = ax.imshow(percent, cmap=HEAT_MAP, vmin=0.0, vmax=100.0, aspect="auto")
+    fig.colorbar(image, cax=bar_ax, label="percent of the true class")
+    ticks = list(range(k)) if k <= MAX_ANNOTATED_CLASSES else list(range(0, k, max(1, k // 10)))
+    ax.set_xticks(ticks, [str(t + 1) for t in ticks])
+    ax.set_yticks(ticks, [str(t + 1) for t in ticks])
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel("true class")
+    if k <= MAX_ANNOTATED_CLASSES:
+        for i in range(k):
+            for j in range(k):
+                ax.text(j, i, str(int(matrix[i, j])), ha="center", va="center", fontsize="small",
+                        color="white" if percent[i, j] > 55 else "black")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def overlay_figure(curves, best=None, title="Refinement of every run", size=(900, 420)):
+    """Refinement curves of several runs on one chart; ``curves`` is a list of (label, points),
+    ``best`` the index of the run to mark (drawn last, thick, in the refinement colour)."""
+    fig = figure(*size)
+    ax = fig.subplots()
+    drawn = [(i, label, thin(finite_points(points))) for i, (label, points) in enumerate(curves)]
+    drawn = [d for d in drawn if d[2]]
+    if not drawn:
+        _empty(ax, "no refinement iterations recorded")
+        ax.set_title(title)
+        return fig
+    for i, label, points in drawn:
+        if i != best:
+            ax.plot(*_xy(points), color=OTHER_RUNS, linewidth=1, label=label)
+    for i, label, points in drawn:
+        if i == best:
+            ax.plot(*_xy(points), color=REFINE_COLOUR, linewidth=2.5, label=f"{label} (best)")
+    if wants_log_scale([y for _, _, pts in drawn for _, y in pts]):
+        ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("criterion")
+    ax.grid(True, color="#e1e1e1")
+    if len(drawn) <= 12:
+        ax.legend(loc="upper right", fontsize="small")
+    ax.set_title(title)
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.12, top=0.9)
+    return fig
+
+
+def save_png(fig, path):
+    """Write a figure as a PNG (a user error when the file cannot be written)."""
+    try:
+        fig.savefig(path, format="png")
+    except OSError as e:
+        raise ConvnetError(f"cannot write {path}: {e.strerror or e}") from None
+    return path
+
+
+def svg_markup(fig):
+    """The figure as an ``<svg>`` element (no XML prolog), its text kept as text."""
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buffer, format="svg")
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+# ------------------------------------------------------------------- the curve of one TRAIN
+def log_curve(run, path, title=None):
+    """``convnet log plot``: the criterion curve of a TRAIN read back from a run (a reader Run)."""
+    if run.kind != "TRAIN":
+        raise ConvnetError("only a TRAIN has a criterion curve")
+    if not run.annealing and not run.refinement and run.annealing_criterion is None:
+        raise ConvnetError(f"TRAIN {run.index} of the log records no criterion to plot")
+    return save_png(criterion_figure(run.annealing, run.refinement, run.annealing_criterion,
+                                     title=title), path)
+
+
+def criterion_curve(result, path):
+    """The ``criterion.png`` every TRAIN writes, from its TrainResult."""
+    crit, final = result.anneal_criterion, result.final_criterion
+    title = f"TRAIN: annealing {crit:.6g}, final {final:.6g}"
+    return save_png(criterion_figure(result.annealing_history, result.refinement_history, crit,
+                                     title=title), path)

@@ -1,0 +1,226 @@
+"""The session's record of what it does, kept as results.json (see results.py) while it runs.
+
+A ``SessionRecord`` holds the results data of one session and replaces results.json whenever
+something is finished (a TRAIN, a TEST, a picture, the end of the session) and, while a TRAIN runs,
+at most every ``RESULTS_INTERVAL`` seconds. It also drives whatever shows the results live (the
+HTML report): ``on_change(data, final)`` is called after each write, and it throttles itself.
+
+Writing never costs training more than a small share of its time: a throttled write is skipped
+unless ``COST_RATIO`` times the time the last write took has passed since it.
+"""
+
+import datetime
+import os
+import time
+
+from .._version import __version__
+from .results import RESULTS_FORMAT, RESULTS_NAME, RESULTS_VERSION, write_results
+
+RESULTS_INTERVAL = 5.0          # seconds between throttled rewrites of results.json
+COST_RATIO = 50.0               # ... and at least this many times the last write's duration
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def architecture_data(arch):
+    """An architecture as results data: input, classes, one entry per layer, the report."""
+    layers = []
+    for layer in list(arch.layers) + [arch.output]:
+        layers.append({"index": layer.index + 1, "kind": str(layer.kind),
+                       "line": None if layer.is_output else layer.spec.control_line(),
+                       "output": bool(layer.is_output), "height": layer.height,
+                       "width": layer.width, "depth": layer.depth, "weights": layer.n_weights})
+    return {"rows": arch.rows, "cols": arch.cols, "bands": arch.bands, "classes": arch.n_classes,
+            "total_weights": arch.n_weights, "layers": layers, "report": list(arch.report())}
+
+
+def _plain(value):
+    """A parameter value as JSON can hold it."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+class Throttle:
+    """Says when a throttled action may run again: ``interval`` seconds after the last one, and
+    no sooner than ``ratio`` times that action's own duration."""
+
+    def __init__(self, interval, ratio=COST_RATIO, clock=time.monotonic):
+        self.interval, self.ratio, self.clock = interval, ratio, clock
+        self.last_end = None
+        self.last_cost = 0.0
+        self.total = 0.0                   # seconds spent in the action altogether
+
+    def due(self):
+        if self.last_end is None:
+            return True
+        return self.clock() - self.last_end >= max(self.interval, self.ratio * self.last_cost)
+
+    def timed(self, action, *args):
+        start = self.clock()
+        try:
+            return action(*args)
+        finally:
+            self.last_end = self.clock()
+            self.last_cost = self.last_end - start
+            self.total += self.last_cost
+
+
+class SessionRecord:
+    """The results of one session as they happen; ``out`` None records nothing on disk."""
+
+    def __init__(self, out, session_info, on_change=None):
+        self.path = None if out is None else os.path.join(out, RESULTS_NAME)
+        self.on_change = on_change
+        self.throttle = Throttle(RESULTS_INTERVAL)
+        self.data = {
+            "format": RESULTS_FORMAT, "format_version": RESULTS_VERSION,
+            "convnet_version": __version__, "status": "running", "error": None,
+            "started": _now(), "updated": None, "finished": None,
+            "session": dict(session_info), "runs": [], "pictures": [], "models": [],
+            "cuda_log": None, "writing_seconds": {"results": 0.0, "report": 0.0},
+        }
+
+    # ------------------------------------------------------------------ writing
+    def write(self, force=True, final=False):
+        """Replace results.json (``force`` False: only when the throttle allows)."""
+        if self.path is None or not (force or self.throttle.due()):
+            return
+        self.data["updated"] = _now()
+        if final and self.on_change is not None:      # first, so that its time is in the file
+            self.on_change(self.data, final)
+        self.data["writing_seconds"]["results"] = round(self.throttle.total, 6)
+        self.throttle.timed(write_results, self.path, self.data)
+        if not final and self.on_change is not None:
+            self.on_change(self.data, final)
+
+    # ------------------------------------------------------------------ the session
+    def start(self, control_files):
+        self.data["session"]["control_files"] = list(control_files)
+        self.write()
+
+    def finish(self, status, error=None):
+        """The session ended: 'done', 'interrupted' or 'error' (``error`` an exception, whose
+        ``file`` and ``line`` are kept when it has them). Runs still running take the status."""
+        self.data["status"] = status
+        self.data["finished"] = _now()
+        if error is not None:
+            self.data["error"] = {"text": str(error),
+                                  "message": getattr(error, "message", None) or str(error)
+                                  or type(error).__name__,
+                                  "file": getattr(error, "file", None),
+                                  "line": getattr(error, "line", None)}
+        for run in self.data["runs"]:
+            if run["status"] == "running":
+                run["status"] = status if status != "done" else "interrupted"
+                if error is not None:
+                    run["error"] = str(error)
+        self.write(final=True)
+
+    # ------------------------------------------------------------------ TRAIN and TEST
+    def begin(self, kind, cmd, arch, params, device, threads):
+        """A TRAIN or TEST starts; returns its entry in the data."""
+        run = {"kind": kind, "index": len(self.data["runs"]) + 1, "control_file": cmd.file,
+               "line": cmd.line, "status": "running", "error": None, "device": device,
+               "threads": threads, "architecture": architecture_data(arch),
+               "parameters": {k: _plain(v) for k, v in params.items()},
+               "started": _now()}
+        if kind == "TRAIN":
+            run["annealing"] = {"evaluations": [], "criterion": None, "n_evaluations": 0,
+                                "limit": params.get("ANNEAL ITERS")}
+            run["refinement"] = {"iterations": [], "n_iterations": 0,
+                                 "limit": params.get("MAXITERS")}
+        self.data["runs"].append(run)
+        self.write()
+        return run
+
+    def observer(self, run, also=None):
+        """A progress callback (the trainer's ``progress``) that records each annealing evaluation
+        and refinement iteration of ``run``, rewrites the files now and then, and passes the call
+        on to ``also`` (the terminal's progress line) when given."""
+        annealing, refinement = run["annealing"], run["refinement"]
+
+        def observe(phase, iteration, current=None, best=None, total=None):
+            if str(phase).lower().startswith("anneal"):
+                annealing["evaluations"].append([int(iteration), current])
+                annealing["n_evaluations"] = int(iteration)
+                annealing["criterion"] = best
+            else:
+                if not refinement["iterations"] and annealing["criterion"] is not None:
+                    refinement["iterations"].append([0, annealing["criterion"], None])
+                refinement["iterations"].append([int(iteration), current, None])
+                refinement["n_iterations"] = int(iteration)
+            self.write(force=False)
+            if also is not None:
+                also(phase, iteration, current, best, total=total)
+        return observe
+
+    def end_train(self, run, result):
+        """A TRAIN finished: its full results replace what was gathered on the way."""
+        from ..train.trainer import STOP_WORDS
+        steps = list(result.refinement_steps)
+        iterations = [[int(it), float(f), None if it == 0 or it > len(steps) else steps[it - 1]]
+                      for it, f in result.refinement_history]
+        seconds = {k: round(float(v), 6) for k, v in result.seconds.items()}
+        run.update({
+            "status": "interrupted" if result.interrupted else "done",
+            "annealing": {"evaluations": [[int(k), float(f)] for k, f in result.annealing_history],
+                          "criterion": result.anneal_criterion,
+                          "n_evaluations": len(result.annealing_history),
+                          "limit": run["annealing"].get("limit"),
+                          "interrupted": result.anneal_interrupted,
+                          "seconds": seconds.get("annealing")},
+            "refinement": {"iterations": iterations, "n_iterations": result.iterations,
+                           "limit": run["refinement"].get("limit"),
+                           "stop_reason": result.stop_reason,
+                           "stop_words": STOP_WORDS.get(result.stop_reason, result.stop_reason),
+                           "interrupted": result.refine_interrupted,
+                           "n_gradient_evals": result.n_gradient_evals,
+                           "seconds": seconds.get("refinement")},
+            "n_criterion_evals": result.n_criterion_evals,
+            "final_criterion": result.final_criterion, "nll": result.nll,
+            "penalty": result.final_criterion - result.nll,
+            "confusion": result.confusion.tolist(), "misclassification": result.misclassification,
+            "n_cases": result.n_cases, "seconds": seconds, "finished": _now()})
+        self.write()
+
+    def end_test(self, run, result):
+        run.update({"status": "done", "criterion": result.criterion,
+                    "final_criterion": result.criterion, "confusion": result.confusion.tolist(),
+                    "misclassification": result.misclassification, "n_cases": result.n_cases,
+                    "seconds": {"test": round(result.seconds, 6), "total": round(result.seconds, 6)},
+                    "finished": _now()})
+        self.write()
+
+    # ------------------------------------------------------------------ files the run made
+    def picture(self, path, what, cmd=None, out="."):
+        """A picture the run wrote (a DISPLAY command, or the criterion curve of a TRAIN)."""
+        entry = {"file": _relative(path, out), "what": what,
+                 "control_file": getattr(cmd, "file", None), "line": getattr(cmd, "line", None),
+                 "run": len(self.data["runs"]) or None}
+        self.data["pictures"] = [p for p in self.data["pictures"] if p["file"] != entry["file"]]
+        self.data["pictures"].append(entry)
+        self.write()
+
+    def model(self, action, path, arch, cmd=None, out="."):
+        """A model saved or loaded (with the loaded model's architecture)."""
+        self.data["models"].append({"action": action, "file": _relative(path, out),
+                                    "control_file": getattr(cmd, "file", None),
+                                    "line": getattr(cmd, "line", None),
+                                    "architecture": architecture_data(arch)})
+        self.write()
+
+    def cuda_log(self, path, out="."):
+        self.data["cuda_log"] = _relative(path, out)
+
+
+def _relative(path, out):
+    """A path as seen from the run's folder when it lies inside it, else absolute."""
+    path, out = os.path.abspath(path), os.path.abspath(out)
+    try:
+        rel = os.path.relpath(path, out)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel

@@ -1,0 +1,93 @@
+"""DIR/report.html of a batch: every run in a table that sorts by any column, each row linking to
+that run's own report, and the refinement curves of all runs on one chart with the best marked.
+
+The best run is the one with the lowest final criterion among those that ran without error (the
+quantity the curves show). A click on a column heading sorts by it; the order is kept in the
+address (``report.html#sort=final_criterion``, ``#sort=-seconds``), so it can be linked to.
+"""
+
+import os
+
+from ..display import plots
+from ..logs.results import load_results
+from ..errors import ConvnetError
+from .html import SORT_SCRIPT, cell, esc, number, page, relative_link, status_badge, write_page
+from .run_page import REPORT_NAME
+
+# (key, heading, number format or None for text) of the table's columns, after the file
+COLUMNS = (("status", "status", None), ("weights", "weights", "d"),
+           ("annealing_criterion", "annealing criterion", ".6g"),
+           ("final_criterion", "final criterion", ".6g"),
+           ("train_misclassification", "train error %", ".4f"),
+           ("test_misclassification", "test error %", ".4f"),
+           ("seconds", "seconds", ".2f"), ("device", "device", None))
+
+
+def refinement_curve(folder):
+    """(iteration, criterion) of the last TRAIN of the run in ``folder`` ([] when none)."""
+    try:
+        data = load_results(folder)
+    except ConvnetError:
+        return []
+    trains = [r for r in data.get("runs") or [] if r["kind"] == "TRAIN"]
+    if not trains:
+        return []
+    return [(p[0], p[1]) for p in (trains[-1].get("refinement") or {}).get("iterations", [])]
+
+
+def best_index(rows):
+    """Index of the ok row with the lowest final criterion (None when there is none)."""
+    scored = [(r.final_criterion, i) for i, r in enumerate(rows)
+              if r is not None and r.ok and r.final_criterion is not None]
+    return min(scored)[1] if scored else None
+
+
+def batch_page(rows, out):
+    """The page's HTML for batch rows (convnet.batch.BatchRow) whose runs lie under ``out``."""
+    rows = [r for r in rows if r is not None]
+    best = best_index(rows)
+    head = "".join(f'<th data-key="{key}" data-type="{"text" if spec is None else "number"}">'
+                   f"{esc(title)}</th>" for key, title, spec in COLUMNS)
+    lines = ['<table class="sortable" id="batch"><thead><tr>'
+             '<th data-key="file" data-type="text">control file</th>' + head + "</tr></thead>",
+             "<tbody>"]
+    for i, row in enumerate(rows):
+        report = os.path.join(row.out, REPORT_NAME)
+        name = esc(row.file)
+        if os.path.isfile(report):
+            name = f'<a href="{esc(relative_link(report, out))}">{name}</a>'
+        if i == best:
+            name += ' <span class="best-mark">(best)</span>'
+        cells = [f'<td data-key="file" data-value="{esc(row.file)}">{name}</td>']
+        for key, _, spec in COLUMNS:
+            value = getattr(row, key)
+            if key == "status":
+                cells.append(f'<td data-key="status" data-value="{esc(value)}">'
+                             f"{status_badge(value)}</td>")
+            elif spec is None:
+                cells.append(f'<td data-key="{key}" data-value="{esc(value or "")}">'
+                             f"{esc(value or '-')}</td>")
+            else:
+                cells.append(cell(value, spec, key))
+        mark = ' class="best"' if i == best else ""
+        lines.append(f"<tr{mark}>" + "".join(cells) + "</tr>")
+    lines.append("</tbody></table>")
+    curves = [(os.path.basename(os.path.normpath(r.out)), refinement_curve(r.out)) for r in rows]
+    chart = plots.svg_markup(plots.overlay_figure(curves, best=best))
+    failed = sum(not r.ok for r in rows)
+    best_text = ("no run finished without error" if best is None else
+                 f"best: {rows[best].file} (final criterion "
+                 f"{number(rows[best].final_criterion)})")
+    body = [f"<h1>convnet batch: {esc(os.path.abspath(out))}</h1>",
+            f"<p>{len(rows)} control files, {len(rows) - failed} without error; "
+            f'<span id="best">{esc(best_text)}</span>. Click a column heading to sort by it.</p>',
+            "\n".join(lines), "<h2>Refinement of every run</h2>",
+            f"<figure>{chart}<figcaption>The criterion of each run's last TRAIN against the "
+            f"refinement iteration; the best run is drawn thick.</figcaption></figure>"]
+    return page(f"convnet batch: {os.path.basename(os.path.abspath(out))}", "\n".join(body),
+                script=SORT_SCRIPT)
+
+
+def write_batch_report(rows, out):
+    """Write ``out``/report.html; returns its path."""
+    return write_page(os.path.join(out, REPORT_NAME), batch_page(rows, out))

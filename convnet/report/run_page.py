@@ -1,0 +1,244 @@
+"""report.html of one run: everything results.json holds, for a person, in one offline page.
+
+The page shows the session (control files, seed, device, status and any error with its FILE:LINE),
+a table of every TRAIN and TEST, and for each of them its architecture, the parameters in force,
+the criterion curves of annealing and refinement (TRAIN), the confusion matrix as a heat map with
+counts, and the times; then the pictures the run made, the models it saved or loaded and, for a GPU
+run, CUDA.LOG. The numbers a program may want from the page carry ``data-key`` and ``data-value``.
+
+While the run is still going (status "running") the page reloads itself every few seconds; once
+the run has ended it has no refresh.
+"""
+
+import glob
+import os
+
+from ..display import plots
+from .html import (REFRESH_SECONDS, cell, data_uri, esc, number, page, status_badge, table)
+
+REPORT_NAME = "report.html"
+
+
+class FigureCache:
+    """SVG of finished runs' figures, kept between rewrites of a live page (a finished run does not
+    change, so its charts are drawn once)."""
+
+    def __init__(self):
+        self.svg = {}
+
+    def get(self, key, make):
+        if key is None:
+            return plots.svg_markup(make())
+        if key not in self.svg:
+            self.svg[key] = plots.svg_markup(make())
+        return self.svg[key]
+
+
+def _where(run):
+    if run.get("control_file") is None:
+        return "-"
+    return f"{run['control_file']}:{run['line']}" if run.get("line") else run["control_file"]
+
+
+def _run_status(run):
+    if run.get("status") == "error" and run.get("error"):
+        return "error"
+    return run.get("status") or "unknown"
+
+
+def summary_table(runs):
+    head = ["#", "kind", "where", "device", "weights", "annealing criterion", "final criterion",
+            "misclassification %", "cases", "seconds", "status"]
+    rows = []
+    for r in runs:
+        arch = r.get("architecture") or {}
+        ann = (r.get("annealing") or {}).get("criterion")
+        rows.append([f'<td><a href="#run-{r["index"]}">{r["index"]}</a></td>', r["kind"],
+                     _where(r), r.get("device") or "-",
+                     cell(arch.get("total_weights"), "d", "weights"),
+                     cell(ann, ".6g", "annealing_criterion"),
+                     cell(r.get("final_criterion"), ".6g", "final_criterion"),
+                     cell(r.get("misclassification"), ".4f", "misclassification"),
+                     cell(r.get("n_cases"), "d", "n_cases"),
+                     cell((r.get("seconds") or {}).get("total"), ".2f", "seconds"),
+                     f"<td>{status_badge(_run_status(r))}</td>"])
+    return table(head, rows, ' id="runs"')
+
+
+def architecture_table(arch):
+    if not arch.get("layers"):            # read from an English log: its report lines
+        return "<pre>" + esc("\n".join(arch.get("report") or ["(no architecture recorded)"])) \
+            + "</pre>"
+    rows = []
+    for layer in arch["layers"]:
+        line = "output (SoftMax)" if layer.get("output") else layer.get("line")
+        rows.append([layer["index"], line, layer["height"], layer["width"], layer["depth"],
+                     cell(layer["weights"], "d")])
+    rows.append(["", "total", "", "", "", cell(arch.get("total_weights"), "d")])
+    caption = (f"<p>Input: {arch['rows']} rows, {arch['cols']} columns, {arch['bands']} bands; "
+               f"{arch['classes']} classes.</p>")
+    return caption + table(["layer", "line", "high", "wide", "deep", "weights"], rows)
+
+
+def parameters_table(params):
+    if not params:
+        return '<p class="note">No parameters recorded.</p>'
+    rows = [[name, "default (none)" if value is None else value]
+            for name, value in sorted(params.items())]
+    return table(["parameter", "value"], rows, ' class="parameters"')
+
+
+def seconds_table(seconds):
+    if not seconds:
+        return ""
+    return table(["phase", "seconds"], [[k, cell(v, ".3f")] for k, v in seconds.items()])
+
+
+def _figure(svg, caption):
+    return f"<figure>{svg}<figcaption>{esc(caption)}</figcaption></figure>"
+
+
+def run_section(run, cache):
+    """One TRAIN or TEST."""
+    done = run.get("status") != "running"
+    key = run["index"] if done else None
+    out = [f'<section id="run-{run["index"]}">',
+           f'<h2>{esc(run["kind"])} {run["index"]} <small>({esc(_where(run))})</small> '
+           f'{status_badge(_run_status(run))}</h2>']
+    if run.get("error"):
+        out.append(f'<p class="error">{esc(run["error"])}</p>')
+    facts = [("device", run.get("device") or "-"), ("threads", run.get("threads") or "-")]
+    if run["kind"] == "TRAIN":
+        ann, ref = run.get("annealing") or {}, run.get("refinement") or {}
+        facts += [("annealing criterion", number(ann.get("criterion"))),
+                  ("annealing evaluations", number(ann.get("n_evaluations"), "d")),
+                  ("refinement iterations", number(ref.get("n_iterations"), "d")),
+                  ("refinement ended because", ref.get("stop_words") or "-")]
+    facts += [("final criterion", number(run.get("final_criterion"))),
+              ("misclassification %", number(run.get("misclassification"), ".4f")),
+              ("cases", number(run.get("n_cases"), "d"))]
+    out.append(table(["", ""], [[k, v] for k, v in facts]).replace(
+        "<thead><tr><th></th><th></th></tr></thead>", ""))
+    if run["kind"] == "TRAIN":
+        ann, ref = run.get("annealing") or {}, run.get("refinement") or {}
+        evaluations = [(k, c) for k, c in ann.get("evaluations", [])]
+        iterations = [(p[0], p[1]) for p in ref.get("iterations", [])]
+        svg = cache.get(("curve", key) if key else None, lambda: plots.criterion_figure(
+            evaluations, iterations, ann.get("criterion"), size=(1040, 400)))
+        out.append("<h3>Criterion</h3>")
+        out.append(_figure(svg, "Annealing evaluations (best so far as steps) and refinement "
+                                "iterations" + ("" if done else " so far")))
+    if run.get("confusion"):
+        svg = cache.get(("confusion", key) if key else None, lambda: plots.confusion_figure(
+            run["confusion"], title=f"{run['kind']} {run['index']}: "
+                                    f"{number(run.get('misclassification'), '.4f')} % misclassified"))
+        out.append("<h3>Confusion matrix</h3>")
+        out.append(_figure(svg, "Rows: true class; columns: predicted class; colour: percent of "
+                                "the true class; numbers: cases"))
+    out.append("<h3>Architecture</h3>")
+    out.append(architecture_table(run.get("architecture") or {}))
+    out.append("<h3>Parameters in force</h3>")
+    out.append(parameters_table(run.get("parameters")))
+    if run.get("seconds"):
+        out.append("<h3>Times</h3>")
+        out.append(seconds_table(run["seconds"]))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _pictures(data, folder):
+    """(file, caption) of every picture: those results.json lists, or for a run read from its
+    English log the PNG files in its folder."""
+    if data.get("pictures"):
+        out = []
+        for p in data["pictures"]:
+            where = f" ({p['control_file']}:{p['line']})" if p.get("control_file") else ""
+            out.append((p["file"], f"{p['file']}: {p.get('what', '')}{where}"))
+        return out
+    if data.get("from_log"):
+        return [(os.path.basename(f), os.path.basename(f))
+                for f in sorted(glob.glob(os.path.join(folder, "*.png")))]
+    return []
+
+
+def pictures_section(data, folder):
+    items = []
+    for name, caption in _pictures(data, folder):
+        path = name if os.path.isabs(name) else os.path.join(folder, name)
+        uri = data_uri(path)
+        if uri is None:
+            items.append(f'<p class="note">{esc(name)}: not found</p>')
+        else:
+            items.append(f'<figure><img src="{uri}" alt="{esc(name)}">'
+                         f'<figcaption>{esc(caption)}</figcaption></figure>')
+    if not items:
+        return ""
+    return '<section id="pictures"><h2>Pictures</h2>\n' + "\n".join(items) + "</section>"
+
+
+def cuda_section(data, folder):
+    name = data.get("cuda_log")
+    path = os.path.join(folder, name or "CUDA.LOG")
+    if not os.path.isfile(path):
+        return ""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return ""
+    return f'<section id="cuda"><h2>CUDA.LOG</h2><pre>{esc(text)}</pre></section>'
+
+
+def models_section(data):
+    models = data.get("models") or []
+    if not models:
+        return ""
+    rows = [[m["action"], m["file"], f"{m.get('control_file') or '-'}:{m.get('line') or '-'}",
+             cell((m.get("architecture") or {}).get("total_weights"), "d")] for m in models]
+    return '<section id="models"><h2>Models</h2>' + table(
+        ["action", "file", "where", "weights"], rows) + "</section>"
+
+
+def session_header(data):
+    s = data.get("session") or {}
+    status = data.get("status", "unknown")
+    files = ", ".join(s.get("control_files") or []) or "-"
+    out = [f'<h1>convnet run: {esc(files)}</h1>',
+           f'<p>Status: {status_badge(status)}</p>']
+    error = data.get("error")
+    if error:
+        where = ""
+        if error.get("file"):
+            where = f"{error['file']}:{error['line']}: " if error.get("line") else \
+                f"{error['file']}: "
+        out.append(f'<p class="error" id="error" data-file="{esc(error.get("file"))}" '
+                   f'data-line="{esc(error.get("line"))}">{esc(where + error["message"])}</p>')
+    if status == "running":
+        out.append(f'<p class="note" id="live">The run is going on: this page is rewritten every '
+                   f'few seconds and reloads itself every {REFRESH_SECONDS} s.</p>')
+    facts = [("convnet", data.get("convnet_version") or "-"),
+             ("seed", "-" if s.get("seed") is None else
+              f"{s['seed']}{' (chosen at random)' if s.get('seed_given') is False else ''}"),
+             ("device asked for", s.get("device") or "-"),
+             ("threads asked for", s.get("threads") or "all cores"),
+             ("started", data.get("started") or "-"),
+             ("finished" if data.get("finished") else "updated",
+              data.get("finished") or data.get("updated") or "-")]
+    if data.get("from_log"):
+        facts.append(("read from", data["from_log"] + " (no results.json beside it)"))
+    out.append(table(["", ""], [[k, v] for k, v in facts]).replace(
+        "<thead><tr><th></th><th></th></tr></thead>", ""))
+    return "\n".join(out)
+
+
+def run_page(data, folder, cache=None):
+    """The page's HTML for results ``data`` of the run in ``folder``."""
+    cache = cache or FigureCache()
+    runs = data.get("runs") or []
+    body = [session_header(data), "<h2>TRAIN and TEST</h2>",
+            summary_table(runs) if runs else '<p class="note">No TRAIN or TEST yet.</p>']
+    body += [run_section(r, cache) for r in runs]
+    body += [pictures_section(data, folder), models_section(data), cuda_section(data, folder)]
+    files = ", ".join((data.get("session") or {}).get("control_files") or []) or "run"
+    return page(f"convnet: {files}", "\n".join(b for b in body if b),
+                refresh=data.get("status") == "running")

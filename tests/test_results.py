@@ -1,0 +1,216 @@
+"""results.json: written beside CONVNET.LOG as the session goes, atomically, with the same numbers
+the session computed; read back by `convnet log` and `convnet batch`."""
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from convnet.cli import main
+from convnet.control import DEFAULT_PARAMETERS
+from convnet.errors import ConvnetError, Interrupted
+from convnet.logs import results as results_file
+from convnet.logs.record import SessionRecord, Throttle
+from convnet.session import run
+
+SMALL = """\
+MAKE IMAGE 6 6 1 2 40
+CONVOLUTIONAL LAYER 2 1 1 1 1 1 1
+ANNEAL ITERS = 5
+MAXITERS = 5
+WPEN = 0.01
+TRAIN
+DISPLAY TRAINING IMAGES 1 2 2 "training.png"
+SAVE MODEL "small.cnm"
+CLEAR
+MAKE IMAGE 6 6 1 2 20
+TEST
+"""
+
+
+def load(out):
+    with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("small")
+    ctl = folder / "small.ctl"
+    ctl.write_text(SMALL)
+    out = folder / "out"
+    session = run([str(ctl)], out=str(out), device="cpu", seed=11, threads=1)
+    return ctl, out, session, load(out)
+
+
+def test_results_hold_what_the_session_computed(small_run):
+    ctl, out, session, data = small_run
+    train, test = session.results
+    assert data["format"] == "convnet results" and data["format_version"] == 1
+    assert data["status"] == "done" and data["error"] is None and data["finished"]
+    assert data["session"]["seed"] == 11 and data["session"]["control_files"] == [str(ctl)]
+    t, s = data["runs"]
+    assert (t["kind"], t["index"], t["line"], t["status"]) == ("TRAIN", 1, 6, "done")
+    assert t["control_file"] == str(ctl) and t["device"] == "cpu" and t["threads"] == 1
+    # numbers are exact (JSON keeps every digit of a float)
+    assert t["final_criterion"] == train.final_criterion and t["nll"] == train.nll
+    assert t["annealing"]["criterion"] == train.anneal_criterion
+    assert t["annealing"]["evaluations"] == [list(p) for p in train.annealing_history]
+    assert [p[:2] for p in t["refinement"]["iterations"]] == \
+        [list(p) for p in train.refinement_history]
+    assert t["refinement"]["n_iterations"] == train.iterations
+    assert t["refinement"]["stop_reason"] == train.stop_reason
+    assert t["confusion"] == train.confusion.tolist() and t["n_cases"] == 40
+    assert t["misclassification"] == train.misclassification
+    assert set(t["seconds"]) == {"annealing", "refinement", "final pass", "confusion", "total"}
+    # every parameter in force, and the architecture
+    assert set(t["parameters"]) == set(DEFAULT_PARAMETERS)
+    assert t["parameters"]["WPEN"] == 0.01 and t["parameters"]["ANNEAL ITERS"] == 5
+    arch = t["architecture"]
+    assert (arch["rows"], arch["cols"], arch["bands"], arch["classes"]) == (6, 6, 1, 2)
+    assert arch["total_weights"] == 2 * 10 + 2 * 73
+    assert [layer["line"] for layer in arch["layers"]] == ["CONVOLUTIONAL LAYER 2 1 1 1 1 1 1",
+                                                           None]
+    assert arch["layers"][1]["output"] and arch["report"][-1].startswith("166 Total weights")
+    assert (s["kind"], s["line"], s["status"]) == ("TEST", 11, "done")
+    assert s["criterion"] == test.criterion and s["confusion"] == test.confusion.tolist()
+    assert s["misclassification"] == test.misclassification and s["n_cases"] == 20
+    assert [p["file"] for p in data["pictures"]] == ["criterion.png", "training.png"]
+    assert data["pictures"][1]["line"] == 7
+    assert data["models"][0]["action"] == "saved" and data["models"][0]["file"] == "small.cnm"
+    assert not [f for f in os.listdir(out) if f.startswith(".results.json")]   # no temporary left
+
+
+def test_log_commands_read_results_json_where_it_lies_beside_the_log(small_run, tmp_path):
+    _, out, _, data = small_run
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    (folder / "CONVNET.LOG").write_text((out / "CONVNET.LOG").read_text())
+    data = json.loads(json.dumps(data))
+    data["runs"][0]["final_criterion"] = 0.123456789          # a value the log does not say
+    results_file.write_results(str(folder / "results.json"), data)
+    result = CliRunner().invoke(main, ["log", "summary", str(folder / "CONVNET.LOG")])
+    assert result.exit_code == 0, result.output
+    assert "0.123457" in result.output
+    result = CliRunner().invoke(main, ["log", "compare", str(folder / "CONVNET.LOG"),
+                                       str(out / "CONVNET.LOG")])
+    assert result.exit_code == 0 and "0.123457" in result.output
+    # without results.json the English log is read, as before
+    os.unlink(folder / "results.json")
+    result = CliRunner().invoke(main, ["log", "summary", str(folder / "CONVNET.LOG")])
+    assert result.exit_code == 0 and "0.123457" not in result.output
+    assert format(data["runs"][1]["misclassification"], ".4f") in result.output
+
+
+def test_a_results_json_of_an_unknown_version_is_refused(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"format": "convnet results", "format_version": 99}))
+    with pytest.raises(ConvnetError, match="results format 99 is not known"):
+        results_file.read_results(str(path))
+    path.write_text("{ half a file")
+    with pytest.raises(ConvnetError, match="bad JSON"):
+        results_file.read_results(str(path))
+    (tmp_path / "CONVNET.LOG").write_text("CONVNET.LOG format 1, convnet 0.1.0, x\n")
+    path.write_text(json.dumps({"format": "convnet results", "format_version": 99}))
+    result = CliRunner().invoke(main, ["log", "summary", str(tmp_path / "CONVNET.LOG")])
+    assert result.exit_code == 2 and "results format 99" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_an_error_is_recorded_with_its_file_and_line(tmp_path):
+    ctl = tmp_path / "bad.ctl"
+    ctl.write_text("MAKE IMAGE 6 6 1 2 10\nFULLY CONNECTED LAYER 2\nMAXITERS = 2\n"
+                   "ANNEAL ITERS = 2\nTRAIN\nDISPLAY TRAINING IMAGES 11 1 1 \"x.png\"\n")
+    with pytest.raises(ConvnetError):
+        run([str(ctl)], out=str(tmp_path / "out"), device="cpu", seed=1, threads=1)
+    data = load(tmp_path / "out")
+    assert data["status"] == "error"
+    assert data["error"]["file"] == str(ctl) and data["error"]["line"] == 6
+    assert "first case to display" in data["error"]["message"]
+    assert [r["status"] for r in data["runs"]] == ["done"]
+    # a syntax error: no command ran, the file still says where
+    ctl.write_text("MAKE IMAGE 6 6 1 2 10\nFULLY CONNECTED LAYER\n")
+    with pytest.raises(ConvnetError):
+        run([str(ctl)], out=str(tmp_path / "out2"), device="cpu", seed=1)
+    data = load(tmp_path / "out2")
+    assert data["status"] == "error" and data["error"]["line"] == 2 and data["runs"] == []
+
+
+def test_an_interrupted_session_marks_the_running_train(tmp_path, monkeypatch):
+    import convnet.train.trainer as trainer
+
+    def stopped(model, dataset, params, log, interrupt, rng, progress=None):
+        progress("Annealing", 1, 0.5, 0.5, total=3)
+        progress("Annealing", 2, 0.4, 0.4, total=3)
+        raise Interrupted("run ended by the user (Ctrl-C)")
+    monkeypatch.setattr(trainer, "train", stopped)
+    ctl = tmp_path / "a.ctl"
+    ctl.write_text("MAKE IMAGE 6 6 1 2 10\nFULLY CONNECTED LAYER 2\nTRAIN\n")
+    with pytest.raises(Interrupted):
+        run([str(ctl)], out=str(tmp_path / "out"), device="cpu", seed=1, threads=1)
+    data = load(tmp_path / "out")
+    assert data["status"] == "interrupted"
+    (t,) = data["runs"]
+    assert t["status"] == "interrupted" and t["annealing"]["evaluations"] == [[1, 0.5], [2, 0.4]]
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_throttle_waits_the_interval_and_a_multiple_of_the_last_cost():
+    clock = FakeClock()
+    throttle = Throttle(2.0, ratio=50.0, clock=clock)
+    assert throttle.due()
+
+    def slow():
+        clock.t += 0.1                         # this action takes 0.1 s
+    throttle.timed(slow)
+    clock.t += 2.5
+    assert not throttle.due()                  # 2.5 s < 50 x 0.1 s
+    clock.t += 2.5
+    assert throttle.due()
+    assert throttle.total == pytest.approx(0.1)
+
+
+def test_results_are_rewritten_while_training_runs(tmp_path):
+    class Cmd:
+        file, line = "x.ctl", 3
+    from convnet.architecture import Architecture
+    arch = Architecture.from_lines(["FULLY CONNECTED LAYER 2"], rows=3, cols=3, bands=1,
+                                   n_classes=2)
+    pages = []
+    record = SessionRecord(str(tmp_path), {"seed": 1}, on_change=lambda d, f: pages.append(f))
+    record.throttle = Throttle(0.0, ratio=0.0)
+    record.start(["x.ctl"])
+    entry = record.begin("TRAIN", Cmd, arch, dict(DEFAULT_PARAMETERS), "cpu", 1)
+    observe = record.observer(entry)
+    observe("Annealing", 1, 0.9, 0.9, total=2)
+    observe("Annealing", 2, 0.8, 0.8, total=2)
+    observe("Refinement", 1, 0.7, 0.7, total=10)
+    data = load(tmp_path)
+    assert data["status"] == "running" and data["runs"][0]["status"] == "running"
+    assert data["runs"][0]["annealing"]["evaluations"] == [[1, 0.9], [2, 0.8]]
+    assert data["runs"][0]["refinement"]["iterations"] == [[0, 0.8, None], [1, 0.7, None]]
+    assert pages and not any(pages)
+    record.finish("done")
+    assert pages[-1] is True and load(tmp_path)["runs"][0]["status"] == "interrupted"
+
+
+def test_write_atomic_leaves_the_old_file_when_the_rename_fails(tmp_path, monkeypatch):
+    path = tmp_path / "results.json"
+    results_file.write_results(str(path), {"a": 1.0, "b": float("inf")})
+    assert json.loads(path.read_text()) == {"a": 1.0, "b": None}     # JSON has no infinity
+
+    def broken(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError):
+        results_file.write_results(str(path), {"a": 2.0})
+    assert json.loads(path.read_text()) == {"a": 1.0, "b": None}
+    assert os.listdir(tmp_path) == ["results.json"]
