@@ -75,7 +75,8 @@ def architecture_table(arch):
         rows.append([layer["index"], line, layer["height"], layer["width"], layer["depth"],
                      cell(layer["weights"], "d")])
     rows.append(["", "total", "", "", "", cell(arch.get("total_weights"), "d")])
-    caption = (f"<p>Input: {arch['rows']} rows, {arch['cols']} columns, {arch['bands']} bands; "
+    bands = f"{arch['bands']} band{'' if arch['bands'] == 1 else 's'}"
+    caption = (f"<p>Input: {arch['rows']} rows, {arch['cols']} columns, {bands}; "
                f"{arch['classes']} classes.</p>")
     return caption + table(["layer", "line", "high", "wide", "deep", "weights"], rows)
 
