@@ -214,3 +214,25 @@ def test_write_atomic_leaves_the_old_file_when_the_rename_fails(tmp_path, monkey
         results_file.write_results(str(path), {"a": 2.0})
     assert json.loads(path.read_text()) == {"a": 1.0, "b": None}
     assert os.listdir(tmp_path) == ["results.json"]
+
+
+def test_results_that_cannot_be_written_at_the_end_are_one_clear_error(tmp_path, monkeypatch):
+    import convnet.logs.record as record
+    ctl = tmp_path / "a.ctl"
+    ctl.write_text("MAKE IMAGE 6 6 1 2 10\n")
+    real = record.write_results
+
+    def full(path, data):
+        if data["status"] != "running":
+            raise OSError(28, "No space left on device")
+        return real(path, data)
+    monkeypatch.setattr(record, "write_results", full)
+    with pytest.raises(ConvnetError) as info:
+        run([str(ctl)], out=str(tmp_path / "out"), device="cpu", seed=1)
+    assert str(info.value) == (f"cannot write {tmp_path / 'out' / 'results.json'}: "
+                               "No space left on device")
+    # after an error the session's own error is the one reported, not the results file's
+    ctl.write_text("MAKE IMAGE 6 6 1 2 10\nTEST\n")
+    with pytest.raises(ConvnetError) as info:
+        run([str(ctl)], out=str(tmp_path / "out2"), device="cpu", seed=1)
+    assert str(info.value).startswith(f"{ctl}:2: TEST needs a model")

@@ -14,6 +14,7 @@ import os
 import time
 
 from .._version import __version__
+from ..errors import ConvnetError
 from .results import RESULTS_FORMAT, RESULTS_NAME, RESULTS_VERSION, write_results
 
 RESULTS_INTERVAL = 5.0          # seconds between throttled rewrites of results.json
@@ -117,7 +118,14 @@ class SessionRecord:
                 run["status"] = status if status != "done" else "interrupted"
                 if error is not None:
                     run["error"] = str(error)
-        self.write(final=True)
+        try:
+            self.write(final=True)
+        except (OSError, ConvnetError) as e:
+            if error is not None:        # the error that ended the session is the one to report
+                return
+            if isinstance(e, ConvnetError):
+                raise
+            raise ConvnetError(f"cannot write {self.path}: {e.strerror or e}") from None
 
     # ------------------------------------------------------------------ TRAIN and TEST
     def begin(self, kind, cmd, arch, params, device, threads):
