@@ -2,11 +2,11 @@
 # One pass of the device path on a machine with a GPU, PyCUDA and (for the comparison) PyTorch:
 # kernels build, device tests, one profiled gradient, a training run, the benchmark table.
 # Everything goes to OUT/all.tgz; the benchmark table is printed last.
-#     benchmarks/device-check.sh OUT [NETS] [WHAT]     WHAT: any of tests,profile,train,bench
+#     benchmarks/device-check.sh OUT [NETS] [WHAT]     WHAT: any of tests,profile,ncu,train,bench
 set -uo pipefail
 out=${1:?output folder}
 nets=${2:-log-example,lenet-mnist,local-rgb}
-what=${3:-tests,profile,train,bench}
+what=${3:-tests,profile,ncu,train,bench}
 work=$(mktemp -d)
 export PYTHONUNBUFFERED=1
 bench_dir=shared/bench
@@ -20,13 +20,13 @@ if has tests; then
 fi
 if has profile; then
     python3 benchmarks/gpu.py --bench-dir "$bench_dir" --sync-check lenet-mnist > "$work/sync-check.log" 2>&1
-    if command -v ncu > /dev/null; then
-        timeout 180 ncu --profile-from-start off --clock-control none --section SpeedOfLight \
-            --section Occupancy --section LaunchStats --csv \
-            python3 benchmarks/gpu.py --bench-dir "$bench_dir" --profile lenet-mnist \
-            > "$work/ncu-lenet-mnist.csv" 2> "$work/ncu.err"
-        echo "ncu: exit $? ($(wc -l < "$work/ncu-lenet-mnist.csv") lines)"
-    fi
+fi
+if has ncu && command -v ncu > /dev/null; then
+    timeout 180 ncu --profile-from-start off --clock-control none --section SpeedOfLight \
+        --section Occupancy --section LaunchStats --csv \
+        python3 benchmarks/gpu.py --bench-dir "$bench_dir" --profile lenet-mnist \
+        > "$work/ncu-lenet-mnist.csv" 2> "$work/ncu.err"
+    echo "ncu: exit $? ($(wc -l < "$work/ncu-lenet-mnist.csv") lines)"
 fi
 if has train; then
     ts=$(date +%s)

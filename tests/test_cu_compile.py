@@ -28,12 +28,16 @@ def test_kernel_file_compiles(path, tmp_path):
     ptx = out.read_text()
     # every kernel the backend launches from this file is there
     mod = os.path.basename(path)
-    wanted = {"gemm.cu": [f"gemm_nn_{t}" for t in tuning.NN_TILES]
-              + [f"gemm_tn_{t}" for t in tuning.TN_TILES],
+    products = [f"gemm_{kind}_{t}" for kind, tiles in (("nn", tuning.NN_TILES), ("tn", tuning.TN_TILES))
+                for t in tiles]
+    wanted = {"gemm.cu": [p for p in products if tuning.tile_source(p.split("_", 2)[2]) == "gemm.cu"],
+              "gemm_async.cu": [p for p in products
+                                if tuning.tile_source(p.split("_", 2)[2]) == "gemm_async.cu"],
               "conv_small.cu": [f"conv_small_{n}" for n in kernel_args.CONV_SMALL_WIDTHS],
               "pool.cu": ["pool_forward", "pool_backward"],
               "output.cu": ["softmax_ll", "ll_sum"],
               "weights.cu": ["weights_scatter", "grad_flatten", "grad_finish"]}[mod]
+    assert wanted, mod
     for name in wanted:
         assert f".entry {name}(" in ptx, f"{name} missing from {mod}"
 

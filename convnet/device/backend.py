@@ -169,7 +169,16 @@ class DeviceBackend:
         return 4 * (floats + ints + p.n_inputs + scratch) + 8 * (1 + p.n_classes)
 
     def _set_weights(self, weights):
-        """Copy the weights to the device if they differ from the last copy (returns True if copied).
+        """Copy the weights to the device if they differ from the last copy (returns True if copied)."""
+        buf = self.stage_weights(weights)
+        if buf is None:
+            return False
+        self.queue_upload(buf)
+        return True
+
+    def stage_weights(self, weights):
+        """Round the weights to float32 into a page-locked staging buffer; returns its index (0
+        or 1) when they must be sent (queue_upload), None when the device has them already.
 
         The device computes in float32, so the weights are rounded to float32 into one of two
         page-locked buffers, used in turn, and compared with the last float32 copy sent (in slices,
@@ -178,20 +187,23 @@ class DeviceBackend:
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (self.n_weights,):
             raise ConvnetError(f"this model has {self.n_weights} weights; got an array of shape {w.shape}")
-        rt = self.rt
-        buf = self.h_w32[self.weight_uploads % 2]
+        index = self.weight_uploads % 2
+        buf = self.h_w32[index]
         np.copyto(buf, w, casting="same_kind")
         last = self._last_weights
         if last is not None and _same(buf, last):
-            return False
-        rt.cuda.memcpy_htod_async(self.d_w32, buf, rt.stream)
-        n = self.n_weights
-        weights_scatter(rt, w=self.d_w32, n=n, fwd_index=self.d_fwd_index,
-                        bwd_index=self.d_bwd_index, fwd=self.d_wfwd, bwd=self.d_wbwd)
-        self.timer.mark(rt.stream, "Device", "weight copy", 1)
+            return None
         self._last_weights = buf
         self.weight_uploads += 1
-        return True
+        return index
+
+    def queue_upload(self, index):
+        """Send staging buffer index and scatter it into the device layouts (asynchronous)."""
+        rt = self.rt
+        rt.cuda.memcpy_htod_async(self.d_w32, self.h_w32[index], rt.stream)
+        weights_scatter(rt, w=self.d_w32, n=self.n_weights, fwd_index=self.d_fwd_index,
+                        bwd_index=self.d_bwd_index, fwd=self.d_wfwd, bwd=self.d_wbwd)
+        self.timer.mark(rt.stream, "Device", "weight copy", 1)
 
     def alloc(self, nbytes):
         """A device buffer for per-evaluator work (NaN-filled when poisoning)."""

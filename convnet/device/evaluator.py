@@ -38,12 +38,12 @@ class DeviceEvaluator(Evaluator):
             self.d_ll = backend.alloc(8 * n)
             self.d_crit = backend.alloc(8)
             self.d_acc = backend.alloc(8 * backend.n_weights)
-            self.d_grad = backend.alloc(8 * backend.n_weights)
+            self.d_grad = backend.alloc(8 * (backend.n_weights + 1))      # and the criterion
             self.ws = Workspace(backend, self.nb, n)
             self.tuner = Tuner(rt, backend.tune)
             self.h_crit = rt.cuda.pagelocked_empty(1, np.float64)
-            self.h_grad = rt.cuda.pagelocked_empty(backend.n_weights, np.float64)
-        # launch sequences recorded as CUDA graphs, by (kind, timed): see _run
+            self.h_grad = rt.cuda.pagelocked_empty(backend.n_weights + 1, np.float64)
+        # launch sequences recorded as CUDA graphs, by (kind, timed, upload): see _run
         self.graphs = {}
         self.use_graphs = backend.graphs and getattr(rt, "can_capture", False)
         self._ran = set()
@@ -58,9 +58,8 @@ class DeviceEvaluator(Evaluator):
         with b.rt.active():
             b.timer.start(b.rt.stream)
             b.last_allocation = self.allocation
-            b._set_weights(weights)
-            self._run("criterion", self._criterion_launches)
-            crit = self._read_ll()
+            self._run("criterion", weights, self._criterion_launches)
+            crit = self._read(self.h_crit, 0)
             b.timer.resolve()
         return crit / (self.n_cases * b.arch.n_classes) + self.penalty.value_of_selected(weights)
 
@@ -71,11 +70,10 @@ class DeviceEvaluator(Evaluator):
         with rt.active():
             b.timer.start(rt.stream)
             b.last_allocation = self.allocation
-            b._set_weights(weights)
-            self._run("gradient", self._gradient_launches)
-            crit = self._read_ll()
+            self._run("gradient", weights, self._gradient_launches)
+            crit = self._read(self.h_grad, b.n_weights)
             b.timer.resolve()
-            grad = np.array(self.h_grad)
+            grad = np.array(self.h_grad[:b.n_weights])
         return crit * self.scale + self.penalty.value_of_selected(weights), grad
 
     def outputs(self, weights):
@@ -94,27 +92,35 @@ class DeviceEvaluator(Evaluator):
         return out
 
     # ------------------------------------------------------------------ internals
-    def _run(self, kind, launches):
-        """Queue one evaluation's launches (everything after the weight upload). The first time
-        they run as they are (so the tuner can time its candidates); after that they are recorded
-        once as a CUDA graph, and the graph is launched instead."""
+    def _run(self, kind, weights, launches):
+        """Queue one evaluation: the weight upload (when they changed) and the launches. The
+        first time they run as they are (so the tuner can time its candidates); after that each
+        variant (timed or not, which staging buffer is uploaded, if any) is recorded once as a
+        CUDA graph, and the graph is launched instead."""
         b = self.backend
         rt = b.rt
+        upload = b.stage_weights(weights)
+
+        def record():
+            if upload is not None:
+                b.queue_upload(upload)
+            launches()
+
         timed = b.timer.enabled and b.timer._start is not None
         if not self.use_graphs or b.timer.host_sync or rt.trace is not None or kind not in self._ran:
-            launches()
+            record()
             self._ran.add(kind)
             return
-        key = (kind, timed)
+        key = (kind, timed, upload)
         entry = self.graphs.get(key)
         if entry is None:
             b.timer.begin_capture()
             try:
-                graph = rt.capture(launches)
+                graph = rt.capture(record)
             except DriverError:
                 b.timer.end_capture()
                 self.use_graphs = False         # this driver cannot: stay with plain launches
-                launches()
+                record()
                 return
             entry = self.graphs[key] = (graph, b.timer.end_capture())
         graph, marks = entry
@@ -137,9 +143,11 @@ class DeviceEvaluator(Evaluator):
         pen2 = 2.0 * self.penalty.coefficient          # d penalty / d w = pen2 * w
         K.grad_finish(rt, acc=self.d_acc, w=b.d_w32, mask=b.d_mask, n=b.n_weights, scale=scale,
                       pen2=pen2, grad=self.d_grad)
+        # the log likelihood goes after the gradient, so that one copy fetches both
+        K.ll_sum(rt, ll=self.d_ll, n=self.n_cases, out=ptr(self.d_grad, b.n_weights, 8))
+        b.timer.mark(rt.stream, "Output", "log likelihood", 1)
         rt.cuda.memcpy_dtoh_async(self.h_grad, self.d_grad, rt.stream)
         b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
-        self._queue_ll()
 
     def _queue_ll(self):
         rt = self.backend.rt
@@ -147,9 +155,10 @@ class DeviceEvaluator(Evaluator):
         rt.cuda.memcpy_dtoh_async(self.h_crit, self.d_crit, rt.stream)
         self.backend.timer.mark(rt.stream, "Output", "log likelihood", 1)
 
-    def _read_ll(self):
+    def _read(self, host, i):
+        """Wait for the evaluation, then the float64 value host[i] (the summed log likelihood)."""
         self.backend.rt.stream.synchronize()
-        return float(self.h_crit[0])
+        return float(host[i])
 
     def _src(self, li, start):
         """(pointer, row length) of the activations feeding layer li for the batch at start."""

@@ -21,7 +21,7 @@ class KernelParams:
 
     def __init__(self, family, source, **params):
         self.family = family
-        self.source = source                 # the .cu file that defines it
+        self.source = source                 # the .cu file that defines it (products: by tile)
         self.names = tuple(params)
         self.types = tuple(params.values())
         self._converters = tuple(_CONVERT[t] for t in self.types)
@@ -87,12 +87,13 @@ FAMILIES = (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BA
 CONV_SMALL_WIDTHS = (4, 8, 12, 16, 20, 24, 28, 32)
 
 
-def compiled_functions(nn_tiles, tn_tiles):
-    """(source file, function name, KernelParams) of every function the runtime loads."""
-    out = []
-    for params, variants in ((GEMM_NN, nn_tiles), (GEMM_TN, tn_tiles),
-                             (CONV_SMALL, CONV_SMALL_WIDTHS), (CONV_SMALL_POOL, CONV_SMALL_WIDTHS)):
-        out += [(params.source, f"{params.family}_{v}", params) for v in variants]
+def compiled_functions(nn_tiles, tn_tiles, tile_source):
+    """(source file, function name, KernelParams) of every function the runtime loads;
+    tile_source(tile) names the file of a product's tile shape."""
+    out = [(tile_source(t), f"{p.family}_{t}", p)
+           for p, tiles in ((GEMM_NN, nn_tiles), (GEMM_TN, tn_tiles)) for t in tiles]
+    for params in (CONV_SMALL, CONV_SMALL_POOL):
+        out += [(params.source, f"{params.family}_{v}", params) for v in CONV_SMALL_WIDTHS]
     out += [(p.source, p.family, p) for p in FAMILIES
             if p not in (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL)]
     return out

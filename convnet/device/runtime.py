@@ -13,10 +13,10 @@ import numpy as np
 from ..errors import ConvnetError
 from .graphs import DriverAPI, DriverEvent, Graph
 from .kernel_args import compiled_functions
-from .tuning import NN_TILES, TN_TILES
+from .tuning import NN_TILES, TN_TILES, tile_source
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
-KERNEL_FILES = ("gemm.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu")
+KERNEL_FILES = ("gemm.cu", "gemm_async.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu")
 COMMON_HEADER = "common.cuh"
 
 NULL = np.uintp(0)
@@ -113,7 +113,7 @@ class Runtime:
 
     def _build(self):
         self.modules = {name: self._module(name) for name in KERNEL_FILES}
-        for source, name, params in compiled_functions(NN_TILES, TN_TILES):
+        for source, name, params in compiled_functions(NN_TILES, TN_TILES, tile_source):
             f = self.modules[source].get_function(name)
             f.prepare(params.signature)
             self.functions[name] = f

@@ -11,12 +11,28 @@ NN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
             "128x32_4x4": (128, 32, 256), "128x32_8x4": (128, 32, 128),
             "64x16_4x2": (64, 16, 128), "128x16_8x2": (128, 16, 128),
             "128x64_8x4_k16": (128, 64, 256), "256x32_8x4_k16": (256, 32, 256),
-            "128x32_8x4_k16": (128, 32, 128)}
+            "128x32_8x4_k16": (128, 32, 128),
+            # cp.async variants, _sN: N tiles in flight
+            "128x64_8x4_k16_s3": (128, 64, 256), "128x64_8x8_k16_s3": (128, 64, 128),
+            "128x32_8x4_k16_s3": (128, 32, 128), "256x32_8x4_s4": (256, 32, 256),
+            "64x16_4x2_s4": (64, 16, 128),
+            # exactly 20 columns (no padded columns for a 20-slice layer)
+            "320x20_8x4_k10": (320, 20, 200), "320x20_8x4_k10_s3": (320, 20, 200)}
 TN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
             "128x32_4x4": (128, 32, 256), "128x32_8x4": (128, 32, 128),
             "64x32_4x4": (64, 32, 128), "64x16_4x2": (64, 16, 128),
             "32x32_2x4": (32, 32, 128), "32x32_4x4": (32, 32, 64),
-            "128x64_8x4_k16": (128, 64, 256), "32x32_4x4_k16": (32, 32, 64)}
+            "128x64_8x4_k16": (128, 64, 256), "32x32_4x4_k16": (32, 32, 64),
+            "128x64_8x4_k16_s3": (128, 64, 256), "128x32_8x4_k16_s3": (128, 32, 128),
+            "32x32_4x4_k16_s4": (32, 32, 64), "32x32_2x4_s4": (32, 32, 128),
+            "64x16_4x2_s4": (64, 16, 128)}
+
+
+def tile_source(tile):
+    """The kernel file of a tile shape: the cp.async variants (named ..._sN) are in gemm_async.cu."""
+    return "gemm_async.cu" if tile.rsplit("_", 1)[-1].startswith("s") else "gemm.cu"
+
+
 # Launches with less work than this (multiply-adds) are not worth timing: first candidate.
 TUNE_MIN_WORK = 2e8
 
@@ -24,23 +40,25 @@ TUNE_MIN_WORK = 2e8
 def nn_candidates(M, N):
     """Tile shapes worth trying for a gemm_nn launch of M cases and N columns, best guess first."""
     if N > 32:
-        return ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16"]
+        return ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16", "128x64_8x4_k16_s3",
+                "128x64_8x8_k16_s3"]
     if N > 16:
-        big = ["256x32_8x4", "256x32_8x8", "256x32_8x4_k16", "128x32_4x4", "128x32_8x4",
-               "128x32_8x4_k16"]
-        return big if M >= 4096 else big[3:] + big[:3]
-    return ["64x16_4x2", "128x16_8x2"]
+        big = ["256x32_8x4", "256x32_8x8", "256x32_8x4_k16", "256x32_8x4_s4"]
+        small = ["128x32_4x4", "128x32_8x4", "128x32_8x4_k16", "128x32_8x4_k16_s3"]
+        exact = ["320x20_8x4_k10", "320x20_8x4_k10_s3"] if N == 20 else []
+        return (big + small if M >= 4096 else small + big) + exact
+    return ["64x16_4x2", "128x16_8x2", "64x16_4x2_s4"]
 
 
 def tn_candidates(R, N):
     """Tile shapes worth trying for a gemm_tn launch of R weight rows and N columns."""
     if R <= 32:
-        return ["32x32_2x4", "32x32_4x4", "32x32_4x4_k16"]
+        return ["32x32_2x4", "32x32_4x4", "32x32_4x4_k16", "32x32_4x4_k16_s4", "32x32_2x4_s4"]
     if N > 32:
-        return ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16"]
+        return ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16", "128x64_8x4_k16_s3"]
     if N > 16:
-        return ["128x32_4x4", "128x32_8x4", "64x32_4x4"]
-    return ["64x16_4x2"]
+        return ["128x32_4x4", "128x32_8x4", "64x32_4x4", "128x32_8x4_k16_s3"]
+    return ["64x16_4x2", "64x16_4x2_s4"]
 
 
 class Tuner:

@@ -13,29 +13,6 @@
 
 #include "common.cuh"
 
-// T consecutive floats from shared memory into registers, 16 bytes at a time where T allows
-// (the caller keeps the address aligned to the access width).
-template <int T>
-__device__ __forceinline__ void load_frag(float* r, const float* p)
-{
-    if (T % 4 == 0) {
-#pragma unroll
-        for (int i = 0; i < T; i += 4) {
-            const float4 v = *reinterpret_cast<const float4*>(p + i);
-            r[i] = v.x; r[i + 1] = v.y; r[i + 2] = v.z; r[i + 3] = v.w;
-        }
-    } else if (T % 2 == 0) {
-#pragma unroll
-        for (int i = 0; i < T; i += 2) {
-            const float2 v = *reinterpret_cast<const float2*>(p + i);
-            r[i] = v.x; r[i + 1] = v.y;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < T; ++i) r[i] = p[i];
-    }
-}
-
 // ------------------------------------------------------------------------------------ gemm_nn
 // BM x BN outputs per block, BK-deep steps, TM x TN outputs per thread.
 
@@ -180,6 +157,8 @@ GEMM_NN(gemm_nn_128x16_8x2, 128, 16, 8, 8, 2)
 GEMM_NN(gemm_nn_128x64_8x4_k16, 128, 64, 16, 8, 4)
 GEMM_NN(gemm_nn_256x32_8x4_k16, 256, 32, 16, 8, 4)
 GEMM_NN(gemm_nn_128x32_8x4_k16, 128, 32, 16, 8, 4)
+// 20 columns exactly (a 20-slice prior layer's delta), 200 threads, BK 10
+GEMM_NN(gemm_nn_320x20_8x4_k10, 320, 20, 10, 8, 4)
 
 // ------------------------------------------------------------------------------------ gemm_tn
 // Tile: BM weight rows (k) x BN columns (n); the reduction runs over (group, case) in BK steps.

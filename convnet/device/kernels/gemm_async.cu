@@ -1,0 +1,288 @@
+// The products of gemm.cu with asynchronous tile loads (cp.async, compute capability 8.0+).
+//
+// Same operands, tables and multiply-add order as gemm.cu (so every variant gives the same bits);
+// only the way tiles reach shared memory differs: straight from global memory with cp.async,
+// STAGES tiles deep, with no staging registers and no separate shared-memory stores.
+
+#include "common.cuh"
+
+// ------------------------------------------------------------------------------ cp.async loads
+// Variants of both products whose tiles travel straight from global to shared memory with
+// cp.async, STAGES tiles deep: no staging registers, no separate shared-memory stores, and
+// several tiles' loads in flight while one is multiplied. Padding reads (A_ZERO, rows or columns
+// past the end) are zero-filled by the copy itself (source size 0); the bias input reads the
+// constant below. The multiply-add loop and its order are those of the plain variants, so every
+// variant gives the same bits.
+
+__device__ const float k_one = 1.f;
+
+__device__ __forceinline__ void cp_async4(float* smem, const float* gmem, bool valid)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    const int size = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(size));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+template <int BM, int BN, int BK, int TM, int TN, int STAGES>
+__device__ __forceinline__ void gemm_nn_async_body(
+    const float* __restrict__ src, int lda, const int* __restrict__ tab,
+    const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
+    float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
+{
+    constexpr int NT = (BM / TM) * (BN / TN);
+    constexpr int A_PER = BM * BK / NT;
+    constexpr int B_PER = BK * BN / NT;
+    constexpr int A_STEP = NT / BK;          // rows between one thread's A elements
+    constexpr int B_STEP = NT / BN;          // k between one thread's B elements
+    static_assert(NT % BK == 0 && NT % BN == 0, "loader shape");
+    static_assert(A_PER >= 1 && B_PER >= 1, "loader shape");
+    __shared__ __align__(16) float As[STAGES][BK][BM + 4];
+    __shared__ __align__(16) float Bs[STAGES][BK][BN];
+
+    const int tid = threadIdx.x;
+    const int tn = tid % (BN / TN);
+    const int tm = tid / (BN / TN);
+    const int m0 = blockIdx.y * BM;
+    const int n0 = blockIdx.z * BN;
+    const int a_k = tid % BK;
+    const int a_m = tid / BK;
+    const int b_n = tid % BN;
+    const int b_k = tid / BN;
+    // the rows this thread loads are the same for every k: one base address, a validity mask
+    const float* a_row = src + (i64)min(m0 + a_m, M - 1) * lda;
+    const i64 a_stride = (i64)A_STEP * lda;
+    unsigned a_valid = 0;
+#pragma unroll
+    for (int i = 0; i < A_PER; ++i)
+        if (m0 + a_m + i * A_STEP < M) a_valid |= 1u << i;
+    const int n = n0 + b_n;
+
+    for (int g = blockIdx.x; g < G; g += gridDim.x) {
+        const int a_start = desc[g * 5 + 0];
+        const int b_start = desc[g * 5 + 1];
+        const int K = desc[g * 5 + 2];
+        const int b_add = desc[g * 5 + 3];
+        const int o_add = desc[g * 5 + 4];
+        const int nk = (K + BK - 1) / BK;
+
+        float acc[TM][TN];
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+        auto issue = [&](int t) {
+            const int st = t % STAGES;
+            const int k = t * BK + a_k;
+            const int ao = k < K ? tab[a_start + k] : A_ZERO;
+#pragma unroll
+            for (int i = 0; i < A_PER; ++i) {
+                const bool ok = ((a_valid >> i) & 1u) && ao != A_ZERO;
+                const float* p = ok && ao >= 0 ? a_row + i * a_stride + ao : &k_one;
+                cp_async4(&As[st][a_k][a_m + i * A_STEP], p, ok);
+            }
+#pragma unroll
+            for (int i = 0; i < B_PER; ++i) {
+                const int kb = t * BK + b_k + i * B_STEP;
+                const bool ok = kb < K && n < N;
+                const float* p = B;
+                if (ok) p = B + (b_ld > 0 ? (i64)kb * b_ld : (i64)tab[b_start + kb]) + b_add + n;
+                cp_async4(&Bs[st][b_k + i * B_STEP][b_n], p, ok);
+            }
+        };
+
+#pragma unroll
+        for (int t = 0; t < STAGES - 1; ++t) {
+            if (t < nk) issue(t);
+            cp_async_commit();
+        }
+        for (int t = 0; t < nk; ++t) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();                 // tile t is in; every thread is done with tile t-1
+            if (t + STAGES - 1 < nk) issue(t + STAGES - 1);
+            cp_async_commit();
+            const int st = t % STAGES;
+#pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                float a[TM], b[TN];
+                load_frag<TM>(a, &As[st][kk][tm * TM]);
+                load_frag<TN>(b, &Bs[st][kk][tn * TN]);
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads();                     // the next group reuses the stages
+
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int m = m0 + tm * TM + i;
+            if (m >= M) continue;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int nn = n0 + tn * TN + j;
+                if (nn >= N) continue;
+                const i64 o = (i64)m * ldo + o_add + nn;
+                float v = acc[i][j];
+                if (epi == EPI_TANH) {
+                    v = tanhf(v);
+                } else if (epi == EPI_DERIV) {
+                    const float p = prior[o];
+                    v *= 1.f - p * p;
+                }
+                out[o] = v;
+            }
+        }
+    }
+}
+
+#define GEMM_NN_ASYNC(NAME, BM, BN, BK, TM, TN, STAGES)                                          \
+    extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))                           \
+    NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
+         const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,      \
+         float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)      \
+    {                                                                                             \
+        gemm_nn_async_body<BM, BN, BK, TM, TN, STAGES>(src, lda, tab, desc, B, b_ld, M, N, out,  \
+                                                       ldo, prior, epi, G);                       \
+    }
+
+GEMM_NN_ASYNC(gemm_nn_128x64_8x4_k16_s3, 128, 64, 16, 8, 4, 3)
+GEMM_NN_ASYNC(gemm_nn_128x64_8x8_k16_s3, 128, 64, 16, 8, 8, 3)
+GEMM_NN_ASYNC(gemm_nn_128x32_8x4_k16_s3, 128, 32, 16, 8, 4, 3)
+GEMM_NN_ASYNC(gemm_nn_256x32_8x4_s4, 256, 32, 8, 8, 4, 4)
+GEMM_NN_ASYNC(gemm_nn_64x16_4x2_s4, 64, 16, 8, 4, 2, 4)
+GEMM_NN_ASYNC(gemm_nn_320x20_8x4_k10_s3, 320, 20, 10, 8, 4, 3)
+
+template <int BM, int BN, int BK, int TM, int TN, int STAGES>
+__device__ __forceinline__ void gemm_tn_async_body(
+    const float* __restrict__ src, int lda, const int* __restrict__ tab,
+    const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,
+    int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,
+    int local_cols, float* __restrict__ part, int nz)
+{
+    constexpr int NT = (BM / TM) * (BN / TN);
+    constexpr int A_PER = BM * BK / NT;
+    constexpr int B_PER = BK * BN / NT;
+    constexpr int A_STEP = NT / BM;
+    constexpr int D_STEP = NT / BN;
+    static_assert(NT % BM == 0 && NT % BN == 0, "loader shape");
+    static_assert(A_PER >= 1 && B_PER >= 1, "loader shape");
+    __shared__ __align__(16) float As[STAGES][BK][BM];
+    __shared__ __align__(16) float Ds[STAGES][BK][BN];
+
+    const int tid = threadIdx.x;
+    const int tn = tid % (BN / TN);
+    const int tm = tid / (BN / TN);
+    const int k0 = blockIdx.y * BM;
+    const int NL = n_hi - n_lo;
+    const int c0 = blockIdx.x * BN;
+    const int a_k = tid % BM;
+    const int a_r = tid / BM;
+    const int d_n = tid % BN;
+    const int d_r = tid / BN;
+    const int pld = local_cols ? groups * NL : NL;
+    const int k = k0 + a_k;
+    const int n = n_lo + c0 + d_n;
+
+    for (int z = blockIdx.z; z < nz; z += gridDim.z) {
+        const int ch = z / slots;
+        const int slot = z - ch * slots;
+        const int case_lo = ch * chunk;
+        const int case_hi = min(n_cases, case_lo + chunk);
+        const int g_lo = slot * gps;
+        const int g_hi = min(groups, g_lo + gps);
+        const int tiles = (case_hi - case_lo + BK - 1) / BK;
+        const int steps = (g_hi - g_lo) * tiles;
+
+        float acc[TM][TN];
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+        auto issue = [&](int s) {
+            const int st = s % STAGES;
+            const int g = g_lo + s / tiles;
+            const int cb = case_lo + (s % tiles) * BK;
+            const int ao = k < R ? tab[desc[g * 5] + k] : A_ZERO;
+#pragma unroll
+            for (int i = 0; i < A_PER; ++i) {
+                const int m = cb + a_r + i * A_STEP;
+                const bool ok = m < case_hi && ao != A_ZERO;
+                const float* p = ok && ao >= 0 ? src + (i64)m * lda + ao : &k_one;
+                cp_async4(&As[st][a_r + i * A_STEP][a_k], p, ok);
+            }
+#pragma unroll
+            for (int i = 0; i < B_PER; ++i) {
+                const int m = cb + d_r + i * D_STEP;
+                const bool ok = m < case_hi && n < n_hi;
+                const float* p = ok ? delta + (i64)m * ldd + (i64)g * depth + n : delta;
+                cp_async4(&Ds[st][d_r + i * D_STEP][d_n], p, ok);
+            }
+        };
+
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < steps) issue(s);
+            cp_async_commit();
+        }
+        for (int s = 0; s < steps; ++s) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            if (s + STAGES - 1 < steps) issue(s + STAGES - 1);
+            cp_async_commit();
+            const int st = s % STAGES;
+#pragma unroll
+            for (int rr = 0; rr < BK; ++rr) {
+                float a[TM], b[TN];
+                load_frag<TM>(a, &As[st][rr][tm * TM]);
+                load_frag<TN>(b, &Ds[st][rr][tn * TN]);
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads();
+
+        const i64 p = local_cols ? ch : z;
+        const int col_base = local_cols ? slot * NL : 0;
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int kr = k0 + tm * TM + i;
+            if (kr >= R) continue;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int c = c0 + tn * TN + j;
+                if (c >= NL) continue;
+                part[(p * R + kr) * pld + col_base + c] = acc[i][j];
+            }
+        }
+    }
+}
+
+#define GEMM_TN_ASYNC(NAME, BM, BN, BK, TM, TN, STAGES)                                          \
+    extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))                           \
+    NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
+         const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,      \
+         int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,      \
+         int local_cols, float* __restrict__ part, int nz)                                       \
+    {                                                                                             \
+        gemm_tn_async_body<BM, BN, BK, TM, TN, STAGES>(src, lda, tab, desc, delta, ldd, depth, R, \
+                                                       n_lo, n_hi, n_cases, chunk, groups, gps,   \
+                                                       slots, local_cols, part, nz);              \
+    }
+
+GEMM_TN_ASYNC(gemm_tn_128x64_8x4_k16_s3, 128, 64, 16, 8, 4, 3)
+GEMM_TN_ASYNC(gemm_tn_128x32_8x4_k16_s3, 128, 32, 16, 8, 4, 3)
+GEMM_TN_ASYNC(gemm_tn_32x32_4x4_k16_s4, 32, 32, 16, 4, 4, 4)
+GEMM_TN_ASYNC(gemm_tn_32x32_2x4_s4, 32, 32, 8, 2, 4, 4)
+GEMM_TN_ASYNC(gemm_tn_64x16_4x2_s4, 64, 16, 8, 4, 2, 4)
