@@ -327,6 +327,16 @@ class HostBackend:
         c = min(nb, MAX_CHUNKS, max(1, PARTIAL_BYTES // (8 * max(1, self.arch.n_weights))))
         return blocks, [(k * nb // c, (k + 1) * nb // c) for k in range(c)]
 
+    @staticmethod
+    def _shares(blocks, chunks, T):
+        """Contiguous runs of chunks for T workers with about n_cases / T cases each (a chunk goes
+        to the worker whose share holds its middle case). Chunks hold one or more whole blocks,
+        so equal numbers of chunks can differ by a block's worth of cases; which worker computes
+        a chunk does not change any result."""
+        n = blocks[-1][1]
+        owner = [min(T - 1, T * (blocks[c0][0] + blocks[c1 - 1][1]) // (2 * n)) for c0, c1 in chunks]
+        return [[c for c, o in enumerate(owner) if o == t] for t in range(T)]
+
     # -- the public interface
     def evaluator(self, inputs, classes, wpen=0.0):
         """Bind a data set: returns an object with criterion, gradient, outputs and n_cases."""
@@ -374,7 +384,7 @@ class HostBackend:
         blocks, chunks = self.partition(n)
         B = blocks[0][1] - blocks[0][0]
         T = min(self._threads, len(chunks))
-        groups = [range(t * len(chunks) // T, (t + 1) * len(chunks) // T) for t in range(T)]
+        groups = self._shares(blocks, chunks, T)
         works = []
         for t in range(T):
             wk = self._works.get(t)
