@@ -172,7 +172,7 @@ def torch_child(args):
             return loss_fn(xt, yt, wpen)
 
     loss, grads = gradient()
-    np.save(args.torch_out, np.concatenate([[float(loss)], host_grad(grads).numpy()]))
+    np.save(args.torch_out, np.concatenate([[float(loss.detach())], host_grad(grads).numpy()]))
     for t in [int(v) for v in args.threads.split(",")]:
         torch.set_num_threads(t)
         for _ in range(2):
@@ -250,20 +250,24 @@ def bench(args):
             f"{'gradient s':>10} {'grad CPU s':>10} {'crit/grad':>9} {'cases/s':>8} "
             f"{'first call s':>12} {'vs ref':>8}")
     if version:
-        head += f" {'torch crit s':>12} {'torch grad s':>12} {'ours/torch':>10} {'vs torch':>8}"
+        head += (f" {'torch crit s':>12} {'torch grad s':>12} {'torch CPU s':>11} {'ours/torch':>10}"
+                 f" {'CPU ratio':>9} {'vs torch':>8}")
     print(head)
     for name, n, t, b, tc, tg, cg, first, err, p, diff in rows:
         line = (f"{name:<12} {n:>6} {t:>3} {b:>5} {tc:>11.4f} {tg:>10.4f} {cg:>10.4f} "
                 f"{tc / tg:>9.2f} {n / tg:>8.0f} {first:>12.2f} {err:>8.0e}")
         if p:
             line += (f" {p['criterion_s']:>12.4f} {p['gradient_s']:>12.4f} "
-                     f"{tg / p['gradient_s']:>10.2f} {diff:>8.0e}")
+                     f"{p['gradient_cpu_s']:>11.4f} {tg / p['gradient_s']:>10.2f} "
+                     f"{cg / p['gradient_cpu_s']:>9.2f} {diff:>8.0e}")
         print(line)
     print("gradient s, criterion s: wall clock; grad CPU s: CPU time of the whole process per "
           "gradient (all threads).")
     if version:
         print(f"torch: PyTorch {version} on the CPU, float64, the same cases and weights, "
-              f"torch.set_num_threads(thr); ours/torch: gradient time over PyTorch's; vs torch: "
+              f"torch.set_num_threads(thr); ours/torch: gradient time over PyTorch's; CPU ratio: "
+              f"the same for the processes' CPU time (steadier where other work loads the machine; "
+              f"with several threads it counts PyTorch's spinning threads too); vs torch: "
               f"relative difference of the full-batch criterion and gradient (max-pooling ties "
               f"may fall on another element where sums are taken in another order).")
     print(f"load average after the runs: {os.getloadavg()[0]:.2f}")
