@@ -41,6 +41,8 @@ SHOWN_CHARS = 60
 # Suggestions compare at most this many words of this many characters each, so a huge line costs
 # no more than a short one.
 SUGGEST_WORDS, SUGGEST_CHARS = 6, 40
+# Longest control file read (far beyond any real one).
+MAX_CONTROL_CHARS = 16 << 20
 # Longest whole number read (far beyond any size that fits; Python refuses much longer ones).
 MAX_DIGITS = 100
 
@@ -462,7 +464,11 @@ def parse_file(path, display_name=None):
     name = display_name or path
     try:
         with open(path, "r", encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
+            text = f.read(MAX_CONTROL_CHARS + 1)      # bounded: /dev/zero is a "file" too
+        if len(text) > MAX_CONTROL_CHARS:
+            raise ConvnetError(f"the control file is longer than {MAX_CONTROL_CHARS:,} characters",
+                               name)
+        lines = text.splitlines()
     except FileNotFoundError:
         raise ConvnetError("control file not found", name) from None
     except IsADirectoryError:

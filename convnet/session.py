@@ -489,6 +489,11 @@ class Session:
             alt = self._output_path(cmd.args["filename"])
             if os.path.exists(alt):
                 path = alt
+        try:
+            size = os.path.getsize(path) if os.path.isfile(path) else 0
+        except OSError:
+            size = 0
+        memory.require(2 * size, f"the model file '{path}' ({size:,} bytes, read and decoded)")
         loaded = load_model(path)
         self.model_arch = loaded.arch
         self.model_series = loaded.series

@@ -151,3 +151,58 @@ def test_display_filter_and_activation_grids_too_big(tmp_path):
     text = text.replace("DISPLAY FILTER IMAGES 1 100000 100000", "DISPLAY ACTIVATION IMAGES 1 "
                         "100000 100000 1")
     _check_refuses(tmp_path, text, 6, "a picture of 100000 x 100000 images")
+
+
+def test_a_gzip_file_that_expands_beyond_memory_is_refused(tmp_path, monkeypatch):
+    import gzip
+    bomb = tmp_path / "bomb-idx3-ubyte.gz"
+    bomb.write_bytes(gzip.compress(b"\0\0\x08\x03" + b"\0" * (48 << 20), compresslevel=9))
+    assert bomb.stat().st_size < 1 << 20
+    monkeypatch.setattr(memory, "host_available", lambda: 16 << 20)
+    path = tmp_path / "bomb.ctl"
+    path.write_text(f'READ MNIST IMAGE "{bomb}"\n')
+    result = invoke("check", path)
+    assert result.exit_code == 2, result.output
+    assert f"{path}:1: not enough host memory for MNIST image file '{bomb}' decompressed" \
+        in result.output
+    assert "16.00 MiB available" in result.output
+
+
+@pytest.mark.parametrize("tail, ok", [(b"", True), (b"\0" * 10, True), (b"junk", False)])
+def test_gunzip_in_pieces_reads_what_gzip_reads(tail, ok):
+    import gzip
+    from convnet.data._files import gunzip_if_gzip
+    payload = bytes(range(256)) * 1000
+    data = gzip.compress(payload[:100_000]) + gzip.compress(payload[100_000:]) + tail
+    if ok:
+        assert gunzip_if_gzip(data, "f", "file") == payload
+    else:
+        with pytest.raises(ConvnetError, match="cannot be decompressed"):
+            gunzip_if_gzip(data, "f", "file")
+    with pytest.raises(ConvnetError, match="corrupt or truncated"):
+        gunzip_if_gzip(gzip.compress(payload)[:-100], "f", "file")
+
+
+def test_a_model_file_larger_than_memory_is_refused(tmp_path, monkeypatch):
+    model = tmp_path / "big.cnm"
+    model.write_bytes(b"CONVNETM" + b"\0" * (3 << 20))
+    monkeypatch.setattr(memory, "host_available", lambda: 1 << 20)
+    path = tmp_path / "load.ctl"
+    path.write_text(f'LOAD MODEL "{model}"\n')
+    result = invoke("check", path)
+    assert result.exit_code == 2
+    assert f"{path}:1: not enough host memory for the model file '{model}'" in result.output
+
+
+@pytest.mark.parametrize("command", ["READ MNIST IMAGE", "READ C10 IMAGE", "READ SERIES"])
+def test_a_data_file_that_never_ends_is_refused(tmp_path, monkeypatch, command):
+    import os
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("needs /dev/zero")
+    monkeypatch.setattr(memory, "host_available", lambda: 200 << 20)
+    path = tmp_path / "zero.ctl"
+    path.write_text(f'{command} "/dev/zero"\n')
+    result = invoke("check", path)
+    assert result.exit_code == 2
+    assert f"{path}:1: not enough host memory for " in result.output
+    assert "'/dev/zero' (at least" in result.output

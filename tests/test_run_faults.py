@@ -179,3 +179,10 @@ def test_error_messages_stay_one_short_line():
     assert len(text) < 300
     many = str(ConvnetError(" ".join(["word"] * 1000)))
     assert len(many) <= 600 and many.endswith("word")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_an_endless_control_file_is_refused():
+    line = one_error(invoke("check", "/dev/zero"))
+    assert line == (f"convnet: error: /dev/zero: the control file is longer than "
+                    f"{control.MAX_CONTROL_CHARS:,} characters")

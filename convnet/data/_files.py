@@ -1,20 +1,29 @@
 """Reading a whole data file into memory, with errors that name it; pixel bytes to tones."""
 
-import gzip
 import zlib
 
 import numpy as np
 
 from ..errors import ConvnetError
+from ..memory import require
 
 GZIP_MAGIC = b"\x1f\x8b"
+GUNZIP_PIECE = 64 << 20      # bytes decompressed between two memory checks
+READ_PIECE = 64 << 20        # bytes read between two memory checks
 
 
 def read_bytes(path, what):
     """The bytes of ``path``; ``what`` names the file in messages (e.g. "MNIST image file")."""
     try:
         with open(path, "rb") as f:
-            return f.read()
+            pieces, total = [], 0
+            while True:                  # in pieces: a device such as /dev/zero never ends
+                piece = f.read(READ_PIECE)
+                if not piece:
+                    return b"".join(pieces)
+                total += len(piece)
+                require(2 * total, f"{what} '{path}' (at least {total} bytes)")
+                pieces.append(piece)
     except FileNotFoundError:
         raise ConvnetError(f"{what} '{path}' not found") from None
     except IsADirectoryError:
@@ -28,11 +37,34 @@ def gunzip_if_gzip(data, path, what):
     if not data.startswith(GZIP_MAGIC):
         return data
     try:
-        return gzip.decompress(data)
+        return _gunzip_within_memory(data, path, what)
     except (OSError, EOFError, zlib.error) as e:
         detail = str(e) or type(e).__name__
         raise ConvnetError(f"{what} '{path}' starts like a gzip file but cannot be "
                            f"decompressed (corrupt or truncated: {detail})") from None
+
+
+def _gunzip_within_memory(data, path, what):
+    """gzip.decompress in pieces, refusing (ConvnetError) once the output would not fit in memory:
+    a small file can expand a thousandfold."""
+    pieces, total, rest = [], 0, data
+    while rest:
+        member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        pending = rest
+        while not member.eof:
+            piece = member.decompress(pending, GUNZIP_PIECE)
+            pending = member.unconsumed_tail
+            total += len(piece)
+            require(2 * total, f"{what} '{path}' decompressed (at least {total} bytes)")
+            pieces.append(piece)
+            if not piece and not pending:
+                raise EOFError("the compressed data ends before its end-of-stream marker")
+        rest = member.unused_data
+        if rest and not rest.startswith(GZIP_MAGIC):
+            if rest.strip(b"\0"):           # zero padding after the last member is allowed
+                raise OSError("data after the last gzip member is not a gzip member")
+            break
+    return b"".join(pieces)
 
 
 def pixel_tones(pixels):

@@ -65,6 +65,7 @@ import numpy as np
 
 from ..errors import ConvnetError
 from ..memory import require, series_bytes
+from ._files import read_bytes
 from .dataset import Dataset
 
 TRANSFORMS = ("RAWDATA", "RAWLOG", "DIFFDATA", "DIFFLOG")
@@ -265,15 +266,7 @@ class SeriesCases:
 
 # ---------------------------------------------------------------------------------- reading
 def _read_text(path):
-    try:
-        with open(path, "r", encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise ConvnetError(f"series file '{path}' not found") from None
-    except IsADirectoryError:
-        raise ConvnetError(f"series file '{path}' is a folder, not a file") from None
-    except OSError as e:
-        raise ConvnetError(f"cannot read series file '{path}': {e.strerror}") from None
+    return read_bytes(path, "series file").decode("utf-8", errors="replace")
 
 
 def split_fields(text):
