@@ -44,16 +44,13 @@ def run(files, out, device, threads, seed, quiet):
     try:
         session.run(list(files))
     except ConvnetError as e:
-        session.status = "error"
         _last_words(session, f"ERROR: {e}")
         fail(e)
     except Interrupted as e:
-        session.status = e.status
         why = "by the user (Ctrl-C)" if e.signum == signal.SIGINT else "by SIGTERM"
         _last_words(session, f"Run ended {why}; the log is complete up to here")
         click.echo(f"convnet: {e}", err=True)
         sys.exit(e.exit_status)
-    session.status = "completed"
     try:
         session.close()
     except ConvnetError as e:

@@ -62,10 +62,5 @@ class Interrupted(Exception):
         self.signum = int(signum)
 
     @property
-    def status(self):
-        """The run's status word: "terminated" for SIGTERM, "interrupted" for Ctrl-C."""
-        return "terminated" if self.signum == 15 else "interrupted"
-
-    @property
     def exit_status(self):
         return 128 + self.signum

@@ -104,9 +104,6 @@ class Session:
         self.device_note_written = False
         self.outcomes = []                       # (command, result) of every TRAIN and TEST
         self.outputs = []                        # files written under --out, in order
-        # "running", then "completed", "error", "interrupted" (Ctrl-C) or "terminated" (SIGTERM):
-        # set by whoever ends the run (the command line, run() below), for the run's results
-        self.status = "running"
         self.log = LogWriter(None)
         self.lock = None
         if not check_only:
@@ -118,13 +115,14 @@ class Session:
                 raise ConvnetError(f"cannot create the output folder '{out}': "
                                    f"{e.strerror or e}") from None
             self.lock = RunLock.acquire(out)
-            try:
+        try:
+            if not check_only:
                 self.log = LogWriter(os.path.join(out, log_name))
-            except ConvnetError:
-                self.lock.release()
-                raise
-            self._wrote(self.log.path)
-        self.record = self._make_record(report)
+                self._wrote(self.log.path)
+            self.record = self._make_record(report)
+        except BaseException:
+            self.close()
+            raise
 
     def _make_record(self, report):
         """results.json (and, unless ``report`` is False, report.html) kept up to date as the
@@ -153,16 +151,24 @@ class Session:
         try:
             self._run(paths)
         except ConvnetError as e:
-            self.record.finish("error", e)
+            self._finish_record("error", e)
             raise
         except (Interrupted, KeyboardInterrupt) as e:
-            self.record.finish("interrupted", e)
+            self._finish_record("interrupted", e)
             raise
         except Exception as e:
-            self.record.finish("error", e)
+            self._finish_record("error", e)
             raise
         self.record.finish("done")
         return self
+
+    def _finish_record(self, status, error):
+        """Record how the session ended; if that cannot be written either (a full disk), the
+        error being raised already says what matters."""
+        try:
+            self.record.finish(status, error)
+        except ConvnetError:
+            pass
 
     def _run(self, paths):
         parsed = []
@@ -622,16 +628,11 @@ def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True, repo
                       report=report)
     try:
         session.run(paths)
-        session.status = "completed"
     except ConvnetError as e:
-        session.status = "error"
         try:
             session.log.write(f"ERROR: {e}")
         except ConvnetError:        # the log itself cannot be written: e says so already
             pass
-        raise
-    except Interrupted as e:
-        session.status = e.status
         raise
     finally:
         session.close()

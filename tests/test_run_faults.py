@@ -186,3 +186,22 @@ def test_an_endless_control_file_is_refused():
     line = one_error(invoke("check", "/dev/zero"))
     assert line == (f"convnet: error: /dev/zero: the control file is longer than "
                     f"{control.MAX_CONTROL_CHARS:,} characters")
+
+
+@pytest.mark.parametrize("room", [0, 1, 3])
+def test_disk_fills_up_while_the_results_are_written(tmp_path, monkeypatch, room):
+    import convnet.logs.results as results
+    real = results.write_atomic
+    left = [room]
+
+    def filling(path, text):
+        left[0] -= 1
+        if left[0] < 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path) + ".tmp")
+        return real(path, text)
+    monkeypatch.setattr(results, "write_atomic", filling)
+    ctl = tmp_path / "a.ctl"
+    ctl.write_text(SMALL)
+    line = one_error(invoke("run", ctl, "--out", tmp_path / "out", "--seed", "1", "--quiet"))
+    assert line.endswith(": No space left on device") and "cannot write" in line, line
+    assert not (tmp_path / "out" / ".convnet.lock").exists()

@@ -88,6 +88,9 @@ def test_second_run_into_a_busy_folder_is_refused_and_sigterm_ends_the_first(tmp
     log = (out / "CONVNET.LOG").read_text().splitlines()
     assert log[-1] == "Run ended by SIGTERM; the log is complete up to here"
     assert not (out / LOCK_NAME).exists()
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "interrupted"
+    assert results["error"]["text"] == "run ended by SIGTERM"
 
 
 def _finished_pid():
@@ -250,15 +253,7 @@ def test_a_run_ends_with_a_summary_and_quiet_keeps_to_errors(tmp_path):
     assert result.exit_code == 0 and result.output == ""
 
 
-def test_the_run_status_for_the_results(tmp_path):
+def test_exit_status_of_an_interruption():
     from convnet.errors import Interrupted
-    from convnet.session import run
-    assert Interrupted("x", signal.SIGTERM).status == "terminated"
     assert Interrupted("x", signal.SIGTERM).exit_status == 143
-    assert Interrupted("x", signal.SIGINT).status == "interrupted"
     assert Interrupted("x", signal.SIGINT).exit_status == 130
-    ctl = tmp_path / "a.ctl"
-    ctl.write_text(SMALL)
-    session = run([ctl], out=tmp_path / "out", seed=1, threads=1)
-    assert session.status == "completed"
-    assert [r.kind for _, r in session.outcomes] == ["TRAIN", "TEST"]

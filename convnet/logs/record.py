@@ -89,6 +89,13 @@ class SessionRecord:
         """Replace results.json (``force`` False: only when the throttle allows)."""
         if self.path is None or not (force or self.throttle.due()):
             return
+        try:
+            self._write(final)
+        except OSError as e:         # a full disk, a folder gone: the run's one error line
+            name = e.filename or self.path
+            raise ConvnetError(f"cannot write {name}: {e.strerror or e}") from None
+
+    def _write(self, final):
         self.data["updated"] = _now()
         if final and self.on_change is not None:      # first, so that its time is in the file
             self.on_change(self.data, final)
