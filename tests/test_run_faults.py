@@ -35,7 +35,8 @@ def one_error(result):
 
 @pytest.mark.parametrize("command", ["run", "check"])
 def test_a_folder_given_as_control_file(tmp_path, command):
-    line = one_error(invoke(command, tmp_path))
+    out = ("--out", tmp_path / "out") if command == "run" else ()
+    line = one_error(invoke(command, tmp_path, *out))
     assert line == f"convnet: error: {tmp_path}: is a folder, not a control file"
 
 
