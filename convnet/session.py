@@ -151,24 +151,16 @@ class Session:
         try:
             self._run(paths)
         except ConvnetError as e:
-            self._finish_record("error", e)
+            self.record.finish("error", e)
             raise
         except (Interrupted, KeyboardInterrupt) as e:
-            self._finish_record("interrupted", e)
+            self.record.finish("interrupted", e)
             raise
         except Exception as e:
-            self._finish_record("error", e)
+            self.record.finish("error", e)
             raise
         self.record.finish("done")
         return self
-
-    def _finish_record(self, status, error):
-        """Record how the session ended; if that cannot be written either (a full disk), the
-        error being raised already says what matters."""
-        try:
-            self.record.finish(status, error)
-        except ConvnetError:
-            pass
 
     def _run(self, paths):
         parsed = []
