@@ -204,6 +204,36 @@ def device_training_bytes(arch, n_cases, max_batch=None):
     return data + weights + batch * per_case
 
 
+def require_model(arch, n_cases, threads, training, device, max_batch=None):
+    """Refuse a TRAIN (``training``) or TEST whose model and work areas cannot fit in host memory,
+    or in the CUDA device's when ``device`` ("cpu", "cuda" or "auto") uses a usable GPU."""
+    if training:
+        need = host_training_bytes(arch, threads)
+    else:
+        need = host_testing_bytes(arch, n_cases, threads)
+    what = f"the model's {arch.n_weights:,} weights"
+    big = largest_layer(arch)
+    if big is not None and big.n_weights * 2 > arch.n_weights and big.spec.line is not None:
+        what += f" (most of them in line {big.spec.line}: {big.spec.control_line()})"
+    require(need, what + f" and {'training' if training else 'testing'} on the host")
+    if device == "cpu":
+        return
+    from .devices import cuda_status
+    if not cuda_status()[0]:
+        return
+    require(device_training_bytes(arch, n_cases, max_batch),
+            f"{n_cases} cases and the model's {arch.n_weights:,} weights on the CUDA device",
+            device_available(), where="device")
+
+
+def require_picture(rows, cols, tile_rows, tile_cols, bands):
+    """Refuse a DISPLAY grid of rows x cols tiles whose picture cannot fit in host memory."""
+    from .display.grids import GridGeometry
+    geom = GridGeometry(tile_rows, tile_cols, rows, cols)
+    need = picture_bytes(geom.width, geom.height, rows * cols, tile_rows * tile_cols * bands)
+    require(need, f"a picture of {rows} x {cols} images ({geom.width} x {geom.height} pixels)")
+
+
 def largest_layer(arch):
     """The hidden layer with the most weights (for messages), or None."""
     layers = [layer for layer in arch.layers if layer.n_weights]

@@ -377,25 +377,8 @@ class Session:
     def _require_memory(self, arch, data, training):
         """Refuse a TRAIN or TEST whose model and work areas cannot fit in host (or device) memory."""
         from .devices import host_threads
-        threads = self.params["THREADS"] or host_threads()
-        if training:
-            need = memory.host_training_bytes(arch, threads)
-        else:
-            need = memory.host_testing_bytes(arch, data.n_cases, threads)
-        what = f"the model's {arch.n_weights:,} weights"
-        big = memory.largest_layer(arch)
-        if big is not None and big.n_weights * 2 > arch.n_weights and big.spec.line is not None:
-            what += f" (most of them in line {big.spec.line}: {big.spec.control_line()})"
-        what += f" and {'training' if training else 'testing'} on the host"
-        memory.require(need, what)
-        if self.current_device() == "cpu":
-            return
-        from .devices import cuda_status
-        if not cuda_status()[0]:
-            return
-        need = memory.device_training_bytes(arch, data.n_cases, self.params["MAX BATCH"])
-        memory.require(need, f"{data.n_cases} cases and the model's {arch.n_weights:,} weights "
-                       "on the CUDA device", memory.device_available(), where="device")
+        memory.require_model(arch, data.n_cases, self.params["THREADS"] or host_threads(), training,
+                             self.current_device(), self.params["MAX BATCH"])
 
     def _log_parameters(self, device):
         p = self.params
@@ -561,13 +544,7 @@ class Session:
 
     def _require_picture(self, cmd, tile_rows, tile_cols, bands):
         """Refuse a DISPLAY grid whose picture cannot fit in memory."""
-        from .display.grids import GridGeometry
-        a = cmd.args
-        geom = GridGeometry(tile_rows, tile_cols, a["rows"], a["columns"])
-        need = memory.picture_bytes(geom.width, geom.height, a["rows"] * a["columns"],
-                                    tile_rows * tile_cols * bands)
-        memory.require(need, f"a picture of {a['rows']} x {a['columns']} images "
-                       f"({geom.width} x {geom.height} pixels)")
+        memory.require_picture(cmd.args["rows"], cmd.args["columns"], tile_rows, tile_cols, bands)
 
     # ------------------------------------------------------------------ the dispatch table
     # Every command name the parser produces (control.COMMANDS' command_name, plus SET for
