@@ -278,11 +278,22 @@ PARAMETERS: List[ParamSpec] = [
               "megabytes of device convolution-gradient scratch", 2047),
     ParamSpec("ANNEAL ITERS", _int("ANNEAL ITERS", 0), "annealing criterion evaluations", 100),
     ParamSpec("ANNEAL RANGE", _float("ANNEAL RANGE", 0.0, exclusive_min=True),
-              "size of the first random weights", 0.1),
+              "approximate range of the random starting weights, the same for every weight "
+              "unless ANNEAL SCALE = FANIN", 0.1),
+    ParamSpec("ANNEAL SCALE", Arg("ANNEAL SCALE", "choice", choices=("FLAT", "FANIN")),
+              "FLAT (the book's meaning): every starting weight is drawn within ANNEAL RANGE; "
+              "FANIN: a layer whose neurons have n inputs gets ANNEAL RANGE * sqrt(300 / n), so "
+              "that every layer's net inputs start about equally spread (benchmarks/NOTES.md "
+              "compares the two)", "FLAT"),
     ParamSpec("MAXITERS", _int("MAXITERS", 0), "conjugate-gradient iterations at most", 1000,
               aliases=("MAX ITERS",)),
     ParamSpec("TOL", _float("TOL", 0.0, exclusive_min=True),
-              "relative improvement that ends refinement", 0.00005),
+              "convergence test of the refinement: after each conjugate-gradient iteration the "
+              "relative improvement (f_before - f_after) / abs(f_before) of the criterion is "
+              "compared with TOL; when it is below, the next iteration restarts along the negative "
+              "gradient, and when that iteration's improvement is below TOL too, refinement ends. "
+              "Refinement also ends at MAXITERS iterations, when the gradient vanishes, or when the "
+              "negative gradient gives no lower point", 0.00005),
     ParamSpec("WPEN", _float("WPEN", 0.0), "weight penalty", 0.0),
     ParamSpec("CUDA", Arg("CUDA", "choice", choices=("YES", "NO", "AUTO")),
               "use the GPU: YES, NO or AUTO", "AUTO"),

@@ -24,6 +24,10 @@ from .logs.writer import LogWriter
 from .runlock import RunLock
 from . import memory
 
+# The parameters that every TRAIN and TEST writes to CONVNET.LOG, in the book's dialog order.
+LOGGED_PARAMETERS = ("MAX BATCH", "MAX HID GRAD", "MAX MEM GRAD", "ANNEAL ITERS", "ANNEAL RANGE",
+                     "ANNEAL SCALE", "MAXITERS", "TOL", "WPEN")
+
 
 class Interrupt:
     """Counts Ctrl-C presses: the first asks the running phase to move on, the second ends the run.
@@ -380,13 +384,16 @@ class Session:
         memory.require_model(arch, data.n_cases, self.params["THREADS"] or host_threads(), training,
                              self.current_device(), self.params["MAX BATCH"])
 
-    def _log_parameters(self, device):
+    def _log_parameters(self, device, title="Training parameters"):
+        """Every parameter in force (SPEC 2.4, the annealing scale and the seed), then the device
+        and threads: written at each TRAIN and each TEST."""
         p = self.params
         from .devices import host_threads
         threads = p["THREADS"] or host_threads()
-        self.log.write(f"Training parameters: ANNEAL ITERS = {p['ANNEAL ITERS']}, ANNEAL RANGE = "
-                       f"{p['ANNEAL RANGE']}, MAXITERS = {p['MAXITERS']}, TOL = {p['TOL']}, "
-                       f"WPEN = {p['WPEN']}")
+        values = [(name, p.get(name)) for name in LOGGED_PARAMETERS]
+        values.append(("RANDOM SEED", self.seed))
+        shown = ", ".join(f"{name} = {'automatic' if v is None else v}" for name, v in values)
+        self.log.write(f"{title}: {shown}")
         where = "CUDA device" if device == "cuda" else f"host ({threads} threads)"
         self.log.write(f"Computing on the {where}")
 
@@ -429,6 +436,7 @@ class Session:
             self.model = self._make_model(self.model_arch, device)
             self.model.weights = weights
             self.model_device = device
+        self._log_parameters(device, "Parameters in force")
         from .train.trainer import test
         entry = self.record.begin("TEST", cmd, self.model_arch, self.params, device,
                                   self._used_threads(device))

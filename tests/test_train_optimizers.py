@@ -193,17 +193,28 @@ def test_anneal_ignores_nonfinite():
     assert r.criterion == 2.0
 
 
-def test_weight_scales_follow_fan_in():
+def test_weight_scales_flat_by_default():
+    """The book's meaning of ANNEAL RANGE: the same range for every weight, bias included."""
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "POOLED MAX LAYER 3 3 2 2",
+                                    "FULLY CONNECTED LAYER 4"], 12, 12, 1, 6)
+    s = weight_scales(arch, 0.1)
+    assert s.shape == (arch.n_weights,) and np.all(s == 0.1)
+    assert np.array_equal(weight_scales(arch, 0.25, "FLAT"), np.full(arch.n_weights, 0.25))
+    with pytest.raises(ValueError, match="ANNEAL SCALE"):
+        weight_scales(arch, 0.1, "WIDE")
+
+
+def test_weight_scales_follow_fan_in_on_request():
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "POOLED MAX LAYER 3 3 2 2",
                                     "LOCAL LAYER 3 1 1 1 1 1 1", "POOLED AVERAGE LAYER 3 3 2 2",
                                     "FULLY CONNECTED LAYER 4"], 12, 12, 1, 6)
-    s = weight_scales(arch, 0.1)
+    s = weight_scales(arch, 0.1, "FANIN")
     assert s.shape == (arch.n_weights,)
     for layer in arch.all_layers:
         if layer.n_weights:
             fan_in = layer.n_prior_weights - 1
             assert np.allclose(s[layer.weight_slice], 0.1 * math.sqrt(REFERENCE_FAN_IN / fan_in))
-    assert np.allclose(weight_scales(arch, 0.2), 2 * s)
+    assert np.allclose(weight_scales(arch, 0.2, "FANIN"), 2 * s)
 
 
 def test_slope_search_recovers_from_overflowing_first_step():

@@ -29,7 +29,7 @@ _CONTROL_FILE = re.compile(r"^Control file (.+)$")
 _INPUT = re.compile(r"^Input has (\d+) rows, (\d+) columns, and (\d+) bands")
 _TOTAL_WEIGHTS = re.compile(r"^(\d+) Total weights for the entire model")
 _OUTPUT_LAYER = re.compile(r"^Layer \d+ \(output\) is fully connected, with (\d+) slices")
-_PARAMS = re.compile(r"^Training parameters:\s*(.*)$")
+_PARAMS = re.compile(r"^(?:Training parameters|Parameters in force):\s*(.*)$")
 _PARAM = re.compile(r"([A-Z][A-Z ]*?)\s*=\s*(\S+?)(?:,|$)")
 _DEVICE_HOST = re.compile(r"^Computing on the host(?: \((\d+|all cores) threads?\))?")
 _DEVICE_CUDA = re.compile(r"^Computing on the CUDA device")
@@ -490,6 +490,7 @@ def compare_lines(log_a, log_b, number_a=None, number_b=None):
             ("device", train.device or "-"),
             ("ANNEAL ITERS", p.get("ANNEAL ITERS", "-")),
             ("ANNEAL RANGE", p.get("ANNEAL RANGE", "-")),
+            ("ANNEAL SCALE", p.get("ANNEAL SCALE", "-")),
             ("MAXITERS", p.get("MAXITERS", "-")),
             ("TOL", p.get("TOL", "-")),
             ("WPEN", p.get("WPEN", "-")),

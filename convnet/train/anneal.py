@@ -1,7 +1,8 @@
 """Starting weights by simulated annealing (the first phase of TRAIN).
 
 ANNEAL ITERS full-batch criterion evaluations. The first trial is a random weight vector of about
-ANNEAL RANGE (see ``weight_scales`` for the per-layer sizes); every later trial is a random
+ANNEAL RANGE (see ``weight_scales``: the same for every weight, as the book means it, or scaled by
+layer with ANNEAL SCALE = FANIN); every later trial is a random
 perturbation of the current point whose size falls geometrically with the temperature, from the
 full scale down to ``END_TEMPERATURE`` of it. A trial replaces the current point when it is lower,
 or, when it is higher by D, with probability exp(-D / (E * T)), where T is the temperature (1 down to
@@ -19,25 +20,34 @@ import numpy as np
 
 END_TEMPERATURE = 0.1
 
-# Inputs of one neuron for which the weights get exactly ANNEAL RANGE (see weight_scales).
+# Inputs of one neuron for which FANIN scaling gives exactly ANNEAL RANGE (see weight_scales).
 REFERENCE_FAN_IN = 300
 
+# ANNEAL SCALE choices: the book's flat range (the default) and the per-layer fan-in option.
+FLAT, FANIN = "FLAT", "FANIN"
+ANNEAL_SCALES = (FLAT, FANIN)
 
-def weight_scales(arch, anneal_range):
-    """The half-width of the random weights of every weight, by layer (1-D, the host weight order).
 
-    The book draws every weight at about ANNEAL RANGE. That is right for a layer with a few hundred
-    inputs per neuron, but the net input of a tanh neuron grows with the square root of its number of
-    inputs: with a fixed range, a neuron that sees 1153 prior activations starts four times as
-    excited as one that sees 75, and one that sees 10 barely leaves the linear part of tanh. So a
-    layer whose neurons have ``fan_in`` inputs (bias excluded) gets
+def weight_scales(arch, anneal_range, scale=FLAT):
+    """The half-width of the random starting value of every weight (1-D, the host weight order).
+
+    FLAT (the default, the book's meaning of ANNEAL RANGE): every weight, bias included, gets
+    ANNEAL RANGE.
+
+    FANIN: the net input of a tanh neuron grows with the square root of its number of inputs, so
+    with one range a neuron that sees 1153 prior activations starts four times as excited as one
+    that sees 75. With FANIN a layer whose neurons have ``fan_in`` inputs (bias excluded) gets
 
         ANNEAL RANGE * sqrt(REFERENCE_FAN_IN / fan_in)
 
     which keeps the spread of every layer's net inputs about the same (the idea behind the usual
-    fan-in initializations), while ANNEAL RANGE keeps its meaning and remains the knob that sets the
-    overall size. Biases get the same range as their layer's weights.
+    fan-in initializations); ANNEAL RANGE still sets the overall size. Biases get their layer's
+    range. benchmarks/NOTES.md compares the two.
     """
+    if scale not in ANNEAL_SCALES:
+        raise ValueError(f"ANNEAL SCALE must be one of {', '.join(ANNEAL_SCALES)}, not {scale!r}")
+    if scale == FLAT:
+        return np.full(arch.n_weights, float(anneal_range))
     scales = np.empty(arch.n_weights)
     for layer in arch.all_layers:
         if not layer.n_weights:

@@ -128,7 +128,7 @@ def train(model, dataset, params, log, interrupt, rng, progress=None):
 
     model: convnet.model.Model (its weights are overwritten, and hold the best point so far at every
     moment); dataset: with .inputs, .classes, .n_classes; params: control parameters (ANNEAL ITERS,
-    ANNEAL RANGE, MAXITERS, TOL, WPEN); log: LogWriter; interrupt: the session's Ctrl-C counter
+    ANNEAL RANGE, ANNEAL SCALE, MAXITERS, TOL, WPEN); log: LogWriter; interrupt: the session's Ctrl-C counter
     (.count, .reset()); rng: numpy Generator (the only source of randomness); progress: optional
     callable(phase, iteration, current, best, total=limit) for a live display.
     """
@@ -139,6 +139,7 @@ def train(model, dataset, params, log, interrupt, rng, progress=None):
     wpen = float(param("WPEN"))
     n_anneal = int(param("ANNEAL ITERS"))
     anneal_range = float(param("ANNEAL RANGE"))
+    anneal_scale = param("ANNEAL SCALE")
     max_iters = int(param("MAXITERS"))
     tol = float(param("TOL"))
     arch = model.arch
@@ -164,7 +165,7 @@ def train(model, dataset, params, log, interrupt, rng, progress=None):
         if progress is not None:
             progress("Annealing", k, f, best, total=max(1, n_anneal))
 
-    ares = anneal(ev.criterion, weight_scales(arch, anneal_range), n_anneal, rng, stop=stop,
+    ares = anneal(ev.criterion, weight_scales(arch, anneal_range, anneal_scale), n_anneal, rng, stop=stop,
                   on_eval=on_eval)
     _flush_anneal(log, pending)
     model.weights = ares.weights
