@@ -107,6 +107,8 @@ class Session:
         self.interrupt = Interrupt()
         self.device_note_written = False
         self.outcomes = []                       # (command, result) of every TRAIN and TEST
+        self.cuda_log = None                     # the session's CUDA.LOG, started by its first part
+        self.cuda_uploads_before = 0             # weight copies before the current command
         self.outputs = []                        # files written under --out, in order
         self.log = LogWriter(None)
         self.lock = None
@@ -357,6 +359,7 @@ class Session:
         device = self._resolve_device(cmd)
         self.model = self._make_model(arch, device)
         self.model_device = device
+        self.cuda_uploads_before = 0
         self._log_parameters(device)
         from .train.trainer import train
         progress = self._progress()
@@ -416,11 +419,19 @@ class Session:
             if table:
                 self.log.write(table)
         else:
-            from .device.cuda_log import write_cuda_log
-            write_cuda_log(os.path.join(self.out, "CUDA.LOG"), self.model.backend, self.model.arch,
-                           self.params)
-            self._wrote(os.path.join(self.out, "CUDA.LOG"))
-            self.record.cuda_log(os.path.join(self.out, "CUDA.LOG"), self.out)
+            self._add_cuda_log(cmd)
+
+    def _add_cuda_log(self, cmd):
+        """Append this TRAIN's or TEST's part to the session's CUDA.LOG (the first part starts it)."""
+        from .device.cuda_log import CudaLog
+        if self.cuda_log is None:
+            self.cuda_log = CudaLog(os.path.join(self.out, "CUDA.LOG"))
+        heading = f"{cmd.name} ({cmd.file}, line {cmd.line}: {cmd.text})"
+        params = dict(self.params, **{"RANDOM SEED": self.seed})
+        self.cuda_log.add(heading, self.model.backend, self.model.arch, params,
+                          self.cuda_uploads_before)
+        self._wrote(self.cuda_log.path)
+        self.record.cuda_log(self.cuda_log.path, self.out)
 
     def _test(self, cmd):
         data = self._need_data(cmd)
@@ -437,10 +448,15 @@ class Session:
             self.model.weights = weights
             self.model_device = device
         self._log_parameters(device, "Parameters in force")
+        if device == "cuda":                    # CUDA.LOG times this TEST alone
+            self.model.backend.reset_timings()
+            self.cuda_uploads_before = self.model.backend.weight_uploads
         from .train.trainer import test
         entry = self.record.begin("TEST", cmd, self.model_arch, self.params, device,
                                   self._used_threads(device))
         result = test(self.model, data, self.log)
+        if device == "cuda":
+            self._add_cuda_log(cmd)
         self.results.append(result)
         self.outcomes.append((cmd, result))
         self.record.end_test(entry, result)

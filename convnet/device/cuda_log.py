@@ -1,13 +1,19 @@
-"""CUDA.LOG: what the device path did, in four sections (SPEC section 5, book p.172).
+"""CUDA.LOG: what the device path did (SPEC section 5, book p.172).
+
+A session keeps one CUDA.LOG: its first device TRAIN or TEST starts the file, and every device
+TRAIN and TEST appends a part headed by the command and its control-file line, so nothing a
+session did on the device is overwritten. Each part has the book's four sections:
 
     1. the device and its capabilities
     2. the architecture and the training parameters
     3. device memory allocations, the gradient partial-sum scratch and how MAX BATCH,
        MAX HID GRAD and MAX MEM GRAD split the launches
-    4. device time by layer and activity, measured with CUDA events: launches, total ms and
-       ms per launch; the rows add up to the measured total
+    4. device time by layer and activity during that command, measured with CUDA events:
+       launches, total ms and ms per launch; the rows add up to the measured total. Every activity
+       of the book's table is either a row or named in one line saying why it has no launch.
 
-``write_cuda_log(path, backend, arch, params)`` writes the file; ``cuda_log_lines`` gives its lines.
+:class:`CudaLog` appends the parts; ``write_cuda_log(path, backend, arch, params)`` writes a file
+of one part; ``cuda_log_lines`` gives a part's lines.
 """
 
 import datetime
@@ -19,7 +25,34 @@ from .. import __version__
 ACTIVITY_ORDER = ("weight copy", "forward", "softmax", "delta", "gradient", "gradient fetch",
                   "log likelihood")
 
+# The book's activities (SPEC 5) and the row that times each here (None: no launch of its own).
+BOOK_ACTIVITIES = (
+    ("activation", "forward"),
+    ("delta backprop", "delta"),
+    ("gradient", "gradient"),
+    ("weight copy", "weight copy"),
+    ("SoftMax", "softmax"),
+    ("log likelihood", "log likelihood"),
+    ("delta move", None),
+    ("gradient fetch", "gradient fetch"),
+)
+NO_LAUNCH = {
+    "delta move": "no launch of its own: each layer's backward launch writes the delta of the layer "
+                  "below straight into the second of two delta buffers, which then swap roles, so "
+                  "no delta is ever moved",
+}
+# Why an activity that has launches on the device may have none in one command.
+NOT_IN_COMMAND = {
+    "delta": "no launches here: only criteria and outputs were evaluated, no gradient",
+    "gradient": "no launches here: only criteria and outputs were evaluated, no gradient",
+    "gradient fetch": "no launches here: no gradient was evaluated",
+    "log likelihood": "no launches here: only outputs were evaluated",
+    "weight copy": "no launches here: the weights on the device were already current",
+}
+
 DEVICE_PARAMS = ("MAX BATCH", "MAX HID GRAD", "MAX MEM GRAD")
+TRAINING_PARAMS = ("ANNEAL ITERS", "ANNEAL RANGE", "ANNEAL SCALE", "MAXITERS", "TOL", "WPEN",
+                   "RANDOM SEED")
 
 
 def _section(title):
@@ -33,13 +66,9 @@ def _param_lines(backend, params):
     out.append(f"   MAX BATCH = {'automatic (as many cases as fit in a quarter of free device memory)' if mb is None else mb}")
     out.append(f"   MAX HID GRAD = {backend.max_hid_grad}")
     out.append(f"   MAX MEM GRAD = {backend.max_mem_grad} MB")
-    for key in sorted(params):
-        if key in DEVICE_PARAMS:
-            continue
-        value = params[key]
-        if value is None:
-            continue
-        out.append(f"   {key} = {value}")
+    for key in TRAINING_PARAMS:
+        if params.get(key) is not None:
+            out.append(f"   {key} = {params[key]}")
     return out
 
 
@@ -87,10 +116,30 @@ def timing_lines(timings, measured_seconds=None):
     return out
 
 
-def cuda_log_lines(backend, arch, params):
-    stamp = datetime.datetime.now().isoformat(timespec="seconds")
-    lines = [f"CUDA.LOG, convnet {__version__}, {stamp}"]
-    lines += _section("1. Device and capabilities")
+def book_activity_lines(timings, fused_first_pool=None):
+    """One line for each activity of the book's table: the row that times it, or why it has no
+    launch of its own (always, or in this command). ``fused_first_pool``: the label of a pooling
+    layer computed inside the layer before it, if any."""
+    seen = {activity for _, activity, launches, _ in timings if launches}
+    out = ["The book's activities:"]
+    for book, ours in BOOK_ACTIVITIES:
+        if ours is None:
+            out.append(f"   {book}: {NO_LAUNCH[book]}")
+        elif ours in seen:
+            out.append(f"   {book}: the '{ours}' rows" +
+                       (" (when a gradient is wanted, the same launch computes the output delta)"
+                        if ours == "softmax" else ""))
+        else:
+            out.append(f"   {book}: {NOT_IN_COMMAND.get(ours, 'no launches here')}")
+    if fused_first_pool:
+        out.append(f"   ({fused_first_pool} activation: computed in the launch of the layer before "
+                   f"it, which pools as it goes, when only the criterion or outputs are wanted)")
+    return out
+
+
+def cuda_log_lines(backend, arch, params, weight_uploads_before=0):
+    """The four sections of one part, for what ``backend`` did since its timings were reset."""
+    lines = _section("1. Device and capabilities")
     try:
         lines += backend.rt.report()
     except Exception as e:              # the report is informative only
@@ -105,19 +154,47 @@ def cuda_log_lines(backend, arch, params):
         lines += backend.last_allocation
     else:
         lines.append("(no data set was bound to the device)")
-    lines.append(f"Weight copies to the device: {backend.weight_uploads}")
+    lines.append(f"Weight copies to the device: {backend.weight_uploads - weight_uploads_before}")
     lines += _section("4. Device time by layer and activity (CUDA events)")
     timer = backend.timer
     lines.append(f"Evaluations timed: {timer.evaluations}")
-    lines += timing_lines(backend.timings(), timer.total_seconds)
+    timings = backend.timings()
+    lines += timing_lines(timings, timer.total_seconds)
+    lines.append("")
+    fused = None
+    if getattr(backend, "fused_pool", False) and len(backend.labels) > 2:
+        fused = backend.labels[1]
+    lines += book_activity_lines(timings, fused)
     return lines
 
 
+def _title_line():
+    stamp = datetime.datetime.now().isoformat(timespec="seconds")
+    return f"CUDA.LOG, convnet {__version__}, {stamp}"
+
+
+class CudaLog:
+    """A session's CUDA.LOG: started (emptied) by the first part, appended to by every part."""
+
+    def __init__(self, path):
+        self.path = path
+        self.parts = 0
+
+    def add(self, heading, backend, arch, params, weight_uploads_before=0):
+        """Append one part: ``heading`` (the command and its control-file line), then the four
+        sections for what ``backend`` did since its timings were last reset."""
+        lines = [] if self.parts else [_title_line()]
+        rule = "=" * max(20, len(heading))
+        lines += ["", rule, heading, rule]
+        lines += cuda_log_lines(backend, arch, params, weight_uploads_before)
+        folder = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(folder, exist_ok=True)
+        with open(self.path, "a" if self.parts else "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        self.parts += 1
+        return self.path
+
+
 def write_cuda_log(path, backend, arch, params):
-    """Write CUDA.LOG at path (its folder is made if needed)."""
-    lines = cuda_log_lines(backend, arch, params)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    return path
+    """Write a CUDA.LOG of one part at path (its folder is made if needed)."""
+    return CudaLog(path).add("Device evaluations", backend, arch, params)

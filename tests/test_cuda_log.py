@@ -1,0 +1,87 @@
+"""CUDA.LOG keeps every device TRAIN and TEST of a session: appended parts, each headed by the
+command and its control-file line, each with the four sections and a timing table that names every
+activity of the book's table. Run against the emulated device here, and on a GPU where there is one."""
+
+import re
+
+import pytest
+
+from convnet.device import device_available
+from convnet.device import runtime
+from convnet.device.cuda_log import BOOK_ACTIVITIES
+from convnet.session import run
+
+from test_device_emulated import FakeRuntime
+
+CONTROL = """MAKE IMAGE 8 8 1 3 120
+CONVOLUTIONAL LAYER 4 1 1 1 1 1 1
+POOLED MAX LAYER 2 2 2 2
+FULLY CONNECTED LAYER 5
+ANNEAL ITERS = 4
+MAXITERS = 3
+CUDA = YES
+TRAIN
+FULLY CONNECTED LAYER 3
+MAX BATCH = 50
+TRAIN
+TEST
+"""
+
+SECTIONS = ("1. Device and capabilities", "2. Architecture and training parameters",
+            "3. Device memory allocations", "4. Device time by layer and activity")
+
+
+def _parts(text):
+    """(heading, body) of each part, split at the ruled headings."""
+    pieces = re.split(r"^=+\n(.+)\n=+\n", text, flags=re.M)
+    return list(zip(pieces[1::2], pieces[2::2]))
+
+
+def check_session_cuda_log(tmp_path):
+    ctl = tmp_path / "two.ctl"
+    ctl.write_text(CONTROL)
+    out = tmp_path / "out"
+    run([str(ctl)], out=str(out), seed=4)
+    text = (out / "CUDA.LOG").read_text()
+    assert text.startswith("CUDA.LOG, convnet ")
+    parts = _parts(text)
+    assert [h for h, _ in parts] == [f"TRAIN ({ctl}, line 8: TRAIN)",
+                                     f"TRAIN ({ctl}, line 11: TRAIN)",
+                                     f"TEST ({ctl}, line 12: TEST)"]
+    for heading, body in parts:
+        positions = [body.index(title) for title in SECTIONS]
+        assert positions == sorted(positions), heading
+        book = body[body.index("The book's activities:"):].splitlines()[1:len(BOOK_ACTIVITIES) + 1]
+        assert [line.split(":")[0].strip() for line in book] == [b for b, _ in BOOK_ACTIVITIES]
+    first, second, test = (body for _, body in parts)
+    # each part shows its own architecture and parameters
+    assert "Layer 3 is fully connected, with 5 slices" in first
+    assert "Layer 1 is fully connected, with 3 slices" in second and "Layer 3" not in second
+    assert "MAX BATCH = 50" in second and "MAX BATCH = 50" not in first
+    # a TRAIN times gradients; the TEST only criteria and outputs, and says why the rest is absent
+    assert re.search(r"^Layer 1 CONV\s+gradient\s", first, re.M)
+    assert re.search(r"^Output\s+softmax\s", test, re.M)
+    assert not re.search(r"^\S.*\s(gradient|delta)\s+\d", test, re.M)
+    assert "   gradient: no launches here: only criteria and outputs were evaluated" in test
+    assert "   delta move: no launch of its own" in test
+    assert "   activation: the 'forward' rows" in test
+    evaluations = [int(re.search(r"Evaluations timed: (\d+)", b).group(1)) for b in
+                   (first, second, test)]
+    assert evaluations[0] > 4 and evaluations[2] == 2      # TEST: the criterion and the outputs
+    return text
+
+
+def test_cuda_log_keeps_two_trains_and_a_test_emulated(monkeypatch, tmp_path):
+    monkeypatch.setattr(runtime.Runtime, "_instances", {0: FakeRuntime()})
+    monkeypatch.setattr("convnet.devices.cuda_status", lambda: (True, "emulated device"))
+    check_session_cuda_log(tmp_path)
+
+
+_OK, _WHY = device_available()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _OK, reason=f"no CUDA device: {_WHY}")
+def test_cuda_log_keeps_two_trains_and_a_test_on_the_gpu(tmp_path):
+    text = check_session_cuda_log(tmp_path)
+    assert "Compute capability" in text
