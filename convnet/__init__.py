@@ -11,7 +11,10 @@ def __getattr__(name):
     if name == "Model":
         from .model import Model
         return Model
+    if name in ("run", "check"):              # run / check control files, as the command line does
+        from . import session
+        return getattr(session, name)
     raise AttributeError(f"module 'convnet' has no attribute {name!r}")
 
 
-__all__ = ["Architecture", "ConvnetError", "Model", "__version__"]
+__all__ = ["Architecture", "ConvnetError", "Model", "check", "run", "__version__"]

@@ -107,6 +107,7 @@ class Session:
         self.interrupt = Interrupt()
         self.device_note_written = False
         self.outcomes = []                       # (command, result) of every TRAIN and TEST
+        self.pending_saves = {}                  # check mode: model files SAVE MODEL will write
         self.cuda_log = None                     # the session's CUDA.LOG, started by its first part
         self.cuda_uploads_before = 0             # weight copies before the current command
         self.outputs = []                        # files written under --out, in order
@@ -474,7 +475,9 @@ class Session:
 
     def _save_model(self, cmd):
         self._need_model(cmd)
-        if self.check_only:
+        if self.check_only:                     # a later LOAD MODEL of this file will find it
+            where = os.path.abspath(self._output_path(cmd.args["filename"]))
+            self.pending_saves[where] = (self.model_arch, self.model_series)
             return
         from .modelfile import save_model
         path = self._output_path(cmd.args["filename"])
@@ -494,12 +497,25 @@ class Session:
             alt = self._output_path(cmd.args["filename"])
             if os.path.exists(alt):
                 path = alt
+        if self.check_only:
+            for candidate in (cmd.args["path"], self._output_path(cmd.args["filename"])):
+                pending = self.pending_saves.get(os.path.abspath(candidate))
+                if pending is not None:         # saved earlier in this run: it will exist then
+                    self.model_arch, self.model_series = pending
+                    self.layers_closed = True
+                    self.log.write(f"   Model to be loaded from {candidate} (saved earlier in this "
+                                   "run)")
+                    return
         try:
             size = os.path.getsize(path) if os.path.isfile(path) else 0
         except OSError:
             size = 0
         memory.require(2 * size, f"the model file '{path}' ({size:,} bytes, read and decoded)")
-        loaded = load_model(path)
+        try:
+            loaded = load_model(path)
+        except ConvnetError as e:               # it names the model file; the place is the control line
+            model = e.file if e.file is not None else path
+            raise cmd.error(f"model file '{model}': {e.message}") from None
         self.model_arch = loaded.arch
         self.model_series = loaded.series
         self.layers_closed = True
