@@ -47,7 +47,8 @@ def test_anneal_scale_is_in_the_registry_and_checked():
     with pytest.raises(ConvnetError, match="FLAT or FANIN"):
         parse_line("ANNEAL SCALE = WIDE", "x.ctl", 3)
     ref = keyword_reference()
-    assert "| `ANNEAL SCALE = FLAT \\| FANIN` | FLAT or FANIN | FLAT (default" in ref
+    assert "| `ANNEAL SCALE = FLAT \\| FANIN` | FLAT or FANIN | FLAT (the book" in ref
+    assert "compares the two) (default FLAT) |" in ref
     assert (ROOT / "docs" / "control-language.md").read_text() == ref   # the doc is generated
 
 
