@@ -16,6 +16,10 @@ printed table (and ``DIR/report.html``, see convnet/report/batch_page.py):
     device                   cpu or cuda (where that TRAIN computed)
     status                   ok, or "error: " and the error that ended the file's session
 
+With ``gpus`` (``--gpus 0,1`` or ``all``) every session gets one GPU of its own: a session starts
+on the GPU that has the fewest sessions running, the next one in the list on a tie (round robin),
+and ``jobs`` defaults to the number of GPUs, so each GPU runs one experiment at a time.
+
 A file whose session fails keeps its row, with what its log shows up to the failure and the error
 as its status; the other files go on. Two files with the same stem get ``<stem>``, ``<stem>-2``, ...
 Unless ``threads`` is given, each session gets an equal share of the host's cores
@@ -26,6 +30,7 @@ import csv
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -58,7 +63,7 @@ class BatchRow:
 
     @property
     def ok(self):
-        return self.status == "ok"
+        return self.status == "ok" or self.status.startswith("ok (")   # "ok (run again ...)"
 
     def values(self):
         """The row's CSV cells, in COLUMNS order (empty where unknown)."""
@@ -94,12 +99,52 @@ def _environment():
     return env
 
 
-def _command(path, folder, device, threads, seed):
+def _command(path, folder, device, threads, seed, gpu=None):
     cmd = [sys.executable, "-m", "convnet", "run", path, "--out", folder, "--quiet",
            "--device", device, "--threads", str(threads)]
     if seed is not None:
         cmd += ["--seed", str(seed)]
+    if gpu is not None:
+        cmd += ["--gpus", str(gpu)]
     return cmd
+
+
+def batch_gpus(spec):
+    """The GPU indices of --gpus ('0,1' or 'ALL'), checked against the GPUs present."""
+    from .control import parse_devices
+    from .device.multi import resolve_devices
+    try:
+        spec = parse_devices(spec)
+    except ValueError as e:
+        raise ConvnetError(f"--gpus: {e}") from None
+    try:
+        return resolve_devices(spec)
+    except ConvnetError as e:
+        raise ConvnetError(f"--gpus {spec.lower()}: {e.message}") from None
+
+
+class GpuShare:
+    """Hands each starting session the GPU with the fewest sessions running (ties: the next in
+    the list after the last one given, so a batch goes round the GPUs)."""
+
+    def __init__(self, gpus):
+        self.gpus = list(gpus)
+        self.running = [0] * len(self.gpus)
+        self.next = 0
+        self.lock = threading.Lock()
+
+    def take(self):
+        with self.lock:
+            n = len(self.gpus)
+            order = [(self.next + k) % n for k in range(n)]
+            k = min(order, key=lambda j: self.running[j])
+            self.running[k] += 1
+            self.next = (k + 1) % n
+            return self.gpus[k]
+
+    def give_back(self, gpu):
+        with self.lock:
+            self.running[self.gpus.index(gpu)] -= 1
 
 
 def _error_from(stderr, returncode):
@@ -140,9 +185,10 @@ def fill_from_results(row, folder):
 class _Runner:
     """Starts the sessions and remembers the processes, so an interruption can end them."""
 
-    def __init__(self):
+    def __init__(self, gpus=None):
         self.processes = {}
         self.stopping = False
+        self.gpus = GpuShare(gpus) if gpus else None
 
     def run_one(self, path, folder, device, threads, seed):
         row = BatchRow(file=path, out=folder)
@@ -151,14 +197,19 @@ class _Runner:
             return row
         os.makedirs(folder, exist_ok=True)
         start = time.monotonic()
-        proc = subprocess.Popen(_command(path, folder, device, threads, seed),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                stdin=subprocess.DEVNULL, env=_environment())
-        self.processes[path, folder] = proc
+        gpu = self.gpus.take() if self.gpus else None
         try:
-            _, stderr = proc.communicate()
+            proc = subprocess.Popen(_command(path, folder, device, threads, seed, gpu),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    stdin=subprocess.DEVNULL, env=_environment())
+            self.processes[path, folder] = proc
+            try:
+                _, stderr = proc.communicate()
+            finally:
+                self.processes.pop((path, folder), None)
         finally:
-            self.processes.pop((path, folder), None)
+            if gpu is not None:
+                self.gpus.give_back(gpu)
         row.seconds = time.monotonic() - start
         row.returncode = proc.returncode
         row.stderr = stderr
@@ -175,13 +226,18 @@ class _Runner:
                 proc.terminate()
 
 
-def run_batch(files, out, jobs=1, device="auto", threads=None, seed=None):
+def run_batch(files, out, jobs=None, device="auto", threads=None, seed=None, gpus=None):
     """Run every control file as its own session, ``jobs`` at a time; write DIR/summary.csv.
 
-    Returns the rows in the order of ``files``. A file that does not exist is a failed row, not an
-    exception; only a bad ``jobs`` or an unwritable ``out`` raises ConvnetError.
+    ``gpus``: '0,1' or 'all' gives each session one of those GPUs; ``jobs`` then defaults to their
+    number (else to 1). Returns the rows in the order of ``files``. A file that does not exist is
+    a failed row, not an exception; only a bad ``jobs`` or ``gpus`` or an unwritable ``out``
+    raises ConvnetError.
     """
     files = [os.fspath(f) for f in files]
+    gpu_list = batch_gpus(gpus) if gpus is not None else None
+    if jobs is None:
+        jobs = len(gpu_list) if gpu_list else 1
     if jobs < 1:
         raise ConvnetError(f"--jobs must be at least 1, not {jobs}")
     try:
@@ -190,7 +246,7 @@ def run_batch(files, out, jobs=1, device="auto", threads=None, seed=None):
         raise ConvnetError(f"cannot create the batch folder {out}: {e.strerror or e}") from None
     folders = output_folders(files, out)
     threads = threads or default_threads(jobs)
-    runner = _Runner()
+    runner = _Runner(gpu_list)
     rows = [None] * len(files)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {}

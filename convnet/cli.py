@@ -15,6 +15,17 @@ def fail(error):
     sys.exit(2)
 
 
+def _gpu_list(ctx, param, value):
+    """--gpus: '0,1' or 'all' in the canonical form of CUDA DEVICES."""
+    if value is None:
+        return None
+    from .control import parse_devices
+    try:
+        return parse_devices(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="convnet")
 def main():
@@ -33,12 +44,16 @@ def main():
               help="Host threads (default: all cores).")
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Random seed.")
 @click.option("--quiet", is_flag=True, help="Print errors only: no progress line, no summary.")
-def run(files, out, device, threads, seed, quiet):
+@click.option("--gpus", default=None, metavar="0,1,...|all", callback=_gpu_list,
+              help="GPUs that share every evaluation of a CUDA run (wins over CUDA DEVICES; "
+                   "default GPU 0).")
+def run(files, out, device, threads, seed, quiet, gpus):
     """Execute control FILES in order, as one session."""
     from .session import Session
     from .summary import summary_lines
     try:
-        session = Session(out=out, device=device, threads=threads, seed=seed, quiet=quiet)
+        session = Session(out=out, device=device, threads=threads, seed=seed, quiet=quiet,
+                          gpus=gpus)
     except ConvnetError as e:
         fail(e)
     try:
@@ -105,23 +120,36 @@ def check(files, as_session):
 @click.argument("files", nargs=-1, required=True)
 @click.option("--out", required=True,
               help="Folder for summary.csv and one sub-folder per control file.")
-@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Sessions run at the same time.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Sessions run at the same time (default: 1, or the number of --gpus).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True, help="Passed to every session.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Host threads per session (default: the cores shared among the jobs).")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Random seed for every session.")
-def batch(files, out, jobs, device, threads, seed):
+@click.option("--gpus", default=None, metavar="0,1,...|all", callback=_gpu_list,
+              help="Give every CUDA session one of these GPUs, round robin.")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+              help="Run each file as a task on this Dask cluster (the 'cluster' extra).")
+def batch(files, out, jobs, device, threads, seed, gpus, scheduler):
     """Run each control FILE as an independent session in OUT/<file stem>/, JOBS at a time.
 
     Writes OUT/summary.csv and OUT/report.html and prints the table. One failing file does not
     stop the others; the exit status is 0 when every file ran without error, else 2.
     """
     from .batch import run_batch, summary_table
+    if scheduler is not None and (jobs is not None or gpus is not None):
+        fail("--jobs and --gpus are for a batch on this machine; on a cluster each worker runs "
+             "as many sessions as it has threads, and GPU workers have --resources GPU=1")
     try:
-        rows = run_batch(list(files), out, jobs=jobs, device=device, threads=threads, seed=seed)
+        if scheduler is not None:
+            from .cluster import run_cluster_batch
+            rows = run_cluster_batch(list(files), out, scheduler, device=device, threads=threads,
+                                     seed=seed)
+        else:
+            rows = run_batch(list(files), out, jobs=jobs, device=device, threads=threads,
+                             seed=seed, gpus=gpus)
     except ConvnetError as e:
         fail(e)
     except KeyboardInterrupt:

@@ -60,8 +60,9 @@ class Arg:
     """One argument of a command: a name, a type and a range check."""
 
     def __init__(self, name, kind, minimum=None, maximum=None, choices=None, optional=False,
-                 exclusive_min=False):
+                 exclusive_min=False, joined=False):
         self.name, self.kind = name, kind
+        self.joined = joined            # the words after '=' are one value ("0, 1")
         self.minimum, self.maximum, self.exclusive_min = minimum, maximum, exclusive_min
         self.choices, self.optional = choices, optional
 
@@ -70,6 +71,8 @@ class Arg:
             return f'"{self.name}"'
         if self.kind == "choice":
             return " | ".join(self.choices)
+        if self.kind == "devices":
+            return "0,1,... | ALL"
         return self.name
 
     def placeholder(self):
@@ -82,6 +85,8 @@ class Arg:
             return ", ".join(self.choices[:-1]) + " or " + self.choices[-1]
         if self.kind == "file":
             return "file name in double quotes"
+        if self.kind == "devices":
+            return "CUDA device numbers separated by commas, or ALL"
         words = {"int": "whole number", "float": "number"}[self.kind]
         lo, hi = self.minimum, self.maximum
         if lo is not None and hi is not None:
@@ -128,6 +133,11 @@ class Arg:
                 raise ValueError(f"{what}: {self.name} must be a number, not '{shown(text)}'") from None
             if value != value or value in (float("inf"), float("-inf")):
                 raise ValueError(f"{what}: {self.name} must be a finite number, not '{shown(text)}'")
+        elif self.kind == "devices":
+            try:
+                return parse_devices(text)
+            except ValueError as e:
+                raise ValueError(f"{what}: {self.name}: {e}") from None
         elif self.kind == "choice":
             value = text.upper()
             if value not in self.choices:
@@ -146,6 +156,28 @@ class Arg:
 
     def _type_word(self):
         return {"int": "whole number", "float": "number", "choice": "keyword"}.get(self.kind, "value")
+
+
+ALL_DEVICES = "ALL"
+
+
+def parse_devices(text):
+    """'0,1' or 'all' (any case, blanks ignored) -> the canonical '0,1' or 'ALL'.
+
+    Raises ValueError with a message for anything else (an empty list, a repeated device, a
+    negative or non-integer index)."""
+    compact = "".join(str(text).split())
+    if compact.upper() == ALL_DEVICES:
+        return ALL_DEVICES
+    parts = compact.split(",")
+    if not compact or any(not (p.isascii() and p.isdigit()) for p in parts):
+        raise ValueError(f"expected device numbers separated by commas (0,1) or ALL, "
+                         f"not '{text}'")
+    numbers = [int(p) for p in parts]
+    repeated = sorted({n for n in numbers if numbers.count(n) > 1})
+    if repeated:
+        raise ValueError(f"device {repeated[0]} is named twice in '{text}'")
+    return ",".join(str(n) for n in numbers)
 
 
 def _int(name, minimum=None, maximum=None, optional=False):
@@ -297,6 +329,9 @@ PARAMETERS: List[ParamSpec] = [
     ParamSpec("WPEN", _float("WPEN", 0.0), "weight penalty", 0.0),
     ParamSpec("CUDA", Arg("CUDA", "choice", choices=("YES", "NO", "AUTO")),
               "use the GPU: YES, NO or AUTO", "AUTO"),
+    ParamSpec("CUDA DEVICES", Arg("CUDA DEVICES", "devices", joined=True),
+              "GPUs that share every evaluation, each with its shard of the cases",
+              default_note="GPU 0 alone"),
     ParamSpec("THREADS", _int("THREADS", 1), "host threads", default_note="all cores"),
     ParamSpec("RANDOM SEED", _int("RANDOM SEED", 0), "seed of every random choice"),
     ParamSpec("SERIES COLUMN", _int("SERIES COLUMN", 1), "1-based column of the series", 1),
@@ -403,6 +438,8 @@ def parse_line(text, file=None, line=None):
             msg = f"unknown parameter '{shown(' '.join(t.text for t in tokens[:eq]))}'"
             raise err(msg + (f" (did you mean {hint}?)" if hint else ""))
         values = tokens[eq + 1:]
+        if spec.arg.joined and len(values) > 1 and not any(t.quoted for t in values):
+            values = [Token(" ".join(t.text for t in values))]
         if len(values) != 1:
             raise err(f"{spec.name} needs exactly one value: {spec.name} = {spec.arg.describe()}")
         try:
@@ -463,9 +500,19 @@ def parse_layer_line(text, file=None, line=None):
     return cmd.args["spec"]
 
 
+# A folder that mirrors another machine's paths (a cluster worker's copy of the client's files,
+# see cluster.py): an absolute input name found under it is read there.
+INPUT_ROOT_ENV = "CONVNET_INPUT_ROOT"
+
+
 def resolve_input(path, control_path):
     """Input file names resolve against the control file's own folder."""
     if os.path.isabs(path) or control_path is None:
+        root = os.environ.get(INPUT_ROOT_ENV)
+        if root and os.path.isabs(path):
+            mirrored = os.path.join(root, path.lstrip(os.sep))
+            if os.path.lexists(mirrored):
+                return mirrored
         return path
     return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(control_path)), path))
 

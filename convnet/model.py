@@ -100,7 +100,8 @@ def _device_backend(arch, params):
         raise ConvnetError(f"CUDA requested but not usable: {_reason(e)}") from None
     unavailable = getattr(device, "DeviceUnavailable", ())
     try:
-        return device.DeviceBackend(arch, params=params)
+        from .device.multi import device_backend
+        return device_backend(arch, params)     # CUDA DEVICES: one GPU or several
     except unavailable as e:        # no PyCUDA, no driver, no GPU, a kernel that did not build
         raise ConvnetError(f"CUDA requested but not usable: {_reason(e, False)}") from None
     except ConvnetError:            # a user error in the device parameters

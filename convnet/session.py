@@ -82,9 +82,11 @@ class Session:
     """Executes commands; holds the data, the layer list, the parameters and the model."""
 
     def __init__(self, out=".", device="auto", threads=None, seed=None, quiet=False,
-                 check_only=False, echo=None, log_name="CONVNET.LOG", report=True):
+                 check_only=False, echo=None, log_name="CONVNET.LOG", report=True,
+                 gpus=None):
         self.out = out
         self.device_option = device              # the command line's --device
+        self.gpus_option = gpus                  # the command line's --gpus (wins over CUDA DEVICES)
         self.threads_option = threads
         self.quiet = quiet
         self.check_only = check_only
@@ -338,9 +340,15 @@ class Session:
     def _threads(self):
         return self.params["THREADS"]
 
+    def _device_params(self):
+        """The parameters as the device backend sees them: --gpus replaces CUDA DEVICES."""
+        if self.gpus_option is None:
+            return self.params
+        return dict(self.params, **{"CUDA DEVICES": self.gpus_option})
+
     def _make_model(self, arch, device):
         from .model import Model
-        return Model(arch, device=device, threads=self._threads(), params=self.params)
+        return Model(arch, device=device, threads=self._threads(), params=self._device_params())
 
     def _train(self, cmd):
         data = self._need_data(cmd)
@@ -398,7 +406,11 @@ class Session:
         values.append(("RANDOM SEED", self.seed))
         shown = ", ".join(f"{name} = {'automatic' if v is None else v}" for name, v in values)
         self.log.write(f"{title}: {shown}")
-        where = "CUDA device" if device == "cuda" else f"host ({threads} threads)"
+        if device == "cuda":
+            from .device.multi import devices_phrase
+            where = devices_phrase(self._device_params())
+        else:
+            where = f"host ({threads} threads)"
         self.log.write(f"Computing on the {where}")
 
     def _progress(self):
@@ -428,7 +440,7 @@ class Session:
         if self.cuda_log is None:
             self.cuda_log = CudaLog(os.path.join(self.out, "CUDA.LOG"))
         heading = f"{cmd.name} ({cmd.file}, line {cmd.line}: {cmd.text})"
-        params = dict(self.params, **{"RANDOM SEED": self.seed})
+        params = dict(self._device_params(), **{"RANDOM SEED": self.seed})
         self.cuda_log.add(heading, self.model.backend, self.model.arch, params,
                           self.cuda_uploads_before)
         self._wrote(self.cuda_log.path)
@@ -627,14 +639,15 @@ def _as_user_error(error, cmd):
     return error
 
 
-def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True, report=True):
+def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True, report=True,
+        gpus=None):
     """Run control files like ``convnet run`` and return the finished Session (``report`` False:
     no report.html)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [os.fspath(p) for p in paths]
     session = Session(out=out, device=device, threads=threads, seed=seed, quiet=quiet,
-                      report=report)
+                      report=report, gpus=gpus)
     try:
         session.run(paths)
     except ConvnetError as e:

@@ -98,3 +98,63 @@ def test_output_folders_and_error_lines():
     assert _error_from(stderr, 2) == "f.ctl:3: bad thing"
     assert _error_from("Traceback ...\nValueError: boom\n", 1) == "exit status 1: ValueError: boom"
     assert _error_from("", -9) == "exit status -9"
+
+
+def test_gpu_share_round_robin_and_least_busy():
+    from convnet.batch import GpuShare
+    share = GpuShare([0, 1, 2])
+    assert [share.take() for _ in range(3)] == [0, 1, 2]
+    assert share.take() == 0                      # all busy once: round robin goes on
+    share.give_back(1)
+    assert share.take() == 1                      # the only GPU with nothing running
+    share.give_back(0)
+    share.give_back(0)
+    assert [share.take() for _ in range(3)] == [0, 1, 2]
+
+
+def test_batch_gpus_option(tmp_path, monkeypatch):
+    """--gpus gives each session one GPU (a CPU session takes it and ignores it), --jobs defaults
+    to the number of GPUs; a GPU that is not there is one clear error."""
+    import convnet.batch as batch
+    from convnet.device import multi
+    ctl = tmp_path / "conv.ctl"
+    ctl.write_text(CONV)
+    monkeypatch.setattr(multi, "device_count", lambda: 2)
+    started = []
+    real = batch._command
+
+    def spy(*args):
+        cmd = real(*args)
+        started.append(cmd[cmd.index("--gpus") + 1])
+        return cmd
+    monkeypatch.setattr(batch, "_command", spy)
+    jobs = []
+    real_pool = batch.ThreadPoolExecutor
+    monkeypatch.setattr(batch, "ThreadPoolExecutor",
+                        lambda max_workers: jobs.append(max_workers) or real_pool(max_workers))
+    rows = batch.run_batch([str(ctl), str(ctl), str(ctl)], str(tmp_path / "out"), device="cpu",
+                           seed=2, gpus="all")
+    assert [r.status for r in rows] == ["ok"] * 3 and jobs == [2]
+    assert sorted(started[:2]) == ["0", "1"] and started[2] in ("0", "1")   # the free one
+    result = CliRunner().invoke(main, ["batch", str(ctl), "--out", str(tmp_path / "o2"),
+                                       "--gpus", "0,5"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        "convnet: error: --gpus 0,5: CUDA DEVICES = 0,5: there is no CUDA device 5 "
+        "(this machine has 2, numbered from 0)")
+    result = CliRunner().invoke(main, ["batch", str(ctl), "--out", str(tmp_path / "o3"),
+                                       "--gpus", "0,0"])
+    assert result.exit_code == 2 and "named twice" in result.output
+
+
+def test_batch_gpus_without_cuda_is_one_error(tmp_path, monkeypatch):
+    import convnet.devices
+    monkeypatch.setattr(convnet.devices, "cuda_status", lambda: (False, "no CUDA device found"))
+    ctl = tmp_path / "conv.ctl"
+    ctl.write_text(CONV)
+    result = CliRunner().invoke(main, ["batch", str(ctl), "--out", str(tmp_path / "o"),
+                                       "--gpus", "all"])
+    assert result.exit_code == 2
+    assert result.output.strip() == ("convnet: error: --gpus all: CUDA requested but not usable: "
+                                     "no CUDA device found")
+    assert not (tmp_path / "o").exists()

@@ -13,7 +13,8 @@ session did on the device is overwritten. Each part has the book's four sections
        of the book's table is either a row or named in one line saying why it has no launch.
 
 :class:`CudaLog` appends the parts; ``write_cuda_log(path, backend, arch, params)`` writes a file
-of one part; ``cuda_log_lines`` gives a part's lines.
+of one part; ``cuda_log_lines`` gives a part's lines. A run over several GPUs (CUDA DEVICES)
+has, in each part, section 1 for every GPU and then a section per GPU in place of 3 and 4.
 """
 
 import datetime
@@ -66,6 +67,8 @@ def _param_lines(backend, params):
     out.append(f"   MAX BATCH = {'automatic (as many cases as fit in a quarter of free device memory)' if mb is None else mb}")
     out.append(f"   MAX HID GRAD = {backend.max_hid_grad}")
     out.append(f"   MAX MEM GRAD = {backend.max_mem_grad} MB")
+    if params.get("CUDA DEVICES") is not None:
+        out.append(f"   CUDA DEVICES = {params['CUDA DEVICES']}")
     for key in TRAINING_PARAMS:
         if params.get(key) is not None:
             out.append(f"   {key} = {params[key]}")
@@ -137,34 +140,83 @@ def book_activity_lines(timings, fused_first_pool=None):
     return out
 
 
-def cuda_log_lines(backend, arch, params, weight_uploads_before=0):
-    """The four sections of one part, for what ``backend`` did since its timings were reset."""
-    lines = _section("1. Device and capabilities")
+def _report(backend):
     try:
-        lines += backend.rt.report()
+        return backend.rt.report()
     except Exception as e:              # the report is informative only
-        lines.append(f"(device report failed: {e})")
-    lines.append("Products of FC, LOCAL and CONV layers: float32 fused multiply-adds")
-    lines += _section("2. Architecture and training parameters")
-    lines += arch.report()
-    lines.append("Training parameters:")
-    lines += _param_lines(backend, params)
-    lines += _section("3. Device memory allocations")
-    if backend.last_allocation:
-        lines += backend.last_allocation
-    else:
-        lines.append("(no data set was bound to the device)")
+        return [f"(device report failed: {e})"]
+
+
+def _devices_report(backends, indices):
+    """Each device's own lines, then the devices not used (a device report starts with a
+    'Device N:' line and lists the others after its own)."""
+    lines, unused = [], []
+    for k, part in enumerate(backends):
+        report = _report(part)
+        own = 1 + next((j for j, ln in enumerate(report[1:]) if ln.startswith("Device ")),
+                       len(report) - 1)
+        lines += report[:own]
+        if k == 0:
+            unused = [ln for ln in report[own:]
+                      if not any(ln.startswith(f"Device {i}:") for i in indices)]
+    return lines + unused
+
+
+def _device_lines(backend, weight_uploads_before):
+    """Memory allocations, weight copies, the time table and the book's activities of one
+    device's backend."""
+    lines = list(backend.last_allocation or ["(no data set was bound to the device)"])
     lines.append(f"Weight copies to the device: {backend.weight_uploads - weight_uploads_before}")
-    lines += _section("4. Device time by layer and activity (CUDA events)")
+    return lines
+
+
+def _time_lines(backend):
     timer = backend.timer
-    lines.append(f"Evaluations timed: {timer.evaluations}")
+    lines = [f"Evaluations timed: {timer.evaluations}"]
     timings = backend.timings()
     lines += timing_lines(timings, timer.total_seconds)
     lines.append("")
     fused = None
     if getattr(backend, "fused_pool", False) and len(backend.labels) > 2:
         fused = backend.labels[1]
-    lines += book_activity_lines(timings, fused)
+    return lines + book_activity_lines(timings, fused)
+
+
+def cuda_log_lines(backend, arch, params, weight_uploads_before=0):
+    """The four sections of one part, for what ``backend`` did since its timings were reset.
+
+    A backend over several devices (``backend.backends``, see multi.py) gets section 1 for every
+    device and, after section 2, a section per device with its memory allocations and its time;
+    its ``weight_uploads`` and ``weight_uploads_before`` are then one count per device."""
+    devices = getattr(backend, "backends", None)
+    if devices is None:
+        lines = _section("1. Device and capabilities") + _report(backend)
+    else:
+        lines = _section("1. Devices and capabilities") + _devices_report(devices, backend.indices)
+        lines.append("Each evaluation splits the cases: "
+                     + ", ".join(f"device {i} cases {a + 1} to {b}" for i, a, b in backend.shards)
+                     + "; the partial sums are added in this order")
+    lines.append("Products of FC, LOCAL and CONV layers: float32 fused multiply-adds")
+    lines += _section("2. Architecture and training parameters")
+    lines += arch.report()
+    lines.append("Training parameters:")
+    lines += _param_lines(backend, params)
+    if devices is None:
+        lines += _section("3. Device memory allocations")
+        lines += _device_lines(backend, weight_uploads_before)
+        lines += _section("4. Device time by layer and activity (CUDA events)")
+        return lines + _time_lines(backend)
+    before = weight_uploads_before or [0] * len(devices)
+    cases = {i: (a, b) for i, a, b in backend.shards}
+    for number, (index, part, earlier) in enumerate(zip(backend.indices, devices, before),
+                                                    start=3):
+        a, b = cases.get(index, (0, 0))
+        what = f"cases {a + 1} to {b}" if b > a else "no cases"
+        lines += _section(f"{number}. Device {index} ({what}): memory allocations and time by "
+                          f"layer and activity (CUDA events)")
+        lines += _device_lines(part, earlier)
+        lines.append("")
+        lines += _time_lines(part)
     return lines
 
 

@@ -1,0 +1,377 @@
+"""``convnet batch FILES --out DIR --scheduler tcp://HOST:PORT``: a batch on a Dask cluster.
+
+Each control file is one Dask task. The worker that takes it runs the session exactly as a local
+batch does, as ``convnet run`` in a process of its own, and sends back every file the run wrote;
+the client puts them in ``DIR/<stem>/`` and reads the row from that CONVNET.LOG, so summary.csv and
+the table are those of a local batch.
+
+Where the files are. The client lists the data and model files each control file reads, with
+their SHA-256. A worker uses a file at the path the control file names when it can read it there
+with the same content (a shared file system); otherwise the file travels with the task: the client
+scatters it to the workers that lack it, once per worker, and a worker keeps what it received in
+a cache named by content. On the worker the session runs in a private folder that mirrors the
+client's paths (its control file at ``ROOT/<client path>``, every input linked at
+``ROOT/<client path>``, inputs named by absolute paths found there through CONVNET_INPUT_ROOT),
+so every path the session prints or logs, once ROOT is taken off, is the client's.
+A worker started with CONVNET_WORKER_COPY_INPUTS=1 never reads the client's paths: every input
+travels to it (for a network file system that is slow or not to be trusted).
+
+Which worker. A worker started with ``--resources GPU=1`` (one per GPU) takes the CUDA sessions
+(``--device cuda``, or a control file without ``CUDA = NO`` while such workers exist); the CPU
+sessions go to the other workers, or to any worker when there are none. A worker that dies
+mid-task has its task run again on another (Dask's own rescheduling); the row says so. Ctrl-C
+cancels what has not finished, stops the sessions running, and keeps the finished rows.
+"""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+from .batch import (BatchRow, _environment, _error_from, fill_from_log, output_folders,
+                    write_summary)
+from .control import INPUT_ROOT_ENV, parse_file
+from .errors import ConvnetError
+
+CONNECT_TIMEOUT_S = 10
+WORKER_WAIT_S = 20
+ATTEMPT_TOPIC = "convnet-batch-attempt"
+COPY_INPUTS_ENV = "CONVNET_WORKER_COPY_INPUTS"
+CACHE_FOLDER = "convnet-inputs"
+POLL_S = 0.5
+
+
+# ------------------------------------------------------------------ files
+def file_digest(path):
+    """SHA-256 of a file, hex."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def control_inputs(path):
+    """The files a control file reads that exist here: [(absolute path, sha256, size)].
+    A file that does not parse reads nothing (the session reports its error on the worker)."""
+    try:
+        commands, _ = parse_file(path)
+    except ConvnetError:
+        return []
+    seen, out = set(), []
+    for cmd in commands:
+        p = cmd.args.get("path")
+        if p is None or p in seen or not os.path.isfile(p):
+            continue
+        seen.add(p)
+        out.append((os.path.abspath(p), file_digest(p), os.path.getsize(p)))
+    return out
+
+
+def wants_gpu(path, device):
+    """Whether a session is a CUDA session: --device decides, else the file's CUDA = setting
+    (None: AUTO, a GPU if the cluster has one)."""
+    if device != "auto":
+        return device == "cuda"
+    try:
+        commands, _ = parse_file(path)
+    except ConvnetError:
+        return False
+    values = {c.args["value"] for c in commands if c.name == "SET" and c.args["name"] == "CUDA"}
+    if "YES" in values:
+        return True
+    if values == {"NO"}:
+        return False
+    return None
+
+
+_digests = {}          # worker process: (path, size, mtime) -> sha256, so files hash once
+
+
+def _digest_at(path, size):
+    """sha256 of the file at path when it is a readable file of that size, else None."""
+    try:
+        st = os.stat(path)
+        if st.st_size != size:
+            return None
+        key = (path, st.st_size, st.st_mtime_ns)
+        if key not in _digests:
+            _digests[key] = file_digest(path)
+        return _digests[key]
+    except OSError:
+        return None
+
+
+def _cache_dir(worker):
+    return os.path.join(worker.local_directory, CACHE_FOLDER)
+
+
+def _local_copy(worker, path, digest, size):
+    """Where this worker finds the content digest: the client's path itself (unless inputs are
+    always copied), its cache, or None."""
+    if not os.environ.get(COPY_INPUTS_ENV) and _digest_at(path, size) == digest:
+        return path
+    cached = os.path.join(_cache_dir(worker), digest)
+    return cached if os.path.isfile(cached) else None
+
+
+def worker_holdings(inputs, dask_worker=None):
+    """Run on every worker (Client.run): the digests of inputs it can supply itself."""
+    return [digest for path, digest, size in inputs
+            if _local_copy(dask_worker, path, digest, size) is not None]
+
+
+# ------------------------------------------------------------------ the task (on a worker)
+def _mirror(root, path):
+    """root + an absolute client path."""
+    return os.path.join(root, os.path.abspath(path).lstrip(os.sep))
+
+
+def _parent_death_signal():
+    """In the session process: end when the worker that started it dies (Linux)."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:   # pragma: no cover - not Linux: the session outlives a killed worker
+        pass
+
+
+def _cancelled(event):
+    try:
+        return event is not None and event.is_set()
+    except Exception:   # the scheduler is gone: nothing to wait for
+        return True
+
+
+def run_task(spec, blobs):
+    """Run one control file as a session on this worker; return what it wrote.
+
+    spec: the file's name as given, its absolute path, text, inputs and the client's folder and
+    options (see submit_batch); blobs: {sha256: bytes} of the inputs that travelled."""
+    from distributed import Event, get_worker
+    worker = get_worker()
+    worker.log_event(ATTEMPT_TOPIC, {"id": spec["id"], "worker": worker.address})
+    root = tempfile.mkdtemp(prefix="convnet-task-")
+    out_dir = tempfile.mkdtemp(prefix="convnet-out-")
+    try:
+        os.makedirs(_mirror(root, spec["cwd"]), exist_ok=True)
+        control = _mirror(root, spec["abs"])
+        os.makedirs(os.path.dirname(control), exist_ok=True)
+        with open(control, "wb") as f:
+            f.write(spec["text"])
+        for path, digest, size in spec["inputs"]:
+            local = _local_copy(worker, path, digest, size)
+            if local is None and digest in blobs:
+                os.makedirs(_cache_dir(worker), exist_ok=True)
+                local = os.path.join(_cache_dir(worker), digest)
+                part = f"{local}.{uuid.uuid4().hex}.part"
+                with open(part, "wb") as f:
+                    f.write(blobs[digest])
+                os.replace(part, local)
+            if local is not None:
+                link = _mirror(root, path)
+                os.makedirs(os.path.dirname(link), exist_ok=True)
+                if not os.path.lexists(link):
+                    os.symlink(local, link)
+        threads = spec["threads"] or max(1, (os.cpu_count() or 1) // max(1, worker.state.nthreads))
+        name = spec["name"] if not os.path.isabs(spec["name"]) else control
+        cmd = [sys.executable, "-m", "convnet", "run", name, "--out", out_dir, "--quiet",
+               "--device", spec["device"], "--threads", str(threads)]
+        if spec["seed"] is not None:
+            cmd += ["--seed", str(spec["seed"])]
+        env = _environment()
+        env[INPUT_ROOT_ENV] = root
+        cancel = Event(spec["cancel"]) if spec.get("cancel") else None
+        start = time.monotonic()
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(cmd, cwd=_mirror(root, spec["cwd"]), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                    preexec_fn=_parent_death_signal)
+            interrupted = False
+            while proc.poll() is None:
+                try:
+                    proc.wait(POLL_S)
+                except subprocess.TimeoutExpired:
+                    if not interrupted and _cancelled(cancel):
+                        interrupted = True
+                        proc.terminate()
+            seconds = time.monotonic() - start
+            err.seek(0)
+            stderr = err.read().decode("utf-8", "replace")
+
+        def client_paths(text):
+            return text.replace(out_dir, spec["folder"]).replace(root + os.sep, os.sep)
+
+        files = {}
+        for top, _, names in os.walk(out_dir):
+            for n in names:
+                full = os.path.join(top, n)
+                with open(full, "rb") as f:
+                    data = f.read()
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    pass
+                else:
+                    if out_dir in text or root in text:
+                        data = client_paths(text).encode("utf-8")
+                files[os.path.relpath(full, out_dir)] = data
+        return {"returncode": proc.returncode, "stderr": client_paths(stderr), "files": files,
+                "seconds": seconds, "worker": worker.address, "interrupted": interrupted}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ the client
+def _distributed():
+    try:
+        import distributed
+    except ImportError:
+        raise ConvnetError("--scheduler needs Dask distributed: pip install 'convnet[cluster]'") \
+            from None
+    return distributed
+
+
+def connect(scheduler, timeout=None):
+    """A Dask client of the scheduler, or one ConvnetError naming the address."""
+    distributed = _distributed()
+    timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
+    import logging
+    quiet = logging.getLogger("distributed")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)        # the error below says it once
+    try:
+        return distributed.Client(scheduler, timeout=timeout, set_as_default=False)
+    except Exception as e:                  # OSError, TimeoutError, a malformed address
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConvnetError(f"cannot reach the Dask scheduler at {scheduler}: {reason}") from None
+    finally:
+        quiet.setLevel(level)
+
+
+def _write_files(folder, files):
+    for rel, data in files.items():
+        path = os.path.join(folder, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+
+def run_cluster_batch(files, out, scheduler, device="auto", threads=None, seed=None):
+    """Like batch.run_batch, each file a task on the cluster at ``scheduler``. Returns the rows in
+    the order of ``files``; raises ConvnetError when the scheduler cannot be reached, and
+    KeyboardInterrupt (after writing summary.csv) when interrupted."""
+    files = [os.fspath(f) for f in files]
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise ConvnetError(f"cannot create the batch folder {out}: {e.strerror or e}") from None
+    folders = output_folders(files, out)
+    client = connect(scheduler)
+    try:
+        return _run(client, files, folders, out, scheduler, device, threads, seed)
+    finally:
+        client.close()
+
+
+def _run(client, files, folders, out, scheduler, device, threads, seed):
+    distributed = _distributed()
+    try:
+        client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+    except Exception:
+        raise ConvnetError(f"no Dask worker is connected to the scheduler at {scheduler}") from None
+    workers = client.scheduler_info()["workers"]
+    gpu_workers = [a for a, w in workers.items() if w.get("resources", {}).get("GPU", 0) >= 1]
+    cpu_workers = [a for a in workers if a not in gpu_workers]
+    batch = uuid.uuid4().hex[:12]
+    cancel = distributed.Event(f"convnet-cancel-{batch}", client=client)
+    rows = [None] * len(files)
+    specs = {}
+    for i, (path, folder) in enumerate(zip(files, folders)):
+        if not os.path.isfile(path):
+            rows[i] = BatchRow(file=path, out=folder, status=f"error: {path}: no such control file")
+            continue
+        with open(path, "rb") as f:
+            text = f.read()
+        gpu = wants_gpu(path, device)
+        specs[i] = {"id": f"{batch}-{i}", "name": path, "abs": os.path.abspath(path),
+                    "cwd": os.getcwd(), "text": text, "inputs": control_inputs(path),
+                    "folder": folder, "device": device, "threads": threads, "seed": seed,
+                    "cancel": cancel.name, "gpu": bool(gpu_workers) and gpu is not False}
+    # inputs some worker cannot supply travel to those workers, once each
+    inputs = {d: (p, d, s) for spec in specs.values() for p, d, s in spec["inputs"]}
+    held = client.run(worker_holdings, list(inputs.values())) if inputs else {}
+    blobs = {}
+    for digest, (path, _, _) in inputs.items():
+        lacking = [w for w, have in held.items() if digest not in have]
+        if lacking:
+            with open(path, "rb") as f:
+                blobs[digest] = client.scatter(f.read(), workers=lacking, broadcast=True,
+                                               hash=True)
+    futures = {}
+    for i, spec in specs.items():
+        needed = {d: blobs[d] for _, d, _ in spec["inputs"] if d in blobs}
+        placement = ({"resources": {"GPU": 1}} if spec["gpu"] else
+                     {"workers": cpu_workers, "allow_other_workers": True} if cpu_workers else {})
+        fut = client.submit(run_task, spec, needed, key=f"convnet-{spec['id']}", pure=False,
+                            **placement)
+        futures[fut] = i
+    try:
+        for fut in distributed.as_completed(list(futures), loop=client.loop):
+            i = futures[fut]
+            rows[i] = _row(fut, files[i], folders[i])
+    except KeyboardInterrupt:
+        cancel.set()
+        client.cancel([f for f in futures if not f.done()])
+        for fut, i in futures.items():
+            if rows[i] is None:
+                rows[i] = BatchRow(file=files[i], out=folders[i],
+                                   status="not run (batch interrupted)")
+        write_summary(rows, os.path.join(out, "summary.csv"))
+        raise
+    _note_retries(client, specs, rows)
+    write_summary(rows, os.path.join(out, "summary.csv"))
+    return rows
+
+
+def _row(fut, path, folder):
+    """A finished task's row: its files written to folder, the results read from its log."""
+    row = BatchRow(file=path, out=folder)
+    try:
+        result = fut.result()
+    except Exception as e:      # KilledWorker (lost too often), or the task itself failed
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        row.status = f"error: {type(e).__name__} on the cluster: {reason}"
+        return row
+    os.makedirs(folder, exist_ok=True)
+    _write_files(folder, result["files"])
+    row.seconds = result["seconds"]
+    row.returncode = result["returncode"]
+    row.stderr = result["stderr"]
+    fill_from_log(row, os.path.join(folder, "CONVNET.LOG"))
+    if result["returncode"] != 0:
+        row.status = ("interrupted" if result["interrupted"]
+                      else "error: " + _error_from(result["stderr"], result["returncode"]))
+    return row
+
+
+def _note_retries(client, specs, rows):
+    """A task started more than once ran again after a worker was lost: the row says so."""
+    try:
+        events = client.get_events(ATTEMPT_TOPIC)
+    except Exception:
+        return
+    workers = {}
+    for _, msg in events:
+        workers.setdefault(msg.get("id"), []).append(msg.get("worker"))
+    for i, spec in specs.items():
+        seen = workers.get(spec["id"], [])
+        if len(seen) > 1 and rows[i] is not None:
+            lost = ", ".join(seen[:-1])
+            rows[i].status += f" (run again on {seen[-1]} after losing {lost})"

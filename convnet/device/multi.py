@@ -1,0 +1,221 @@
+"""Several CUDA devices in one run: every full-batch evaluation split across GPUs.
+
+    backend = device_backend(arch, params)          # CUDA DEVICES = 0,1 | ALL (default: GPU 0)
+    ev = backend.evaluator(inputs, classes, wpen)   # each GPU receives its shard of the cases
+    ev.criterion(w); ev.gradient(w); ev.outputs(w)  # the contract of DeviceEvaluator
+
+Each GPU holds a contiguous shard of the training cases and its own copy of the weights, in a
+single-GPU DeviceBackend of its own (its own context, stream, kernels, MAX BATCH, launch splits
+and timer). The criterion and the gradient are sums over cases (Equation 1-13), so each shard
+computes its own part and the parts are added on the host in float64, always in device order:
+the same device list gives the same bits on every evaluation, and any number of devices agrees
+with one device to within the float32 rounding of the partial sums (about 1e-7 relative).
+Shard boundaries fall on multiples of CHUNK cases where the data allow it, so that every case
+lands in the same gradient partial-sum chunk as on one device.
+
+The shards are computed at the same time: the first on the calling thread, the others on one
+worker thread per device. A thread spends most of an evaluation waiting for its device (PyCUDA
+releases the interpreter lock while it synchronizes), so the devices overlap; only the launch
+calls themselves take turns.
+"""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
+
+import numpy as np
+
+from ..control import ALL_DEVICES as ALL, parse_devices
+from ..errors import ConvnetError
+from .plan import CHUNK
+
+
+# ------------------------------------------------------------------ which devices
+def device_count():
+    """How many CUDA devices this process sees (ConvnetError when CUDA is not usable)."""
+    from ..devices import cuda_status
+    usable, reason = cuda_status()
+    if not usable:
+        raise ConvnetError(f"CUDA requested but not usable: {reason}")
+    import pycuda.driver as cuda
+    return cuda.Device.count()
+
+
+def resolve_devices(spec):
+    """The device indices a CUDA DEVICES value names: None (not given) -> [0]; 'ALL' -> every
+    device; '0,1' -> [0, 1], each checked against the devices present."""
+    if spec is None:
+        return [0]
+    spec = parse_devices(spec)
+    count = device_count()
+    if spec == ALL:
+        return list(range(count))
+    indices = [int(p) for p in spec.split(",")]
+    for i in indices:
+        if i >= count:
+            raise ConvnetError(f"CUDA DEVICES = {spec}: there is no CUDA device {i} (this "
+                               f"machine has {count}, numbered from 0)")
+    return indices
+
+
+def devices_phrase(params):
+    """How CONVNET.LOG names where a CUDA run computes: 'CUDA device' (the default device),
+    'CUDA device 1', 'CUDA devices 0, 1'."""
+    spec = (params or {}).get("CUDA DEVICES")
+    if spec is None:
+        return "CUDA device"
+    indices = resolve_devices(spec)
+    if len(indices) == 1:
+        return f"CUDA device {indices[0]}"
+    return f"CUDA devices {', '.join(map(str, indices))} (the cases split between them)"
+
+
+def device_backend(arch, params=None):
+    """The backend for CUDA DEVICES in params: one DeviceBackend, or a MultiDeviceBackend."""
+    from .backend import DeviceBackend
+    indices = resolve_devices((params or {}).get("CUDA DEVICES"))
+    if len(indices) == 1:
+        return DeviceBackend(arch, params=params, device=indices[0])
+    return MultiDeviceBackend(arch, params, indices)
+
+
+def shard_bounds(n_cases, n_devices):
+    """(start, stop) of each device's shard: contiguous, within two chunks of equal, boundaries on
+    multiples of CHUNK when every shard still gets cases; never an empty shard (fewer shards
+    than devices when there are fewer cases than devices)."""
+    k = max(1, min(n_devices, n_cases))
+    cuts = [round(i * n_cases / k) for i in range(k + 1)]
+    aligned = [0] + [round(c / CHUNK) * CHUNK for c in cuts[1:-1]] + [n_cases]
+    if all(a < b for a, b in zip(aligned, aligned[1:])):
+        cuts = aligned
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+# ------------------------------------------------------------------ the backend
+class MultiDeviceBackend:
+    """One single-GPU DeviceBackend per device; evaluators that split the cases across them."""
+
+    def __init__(self, arch, params, indices, make=None):
+        if len(indices) < 1:
+            raise ConvnetError("CUDA DEVICES names no device")
+        if make is None:
+            from .backend import DeviceBackend
+
+            def make(device):
+                return DeviceBackend(arch, params=params, device=device)
+        self.arch = arch
+        self.params = dict(params or {})
+        self.indices = list(indices)
+        self.backends = [make(i) for i in self.indices]
+        self.n_weights = arch.n_weights
+        first = self.backends[0]        # the settings every device shares, for CUDA.LOG
+        self.max_batch, self.max_hid_grad = first.max_batch, first.max_hid_grad
+        self.max_mem_grad = first.max_mem_grad
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.backends) - 1),
+                                        thread_name_prefix="convnet-device")
+        self._lock = threading.Lock()
+        self.shards = []            # (device, start, stop) of the last evaluator, for CUDA.LOG
+
+    def evaluator(self, inputs, classes, wpen=0.0):
+        return MultiDeviceEvaluator(self, inputs, classes, wpen)
+
+    def activations(self, weights, inputs):
+        """A few cases' activations for pictures: the first device computes them."""
+        return self.backends[0].activations(weights, inputs)
+
+    def poolmax_winners(self, weights, inputs):
+        return self.backends[0].poolmax_winners(weights, inputs)
+
+    def timings(self):
+        """Every device's timing rows, the device named in the label."""
+        rows = []
+        for i, b in zip(self.indices, self.backends):
+            rows += [(f"GPU {i} {label}", act, n, s) for label, act, n, s in b.timings()]
+        return rows
+
+    @property
+    def weight_uploads(self):
+        """Weight copies so far, one count per device (CUDA.LOG)."""
+        return [b.weight_uploads for b in self.backends]
+
+    def reset_timings(self):
+        for b in self.backends:
+            b.reset_timings()
+
+    def penalty(self, weights, wpen):
+        return self.backends[0].penalty(weights, wpen)
+
+    def run_each(self, calls):
+        """Run calls[k]() for every k, at the same time; results in order. The first runs on this
+        thread. Every call has finished when this returns or raises (the first error raised)."""
+        futures = [self._pool.submit(c) for c in calls[1:]]
+        try:
+            first = calls[0]()
+        finally:
+            wait(futures)
+        return [first] + [f.result() for f in futures]
+
+    def close(self):
+        self._pool.shutdown(wait=True)
+
+
+class MultiDeviceEvaluator:
+    """A data set split across devices: the full-batch criterion, gradient and outputs."""
+
+    def __init__(self, multi, inputs, classes, wpen=0.0):
+        from ..host.backend import check_classes, check_inputs
+        self.multi = multi
+        arch = multi.arch
+        x = check_inputs(arch, inputs)
+        self.n_cases = x.shape[0]
+        self.classes = None if classes is None else check_classes(arch, classes, self.n_cases)
+        try:
+            self.wpen = float(wpen)
+        except (TypeError, ValueError):
+            raise ConvnetError(f"the weight penalty must be a number, not {wpen!r}") from None
+        if not self.wpen >= 0.0:
+            raise ConvnetError(f"the weight penalty must not be negative, not {wpen!r}")
+        self.bounds = shard_bounds(self.n_cases, len(multi.backends))
+        backends = multi.backends[:len(self.bounds)]
+        cls = self.classes
+
+        def bind(backend, a, b):
+            return lambda: backend.evaluator(x[a:b], None if cls is None else cls[a:b], 0.0)
+
+        # the shards are uploaded at the same time; each evaluator has no penalty of its own
+        self.parts = multi.run_each([bind(be, a, b) for be, (a, b) in zip(backends, self.bounds)])
+        multi.shards = [(i, a, b) for i, (a, b) in zip(multi.indices, self.bounds)]
+        self.weights_share = np.array([(b - a) / self.n_cases for a, b in self.bounds])
+        self._mask = arch.penalty_mask().astype(bool)
+
+    def _need_classes(self):
+        if self.classes is None:
+            raise ConvnetError("the criterion needs the classes of the cases, and there are none")
+
+    def criterion(self, weights):
+        self._need_classes()
+        w = np.asarray(weights, dtype=np.float64)
+        means = self.multi.run_each([(lambda ev=ev: ev.criterion(w)) for ev in self.parts])
+        total = 0.0
+        for share, mean in zip(self.weights_share, means):      # device order, always
+            total += share * mean
+        return total + self.multi.penalty(w, self.wpen)
+
+    def gradient(self, weights):
+        self._need_classes()
+        w = np.asarray(weights, dtype=np.float64)
+        results = self.multi.run_each([(lambda ev=ev: ev.gradient(w)) for ev in self.parts])
+        crit = 0.0
+        grad = np.zeros(self.multi.n_weights)
+        for share, (mean, g) in zip(self.weights_share, results):   # device order, always
+            crit += share * mean
+            grad += share * g
+        if self.wpen:
+            # as the device adds it: 2 WPEN / n_weights times the float32 weights it holds
+            w32 = w.astype(np.float32).astype(np.float64)
+            grad += np.where(self._mask, (2.0 * self.wpen / self.multi.n_weights) * w32, 0.0)
+        return crit + self.multi.penalty(w, self.wpen), grad
+
+    def outputs(self, weights):
+        w = np.asarray(weights, dtype=np.float64)
+        parts = self.multi.run_each([(lambda ev=ev: ev.outputs(w)) for ev in self.parts])
+        return np.concatenate(parts, axis=0)
