@@ -38,6 +38,7 @@ from .control import INPUT_ROOT_ENV, parse_file
 from .errors import ConvnetError
 
 CONNECT_TIMEOUT_S = 10
+CLOSE_TIMEOUT_S = 5
 WORKER_WAIT_S = 20
 ATTEMPT_TOPIC = "convnet-batch-attempt"
 COPY_INPUTS_ENV = "CONVNET_WORKER_COPY_INPUTS"
@@ -277,7 +278,10 @@ def run_cluster_batch(files, out, scheduler, device="auto", threads=None, seed=N
     try:
         return _run(client, files, folders, out, scheduler, device, threads, seed)
     finally:
-        client.close()
+        try:
+            client.close(timeout=CLOSE_TIMEOUT_S)
+        except Exception:               # closing is best effort: the rows are written
+            pass
 
 
 def _run(client, files, folders, out, scheduler, device, threads, seed):
@@ -327,8 +331,11 @@ def _run(client, files, folders, out, scheduler, device, threads, seed):
             i = futures[fut]
             rows[i] = _row(fut, files[i], folders[i])
     except KeyboardInterrupt:
-        cancel.set()
-        client.cancel([f for f in futures if not f.done()])
+        try:
+            cancel.set()                # the running sessions stop (see run_task)
+            client.cancel([f for f in futures if not f.done()])
+        except Exception:               # the scheduler is gone: nothing left to cancel
+            pass
         for fut, i in futures.items():
             if rows[i] is None:
                 rows[i] = BatchRow(file=files[i], out=folders[i],

@@ -276,7 +276,7 @@ def test_ctrl_c_keeps_finished_rows(dask_cluster, tmp_path):
     """SIGINT to the client: the finished row is kept, the rest are cancelled, exit 130."""
     (tmp_path / "fast.ctl").write_text(CONV)
     (tmp_path / "slow.ctl").write_text(SLOW.format(iters=2000))
-    env = dict(dask_cluster.env)
+    env = dict(dask_cluster.env, PYTHONFAULTHANDLER="1")
     proc = subprocess.Popen([sys.executable, "-m", "convnet", "batch", "fast.ctl", "slow.ctl",
                              "--out", "out", "--scheduler", dask_cluster.address,
                              "--device", "cpu"], cwd=tmp_path, env=env,
@@ -287,7 +287,11 @@ def test_ctrl_c_keeps_finished_rows(dask_cluster, tmp_path):
         time.sleep(0.1)
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)        # faulthandler: where it is stuck
+        raise AssertionError(proc.communicate()[1]) from None
     assert proc.returncode == 130, err
     rows = _rows(tmp_path / "out" / "summary.csv")
     assert rows[0]["status"] == "ok" and rows[1]["status"] == "not run (batch interrupted)"

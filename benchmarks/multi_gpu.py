@@ -1,0 +1,153 @@
+"""Several GPUs: one full-batch gradient split across GPUs, and a batch of runs across GPUs.
+
+    python benchmarks/multi_gpu.py                  # every GPU, both parts
+    python benchmarks/multi_gpu.py --gpus 0,1 --parts gradient --repeat 20
+
+Part "gradient": the LeNet net of controlfiles/lenet-mnist.ctl on the 10,000 real test digits and
+on 60,000 MAKE IMAGE cases (28 x 28, 10 classes). For one GPU (device 0 alone) and for every
+prefix of --gpus with two or more: the median wall time of a full-batch gradient through the
+public evaluator (weights alternate between two vectors, so every call copies the weights in and
+the host-order gradient out), the speed-up over one GPU, and how far the gradient is from one
+GPU's (relative 2-norm) and whether repeated evaluations give the same bits.
+
+Part "batch": 8 control files (LeNet on 8,000 real digits, each its own window of cases, a few
+annealing and conjugate-gradient iterations, CUDA = YES) run by `convnet batch` with --gpus
+naming only GPU 0 (one session at a time, then two at a time) and with --gpus naming all of
+them (one session per GPU): wall time of the whole batch and the rows' status.
+"""
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+LENET = """\
+CONVOLUTIONAL LAYER 20 2 2 0 0 1 1
+POOLED MAX LAYER 2 2 2 2
+CONVOLUTIONAL LAYER 50 2 2 0 0 1 1
+POOLED MAX LAYER 2 2 2 2
+FULLY CONNECTED LAYER 500
+"""
+DIGITS = f"""\
+READ MNIST IMAGE "{ROOT}/data/t10k-images-idx3-ubyte.gz"
+READ MNIST LABELS "{ROOT}/data/t10k-labels-idx1-ubyte.gz"
+"""
+DATASETS = {"10,000 real digits": DIGITS, "60,000 MAKE IMAGE cases": "MAKE IMAGE 28 28 1 10 60000\n"}
+
+
+def load(data_lines):
+    """(architecture, inputs, classes) from data lines and the LeNet layers."""
+    from convnet.architecture import Architecture
+    from convnet.control import parse_line
+    from convnet.session import Session
+    s = Session(check_only=True, seed=12345)
+    for i, text in enumerate((data_lines + LENET).splitlines(), start=1):
+        cmd = parse_line(text, "bench", i)
+        if cmd is not None:
+            if "filename" in cmd.args:          # absolute names: nothing to resolve
+                cmd.args["path"] = cmd.args["filename"]
+            s.execute(cmd)
+    d = s.dataset
+    return Architecture(s.layer_specs, d.rows, d.cols, d.bands, d.n_classes), d.inputs, d.classes
+
+
+def median_ms(fn, repeat):
+    times = []
+    for i in range(repeat):
+        t0 = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
+
+
+def rel(a, b):
+    return float(np.linalg.norm(np.asarray(a) - b) / np.linalg.norm(b))
+
+
+def gradient_part(gpus, repeat):
+    from convnet.device.multi import device_backend
+    print("Full-batch gradient of LeNet (lenet-mnist layers), median of "
+          f"{repeat} calls after 3 warm-up calls")
+    print(f"{'data':<26}{'GPUs':>6}{'ms':>10}{'cases/s':>12}{'speed-up':>10}"
+          f"{'rel. to 1 GPU':>15}{'same bits':>11}")
+    rng = np.random.default_rng(1)
+    for name, lines in DATASETS.items():
+        arch, x, c = load(lines)
+        ws = [rng.normal(0, 0.1, arch.n_weights) for _ in range(2)]
+        base = None
+        for k in [1] + list(range(2, len(gpus) + 1)):
+            spec = ",".join(map(str, gpus[:k]))
+            backend = device_backend(arch, {"CUDA DEVICES": spec})
+            ev = backend.evaluator(x, c, 0.0)
+            for i in range(3):
+                ev.gradient(ws[i % 2])
+            ms = median_ms(lambda i: ev.gradient(ws[i % 2]), repeat)
+            crit, grad = ev.gradient(ws[0])
+            same = all(np.array_equal(ev.gradient(ws[0])[1], grad) for _ in range(2))
+            if base is None:
+                base = (ms, crit, grad)
+            diff = rel(grad, base[2])
+            print(f"{name:<26}{spec:>6}{ms:>10.2f}{len(x) / ms * 1000:>12.0f}"
+                  f"{base[0] / ms:>9.2f}x{diff:>15.1e}{str(same):>11}", flush=True)
+            close = getattr(backend, "close", None)
+            if close:
+                close()
+            del ev, backend
+
+
+def batch_files(folder, n=8):
+    files = []
+    for k in range(n):
+        path = Path(folder) / f"lenet{k + 1}.ctl"
+        path.write_text(DIGITS + f"KEEP CASES {1 + 250 * k} {8000 + 250 * k}\n" + LENET +
+                        "CUDA = YES\nANNEAL ITERS = 20\nMAXITERS = 20\nTOL = 1e-12\nTRAIN\n")
+        files.append(str(path))
+    return files
+
+
+def batch_part(gpus):
+    print("\nBatch of 8 LeNet control files (8,000 digits each, 20 annealing + 20 CG iterations)")
+    print(f"{'how':<38}{'wall s':>9}{'per file s':>12}  rows")
+    with tempfile.TemporaryDirectory() as tmp:
+        files = batch_files(tmp)
+        one = str(gpus[0])
+        everything = ",".join(map(str, gpus))
+        for label, extra in ((f"--gpus {one} (one session at a time)", ["--gpus", one]),
+                             (f"--gpus {one} --jobs 2", ["--gpus", one, "--jobs", "2"]),
+                             (f"--gpus {everything} (one session per GPU)", ["--gpus", everything])):
+            out = Path(tmp) / f"out{len(extra)}{extra[1]}"
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "convnet", "batch", *files, "--out",
+                                   str(out), "--seed", "1", *extra], capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            status = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr
+            print(f"{label:<38}{wall:>9.1f}{wall / len(files):>12.2f}  {status}", flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpus", default="all")
+    ap.add_argument("--parts", default="gradient,batch")
+    ap.add_argument("--repeat", type=int, default=15)
+    args = ap.parse_args(argv)
+    from convnet.device.multi import resolve_devices
+    gpus = resolve_devices(args.gpus.upper() if args.gpus.lower() == "all" else args.gpus)
+    import pycuda.driver as cuda
+    print("GPUs: " + "; ".join(f"{i}: {cuda.Device(i).name()}" for i in gpus))
+    parts = args.parts.split(",")
+    if "gradient" in parts:
+        gradient_part(gpus, args.repeat)
+    if "batch" in parts:
+        batch_part(gpus)
+
+
+if __name__ == "__main__":
+    main()
