@@ -19,13 +19,13 @@ releases the interpreter lock while it synchronizes), so the devices overlap; on
 calls themselves take turns.
 """
 
-import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
 from ..control import ALL_DEVICES as ALL, parse_devices
 from ..errors import ConvnetError
+from ..evaluator import Evaluator, check_weights
 from .plan import CHUNK
 
 
@@ -112,7 +112,6 @@ class MultiDeviceBackend:
         self.max_mem_grad = first.max_mem_grad
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.backends) - 1),
                                         thread_name_prefix="convnet-device")
-        self._lock = threading.Lock()
         self.shards = []            # (device, start, stop) of the last evaluator, for CUDA.LOG
 
     def evaluator(self, inputs, classes, wpen=0.0):
@@ -141,9 +140,6 @@ class MultiDeviceBackend:
         for b in self.backends:
             b.reset_timings()
 
-    def penalty(self, weights, wpen):
-        return self.backends[0].penalty(weights, wpen)
-
     def run_each(self, calls):
         """Run calls[k]() for every k, at the same time; results in order. The first runs on this
         thread. Every call has finished when this returns or raises (the first error raised)."""
@@ -158,22 +154,12 @@ class MultiDeviceBackend:
         self._pool.shutdown(wait=True)
 
 
-class MultiDeviceEvaluator:
+class MultiDeviceEvaluator(Evaluator):
     """A data set split across devices: the full-batch criterion, gradient and outputs."""
 
     def __init__(self, multi, inputs, classes, wpen=0.0):
-        from ..host.backend import check_classes, check_inputs
         self.multi = multi
-        arch = multi.arch
-        x = check_inputs(arch, inputs)
-        self.n_cases = x.shape[0]
-        self.classes = None if classes is None else check_classes(arch, classes, self.n_cases)
-        try:
-            self.wpen = float(wpen)
-        except (TypeError, ValueError):
-            raise ConvnetError(f"the weight penalty must be a number, not {wpen!r}") from None
-        if not self.wpen >= 0.0:
-            raise ConvnetError(f"the weight penalty must not be negative, not {wpen!r}")
+        x = self.bind(multi.arch, inputs, classes, wpen)
         self.bounds = shard_bounds(self.n_cases, len(multi.backends))
         backends = multi.backends[:len(self.bounds)]
         cls = self.classes
@@ -185,24 +171,22 @@ class MultiDeviceEvaluator:
         self.parts = multi.run_each([bind(be, a, b) for be, (a, b) in zip(backends, self.bounds)])
         multi.shards = [(i, a, b) for i, (a, b) in zip(multi.indices, self.bounds)]
         self.weights_share = np.array([(b - a) / self.n_cases for a, b in self.bounds])
-        self._mask = arch.penalty_mask().astype(bool)
 
-    def _need_classes(self):
-        if self.classes is None:
-            raise ConvnetError("the criterion needs the classes of the cases, and there are none")
+    def _weights(self, weights):
+        return check_weights(self.multi.arch, weights)
 
     def criterion(self, weights):
-        self._need_classes()
-        w = np.asarray(weights, dtype=np.float64)
+        self.need_classes()
+        w = self._weights(weights)
         means = self.multi.run_each([(lambda ev=ev: ev.criterion(w)) for ev in self.parts])
         total = 0.0
         for share, mean in zip(self.weights_share, means):      # device order, always
             total += share * mean
-        return total + self.multi.penalty(w, self.wpen)
+        return total + self.penalty.value_of_selected(w)
 
     def gradient(self, weights):
-        self._need_classes()
-        w = np.asarray(weights, dtype=np.float64)
+        self.need_classes()
+        w = self._weights(weights)
         results = self.multi.run_each([(lambda ev=ev: ev.gradient(w)) for ev in self.parts])
         crit = 0.0
         grad = np.zeros(self.multi.n_weights)
@@ -210,12 +194,12 @@ class MultiDeviceEvaluator:
             crit += share * mean
             grad += share * g
         if self.wpen:
-            # as the device adds it: 2 WPEN / n_weights times the float32 weights it holds
+            # as a device adds it: 2 WPEN / n_weights times the float32 weights it holds
             w32 = w.astype(np.float32).astype(np.float64)
-            grad += np.where(self._mask, (2.0 * self.wpen / self.multi.n_weights) * w32, 0.0)
-        return crit + self.multi.penalty(w, self.wpen), grad
+            grad += (2.0 * self.penalty.coefficient) * self.penalty.mask * w32
+        return crit + self.penalty.value_of_selected(w), grad
 
     def outputs(self, weights):
-        w = np.asarray(weights, dtype=np.float64)
+        w = self._weights(weights)
         parts = self.multi.run_each([(lambda ev=ev: ev.outputs(w)) for ev in self.parts])
         return np.concatenate(parts, axis=0)
