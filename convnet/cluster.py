@@ -2,8 +2,8 @@
 
 Each control file is one Dask task. The worker that takes it runs the session exactly as a local
 batch does, as ``convnet run`` in a process of its own, and sends back every file the run wrote;
-the client puts them in ``DIR/<stem>/`` and reads the row from that CONVNET.LOG, so summary.csv and
-the table are those of a local batch.
+the client puts them in ``DIR/<stem>/`` and reads the row from them as a local batch does, so
+summary.csv, report.html and the table are those of a local batch.
 
 Where the files are. The client lists the data and model files each control file reads, with
 their SHA-256. A worker uses a file at the path the control file names when it can read it there
@@ -32,8 +32,8 @@ import tempfile
 import time
 import uuid
 
-from .batch import (BatchRow, _environment, _error_from, fill_from_log, output_folders,
-                    write_summary)
+from .batch import (BatchRow, _environment, _error_from, fill_from_results, output_folders,
+                    write_batch_report, write_summary)
 from .control import INPUT_ROOT_ENV, parse_file
 from .errors import ConvnetError
 
@@ -341,9 +341,11 @@ def _run(client, files, folders, out, scheduler, device, threads, seed):
                 rows[i] = BatchRow(file=files[i], out=folders[i],
                                    status="not run (batch interrupted)")
         write_summary(rows, os.path.join(out, "summary.csv"))
+        write_batch_report(rows, out)
         raise
     _note_retries(client, specs, rows)
     write_summary(rows, os.path.join(out, "summary.csv"))
+    write_batch_report(rows, out)
     return rows
 
 
@@ -361,7 +363,7 @@ def _row(fut, path, folder):
     row.seconds = result["seconds"]
     row.returncode = result["returncode"]
     row.stderr = result["stderr"]
-    fill_from_log(row, os.path.join(folder, "CONVNET.LOG"))
+    fill_from_results(row, folder)
     if result["returncode"] != 0:
         row.status = ("interrupted" if result["interrupted"]
                       else "error: " + _error_from(result["stderr"], result["returncode"]))

@@ -183,10 +183,13 @@ def test_cluster_batch_gives_the_rows_of_a_local_batch(dask_cluster, tmp_path, m
     # every run's folder came back, with the client's paths in its log
     for stem in ("mnist_a", "mnist_b"):
         folder = tmp_path / "remote" / stem
-        assert {"CONVNET.LOG", "criterion.png", "m.model"} <= set(os.listdir(folder))
+        assert {"CONVNET.LOG", "criterion.png", "m.model", "results.json"} <= set(os.listdir(folder))
         log = (folder / "CONVNET.LOG").read_text()
         assert f"Model saved to remote/{stem}/m.model" in log and "convnet-task-" not in log
     assert "convnet: 3 of 6 files ran without error" in result.output
+    assert (tmp_path / "remote" / "report.html").exists()
+    assert str(tmp_path) not in (tmp_path / "remote" / "mnist_a" / "results.json").read_text() \
+        or "convnet-" not in (tmp_path / "remote" / "mnist_a" / "results.json").read_text()
     # what the copying worker ran came to it through the cluster and sits in its cache by content
     cached = dask_cluster.client.run(
         lambda dask_worker: sorted(os.listdir(cluster._cache_dir(dask_worker)))
