@@ -4,8 +4,9 @@
 
 Starts `dask scheduler` and two `dask worker` processes (one thread each) on 127.0.0.1, writes
 --files small CPU control files (MAKE IMAGE, a convolutional and a fully connected layer, a few
-annealing and conjugate-gradient iterations), and runs them with `convnet batch --scheduler` and
-with `convnet batch --jobs 2`, in turn, --rounds times. For each: the wall time of the whole batch,
+annealing and conjugate-gradient iterations; with --trivial, files that only make a few images),
+and runs them with `convnet batch --scheduler` and with `convnet batch --jobs 2`, in turn,
+--rounds times. For each: the wall time of the whole batch,
 the sum of the sessions' own seconds (summary.csv), and the overhead per task, (wall x 2 - sum of
 session seconds) / files: what running a session costs beyond the session itself (starting it,
 moving its files, for the cluster the scheduling and the round trips). The machine's load is
@@ -34,6 +35,10 @@ MAXITERS = 20
 TOL = 1e-12
 TRAIN
 """
+
+
+# a session with nothing to compute: the batch's cost is then starting and collecting sessions
+TRIVIAL = "MAKE IMAGE 6 6 1 2 {cases}\n"
 
 
 def start_cluster(folder, env):
@@ -75,6 +80,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--trivial", action="store_true",
+                    help="files that only make a few images: the per-task cost alone")
     args = ap.parse_args(argv)
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -82,11 +89,11 @@ def main(argv=None):
         files = []
         for k in range(args.files):
             path = Path(tmp) / f"cpu{k + 1}.ctl"
-            path.write_text(CONTROL.format(cases=400 + 20 * k))
+            path.write_text((TRIVIAL if args.trivial else CONTROL).format(cases=400 + 20 * k))
             files.append(path.name)
         address, procs = start_cluster(tmp, env)
         try:
-            print(f"{args.files} CPU control files, 2 workers of one thread each against "
+            print(f"{args.files} {'trivial ' if args.trivial else ''}CPU control files, 2 workers of one thread each against "
                   f"--jobs 2 (load average at start: {os.getloadavg()[0]:.1f}, "
                   f"{os.cpu_count()} cores)")
             print(f"{'round':>5}  {'how':<22}{'wall s':>9}{'sessions s':>12}{'overhead/task s':>17}")

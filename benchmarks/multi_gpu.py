@@ -10,8 +10,9 @@ public evaluator (weights alternate between two vectors, so every call copies th
 the host-order gradient out), the speed-up over one GPU, and how far the gradient is from one
 GPU's (relative 2-norm) and whether repeated evaluations give the same bits.
 
-Part "batch": 8 control files (LeNet on 8,000 real digits, each its own window of cases, a few
-annealing and conjugate-gradient iterations, CUDA = YES) run by `convnet batch` with --gpus
+Part "batch": 8 control files (--batch digits: LeNet on 8,000 real digits, each its own window of
+cases, 20 annealing and conjugate-gradient iterations; --batch make60k: on 60,000 MAKE IMAGE
+cases, 50 of each; CUDA = YES) run by `convnet batch` with --gpus
 naming only GPU 0 (one session at a time, then two at a time) and with --gpus naming all of
 them (one session per GPU): wall time of the whole batch and the rows' status.
 """
@@ -103,21 +104,30 @@ def gradient_part(gpus, repeat):
             del ev, backend
 
 
-def batch_files(folder, n=8):
+BATCHES = {
+    "digits": ("8,000 digits each, 20 annealing + 20 CG iterations",
+               lambda k: DIGITS + f"KEEP CASES {1 + 250 * k} {8000 + 250 * k}\n", 20),
+    "make60k": ("60,000 MAKE IMAGE cases each, 50 annealing + 50 CG iterations",
+                lambda k: "MAKE IMAGE 28 28 1 10 60000\n", 50),
+}
+
+
+def batch_files(folder, kind, n=8):
+    _, data, iters = BATCHES[kind]
     files = []
     for k in range(n):
         path = Path(folder) / f"lenet{k + 1}.ctl"
-        path.write_text(DIGITS + f"KEEP CASES {1 + 250 * k} {8000 + 250 * k}\n" + LENET +
-                        "CUDA = YES\nANNEAL ITERS = 20\nMAXITERS = 20\nTOL = 1e-12\nTRAIN\n")
+        path.write_text(data(k) + LENET + f"CUDA = YES\nANNEAL ITERS = {iters}\n"
+                        f"MAXITERS = {iters}\nTOL = 1e-12\nTRAIN\n")
         files.append(str(path))
     return files
 
 
-def batch_part(gpus):
-    print("\nBatch of 8 LeNet control files (8,000 digits each, 20 annealing + 20 CG iterations)")
+def batch_part(gpus, kind):
+    print(f"\nBatch of 8 LeNet control files ({BATCHES[kind][0]})")
     print(f"{'how':<38}{'wall s':>9}{'per file s':>12}  rows")
     with tempfile.TemporaryDirectory() as tmp:
-        files = batch_files(tmp)
+        files = batch_files(tmp, kind)
         one = str(gpus[0])
         everything = ",".join(map(str, gpus))
         for label, extra in ((f"--gpus {one} (one session at a time)", ["--gpus", one]),
@@ -137,6 +147,8 @@ def main(argv=None):
     ap.add_argument("--gpus", default="all")
     ap.add_argument("--parts", default="gradient,batch")
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--batch", default="digits", choices=sorted(BATCHES),
+                    help="what each file of the batch part trains on")
     args = ap.parse_args(argv)
     from convnet.device.multi import resolve_devices
     gpus = resolve_devices(args.gpus.upper() if args.gpus.lower() == "all" else args.gpus)
@@ -146,7 +158,7 @@ def main(argv=None):
     if "gradient" in parts:
         gradient_part(gpus, args.repeat)
     if "batch" in parts:
-        batch_part(gpus)
+        batch_part(gpus, args.batch)
 
 
 if __name__ == "__main__":
