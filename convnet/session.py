@@ -10,9 +10,7 @@ that every command could run in its place (a TEST has a model whose shape matche
 """
 
 import os
-import signal
 import sys
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -22,60 +20,13 @@ from .control import DEFAULT_PARAMETERS, parse_file
 from .errors import ConvnetError, Interrupted
 from .logs.writer import LogWriter
 from .runlock import RunLock
+from .interrupt import Interrupt, signals
+from .display import commands as display_commands
 from . import memory
 
 # The parameters that every TRAIN and TEST writes to CONVNET.LOG, in the book's dialog order.
 LOGGED_PARAMETERS = ("MAX BATCH", "MAX HID GRAD", "MAX MEM GRAD", "ANNEAL ITERS", "ANNEAL RANGE",
                      "ANNEAL SCALE", "MAXITERS", "TOL", "WPEN")
-
-
-class Interrupt:
-    """Counts Ctrl-C presses: the first asks the running phase to move on, the second ends the run.
-
-    While ``active`` is False (no interruptible phase is running) the first press ends the run.
-    """
-
-    def __init__(self):
-        self.count = 0
-        self.active = False
-
-    def reset(self):
-        self.count = 0
-
-    def handler(self, signum, frame):
-        self.count += 1
-        if self.count >= 2 or not self.active:
-            raise Interrupted("run ended by the user (Ctrl-C)", signal.SIGINT)
-
-    def terminate(self, signum, frame):
-        """SIGTERM (``timeout``, batch schedulers, Dask) ends the run at once, like a second Ctrl-C."""
-        raise Interrupted("run ended by SIGTERM", signal.SIGTERM)
-
-    @contextmanager
-    def phase(self):
-        """An interruptible phase: a first Ctrl-C is left for the phase to notice."""
-        self.reset()
-        self.active = True
-        try:
-            yield self
-        finally:
-            self.active = False
-
-
-@contextmanager
-def _signals(interrupt):
-    """Install the Ctrl-C and SIGTERM handlers while a session runs (main thread only)."""
-    try:
-        previous = {signal.SIGINT: signal.signal(signal.SIGINT, interrupt.handler),
-                    signal.SIGTERM: signal.signal(signal.SIGTERM, interrupt.terminate)}
-    except ValueError:           # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 class Session:
@@ -179,7 +130,7 @@ class Session:
         self.log.write(f"Session: convnet {__version__}; control files: {' '.join(paths)}")
         self.log.write(f"Random seed = {self.seed}{'' if self.seed_given else ' (chosen at random)'}")
         self.record.start(paths)
-        with _signals(self.interrupt):
+        with signals(self.interrupt):
             for path, commands, lines in parsed:
                 self.run_commands(path, commands, lines)
         return self
@@ -540,64 +491,6 @@ class Session:
         self.model.weights = loaded.weights
         self.record.model("loaded", path, loaded.arch, cmd, self.out)
 
-    # ------------------------------------------------------------------ pictures
-    def _display_training_images(self, cmd):
-        data = self._need_data(cmd, labels=False)
-        if data.bands not in (1, 3):
-            raise cmd.error(f"DISPLAY TRAINING IMAGES shows 1 or 3 bands; these images have {data.bands}")
-        self._require_picture(cmd, data.rows, data.cols, data.bands)
-        if self.check_only:
-            return
-        from .display.grids import training_images
-        a = cmd.args
-        path = self._output_path(a["file"])
-        training_images(data, a["first"], a["rows"], a["columns"], path)
-        self._wrote(path)
-        self.record.picture(path, "DISPLAY TRAINING IMAGES", cmd, self.out)
-
-    def _display_filter_images(self, cmd):
-        self._need_model(cmd)
-        arch = self.model_arch
-        if not arch.layers or not arch.layers[0].kind.shares_weights:
-            raise cmd.error("DISPLAY FILTER IMAGES needs a model whose first hidden layer is convolutional")
-        if arch.bands not in (1, 3):
-            raise cmd.error(f"DISPLAY FILTER IMAGES shows 1 or 3 bands; the model's input has {arch.bands}")
-        spec = arch.layers[0].spec
-        self._require_picture(cmd, spec.filter_v, spec.filter_h, arch.bands)
-        if self.check_only:
-            return
-        from .display.grids import filter_images
-        a = cmd.args
-        path = self._output_path(a["file"])
-        filter_images(self.model, a["first"], a["rows"], a["columns"], a["individual"], path)
-        self._wrote(path)
-        self.record.picture(path, "DISPLAY FILTER IMAGES", cmd, self.out)
-
-    def _display_activation_images(self, cmd):
-        self._need_model(cmd)
-        data = self._need_data(cmd, labels=False)
-        a = cmd.args
-        if not self.model_arch.layers:
-            raise cmd.error("DISPLAY ACTIVATION IMAGES needs a model with a hidden layer")
-        if a["case"] > data.n_cases:
-            raise cmd.error(f"DISPLAY ACTIVATION IMAGES: case {a['case']} is past the last case "
-                            f"({data.n_cases})")
-        data.check_matches(self.model_arch.rows, self.model_arch.cols, self.model_arch.bands,
-                           self.model_arch.n_classes)
-        first = self.model_arch.layers[0]
-        self._require_picture(cmd, first.height, first.width, 1)
-        if self.check_only:
-            return
-        from .display.grids import activation_images
-        path = self._output_path(a["file"])
-        activation_images(self.model, data, a["first"], a["rows"], a["columns"], a["case"], path)
-        self._wrote(path)
-        self.record.picture(path, "DISPLAY ACTIVATION IMAGES", cmd, self.out)
-
-    def _require_picture(self, cmd, tile_rows, tile_cols, bands):
-        """Refuse a DISPLAY grid whose picture cannot fit in memory."""
-        memory.require_picture(cmd.args["rows"], cmd.args["columns"], tile_rows, tile_cols, bands)
-
     # ------------------------------------------------------------------ the dispatch table
     # Every command name the parser produces (control.COMMANDS' command_name, plus SET for
     # ``NAME = value``) and the method that executes it.
@@ -620,9 +513,9 @@ class Session:
         "PRINT WEIGHTS": _print_weights,
         "SAVE MODEL": _save_model,
         "LOAD MODEL": _load_model,
-        "DISPLAY TRAINING IMAGES": _display_training_images,
-        "DISPLAY FILTER IMAGES": _display_filter_images,
-        "DISPLAY ACTIVATION IMAGES": _display_activation_images,
+        "DISPLAY TRAINING IMAGES": display_commands.display_training_images,
+        "DISPLAY FILTER IMAGES": display_commands.display_filter_images,
+        "DISPLAY ACTIVATION IMAGES": display_commands.display_activation_images,
     }
 
 

@@ -11,10 +11,15 @@ def test_every_registry_command_has_a_handler():
     assert names == set(Session.HANDLERS)
 
 
-def test_handlers_are_session_methods():
+def test_handlers_are_named_functions_of_a_session_and_a_command():
+    """Each handler is a Session method or a module function (the DISPLAY commands), found by its
+    name where it is defined, and takes (session, command)."""
     for name, handler in Session.HANDLERS.items():
         assert inspect.isfunction(handler), name
-        assert getattr(Session, handler.__name__) is handler, name
+        home = inspect.getmodule(handler)
+        assert (getattr(Session, handler.__name__, None) is handler
+                or getattr(home, handler.__name__, None) is handler), name
+        assert len(inspect.signature(handler).parameters) == 2, name
 
 
 def test_session_module_has_no_name_mangled_dispatch():

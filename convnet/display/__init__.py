@@ -2,5 +2,6 @@
 
 - ``grids``: DISPLAY TRAINING / FILTER / ACTIVATION IMAGES, image grids drawn with Pillow;
 - ``plots``: criterion curves, confusion heat maps and overlaid curves, drawn with matplotlib;
-- ``progress``: the live progress line on a terminal.
+- ``progress``: the live progress line on a terminal;
+- ``commands``: the DISPLAY commands of a session (checks, drawing, recording).
 """
