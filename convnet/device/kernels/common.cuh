@@ -1,5 +1,5 @@
-// Shared definitions for the device kernels (included by every .cu file in this folder).
-#pragma once
+// Shared definitions for the device kernels (included once by every .cu file in this folder; the
+// runtime pastes it in place of the #include line).
 
 // Gather-table codes (see plan.py): an entry >= 0 is an offset into the source row,
 // A_ZERO reads the zero padding around the prior layer, A_ONE the constant input of the bias.
@@ -33,5 +33,72 @@ __device__ __forceinline__ void load_frag(float* r, const float* p)
     } else {
 #pragma unroll
         for (int i = 0; i < T; ++i) r[i] = p[i];
+    }
+}
+
+// One shared-memory stage of a product: BK rank-one updates of the TM x TN accumulator, in k order
+// (every product variant calls this, so all of them add in the same order and give the same bits).
+// a_stage and b_stage are the stage's [BK][LDA] and [BK][LDB] tiles.
+template <int BK, int TM, int TN, int LDA, int LDB>
+__device__ __forceinline__ void tile_multiply_add(float (&acc)[TM][TN], const float* a_stage,
+                                                  const float* b_stage, int a_col, int b_col)
+{
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+        float a[TM], b[TN];
+        load_frag<TM>(a, a_stage + kk * LDA + a_col);
+        load_frag<TN>(b, b_stage + kk * LDB + b_col);
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+}
+
+// The NN products' epilogue: out[m*ldo + o_add + n] = epi(acc) for the thread's rows and columns
+// inside M x N.
+template <int TM, int TN>
+__device__ __forceinline__ void store_tile(const float (&acc)[TM][TN], float* __restrict__ out,
+                                           const float* __restrict__ prior, int epi, int m_first,
+                                           int n_first, int M, int N, int ldo, int o_add)
+{
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int m = m_first + i;
+        if (m >= M) continue;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int n = n_first + j;
+            if (n >= N) continue;
+            const i64 o = (i64)m * ldo + o_add + n;
+            float v = acc[i][j];
+            if (epi == EPI_TANH) {
+                v = tanhf(v);
+            } else if (epi == EPI_DERIV) {
+                const float p = prior[o];
+                v *= 1.f - p * p;
+            }
+            out[o] = v;
+        }
+    }
+}
+
+// The TN products' partial gradients: part[(p*R + k)*pld + col_base + c] for the thread's rows
+// k < R and columns c < NL.
+template <int TM, int TN>
+__device__ __forceinline__ void store_partial_tile(const float (&acc)[TM][TN], float* __restrict__ part,
+                                                   i64 p, int k_first, int c_first, int R, int NL,
+                                                   i64 pld, int col_base)
+{
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int k = k_first + i;
+        if (k >= R) continue;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int c = c_first + j;
+            if (c >= NL) continue;
+            part[(p * R + k) * pld + col_base + c] = acc[i][j];
+        }
     }
 }

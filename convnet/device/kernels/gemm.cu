@@ -98,39 +98,13 @@ __device__ __forceinline__ void gemm_nn_body(
         for (int t = 0; t < nk; ++t) {
             const int buf = t & 1;
             if (t + 1 < nk) load((t + 1) * BK);
-#pragma unroll
-            for (int kk = 0; kk < BK; ++kk) {
-                float a[TM], b[TN];
-                load_frag<TM>(a, &As[buf][kk][tm * TM]);
-                load_frag<TN>(b, &Bs[buf][kk][tn * TN]);
-#pragma unroll
-                for (int i = 0; i < TM; ++i)
-#pragma unroll
-                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-            }
+            tile_multiply_add<BK, TM, TN, BM + 4, BN>(acc, &As[buf][0][0], &Bs[buf][0][0],
+                                                tm * TM, tn * TN);
             if (t + 1 < nk) store(buf ^ 1);
             __syncthreads();
         }
 
-#pragma unroll
-        for (int i = 0; i < TM; ++i) {
-            const int m = m0 + tm * TM + i;
-            if (m >= M) continue;
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                const int n = n0 + tn * TN + j;
-                if (n >= N) continue;
-                const i64 o = (i64)m * ldo + o_add + n;
-                float v = acc[i][j];
-                if (epi == EPI_TANH) {
-                    v = tanhf(v);
-                } else if (epi == EPI_DERIV) {
-                    const float p = prior[o];
-                    v *= 1.f - p * p;
-                }
-                out[o] = v;
-            }
-        }
+        store_tile<TM, TN>(acc, out, prior, epi, m0 + tm * TM, n0 + tn * TN, M, N, ldo, o_add);
     }
 }
 
@@ -249,33 +223,15 @@ __device__ __forceinline__ void gemm_tn_body(
         for (int s = 0; s < steps; ++s) {
             const int buf = s & 1;
             if (s + 1 < steps) load(s + 1);
-#pragma unroll
-            for (int rr = 0; rr < BK; ++rr) {
-                float a[TM], b[TN];
-                load_frag<TM>(a, &As[buf][rr][tm * TM]);
-                load_frag<TN>(b, &Ds[buf][rr][tn * TN]);
-#pragma unroll
-                for (int i = 0; i < TM; ++i)
-#pragma unroll
-                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-            }
+            tile_multiply_add<BK, TM, TN, BM, BN>(acc, &As[buf][0][0], &Ds[buf][0][0],
+                                                tm * TM, tn * TN);
             if (s + 1 < steps) store(buf ^ 1);
             __syncthreads();
         }
 
         const i64 p = local_cols ? ch : z;
         const int col_base = local_cols ? slot * NL : 0;
-#pragma unroll
-        for (int i = 0; i < TM; ++i) {
-            const int k = k0 + tm * TM + i;
-            if (k >= R) continue;
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                const int c = c0 + tn * TN + j;
-                if (c >= NL) continue;
-                part[(p * R + k) * pld + col_base + c] = acc[i][j];
-            }
-        }
+        store_partial_tile<TM, TN>(acc, part, p, k0 + tm * TM, c0 + tn * TN, R, NL, pld, col_base);
     }
 }
 

@@ -107,39 +107,13 @@ __device__ __forceinline__ void gemm_nn_async_body(
             if (t + STAGES - 1 < nk) issue(t + STAGES - 1);
             cp_async_commit();
             const int st = t % STAGES;
-#pragma unroll
-            for (int kk = 0; kk < BK; ++kk) {
-                float a[TM], b[TN];
-                load_frag<TM>(a, &As[st][kk][tm * TM]);
-                load_frag<TN>(b, &Bs[st][kk][tn * TN]);
-#pragma unroll
-                for (int i = 0; i < TM; ++i)
-#pragma unroll
-                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-            }
+            tile_multiply_add<BK, TM, TN, BM + 4, BN>(acc, &As[st][0][0], &Bs[st][0][0],
+                                                tm * TM, tn * TN);
         }
         cp_async_wait<0>();
         __syncthreads();                     // the next group reuses the stages
 
-#pragma unroll
-        for (int i = 0; i < TM; ++i) {
-            const int m = m0 + tm * TM + i;
-            if (m >= M) continue;
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                const int nn = n0 + tn * TN + j;
-                if (nn >= N) continue;
-                const i64 o = (i64)m * ldo + o_add + nn;
-                float v = acc[i][j];
-                if (epi == EPI_TANH) {
-                    v = tanhf(v);
-                } else if (epi == EPI_DERIV) {
-                    const float p = prior[o];
-                    v *= 1.f - p * p;
-                }
-                out[o] = v;
-            }
-        }
+        store_tile<TM, TN>(acc, out, prior, epi, m0 + tm * TM, n0 + tn * TN, M, N, ldo, o_add);
     }
 }
 
@@ -239,33 +213,15 @@ __device__ __forceinline__ void gemm_tn_async_body(
             if (s + STAGES - 1 < steps) issue(s + STAGES - 1);
             cp_async_commit();
             const int st = s % STAGES;
-#pragma unroll
-            for (int rr = 0; rr < BK; ++rr) {
-                float a[TM], b[TN];
-                load_frag<TM>(a, &As[st][rr][tm * TM]);
-                load_frag<TN>(b, &Ds[st][rr][tn * TN]);
-#pragma unroll
-                for (int i = 0; i < TM; ++i)
-#pragma unroll
-                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-            }
+            tile_multiply_add<BK, TM, TN, BM, BN>(acc, &As[st][0][0], &Ds[st][0][0],
+                                                tm * TM, tn * TN);
         }
         cp_async_wait<0>();
         __syncthreads();
 
         const i64 p = local_cols ? ch : z;
         const int col_base = local_cols ? slot * NL : 0;
-#pragma unroll
-        for (int i = 0; i < TM; ++i) {
-            const int kr = k0 + tm * TM + i;
-            if (kr >= R) continue;
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                const int c = c0 + tn * TN + j;
-                if (c >= NL) continue;
-                part[(p * R + kr) * pld + col_base + c] = acc[i][j];
-            }
-        }
+        store_partial_tile<TM, TN>(acc, part, p, k0 + tm * TM, c0 + tn * TN, R, NL, pld, col_base);
     }
 }
 
