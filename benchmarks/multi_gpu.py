@@ -18,7 +18,6 @@ them (one session per GPU): wall time of the whole batch and the rows' status.
 """
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from gpu import median_ms, rel  # noqa: E402  (the single-GPU benchmark's timing and error helpers)
 
 LENET = """\
 CONVOLUTIONAL LAYER 20 2 2 0 0 1 1
@@ -58,19 +59,6 @@ def load(data_lines):
             s.execute(cmd)
     d = s.dataset
     return Architecture(s.layer_specs, d.rows, d.cols, d.bands, d.n_classes), d.inputs, d.classes
-
-
-def median_ms(fn, repeat):
-    times = []
-    for i in range(repeat):
-        t0 = time.perf_counter()
-        fn(i)
-        times.append(time.perf_counter() - t0)
-    return 1000 * statistics.median(times)
-
-
-def rel(a, b):
-    return float(np.linalg.norm(np.asarray(a) - b) / np.linalg.norm(b))
 
 
 def gradient_part(gpus, repeat):
