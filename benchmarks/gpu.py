@@ -55,6 +55,8 @@ def parse_args(argv=None):
     ap.add_argument("--host-repeat", type=int, default=2)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--params", default="", help='device parameters, e.g. "MAX BATCH=512"')
+    ap.add_argument("--no-tiled", action="store_true",
+                    help="convolutional layers with the gather product alone (no conv_tiled.cu)")
     ap.add_argument("--profile", metavar="NET",
                     help="run one gradient of NET between cuProfilerStart/Stop (for ncu) and exit")
     ap.add_argument("--sync-check", metavar="NET",
@@ -449,7 +451,7 @@ def main(argv=None):
         rng = np.random.default_rng(7)
         w0 = rng.uniform(-0.1, 0.1, arch.n_weights)
         w1 = w0 + rng.normal(0, 1e-3, arch.n_weights)
-        be = DeviceBackend(arch, params)
+        be = DeviceBackend(arch, params, tiled=not args.no_tiled)
         ev = be.evaluator(x, c, wpen)
         crit, grad = ev.gradient(w0)
         info = {"cases": n, "weights": arch.n_weights, "criterion": crit}

@@ -194,12 +194,16 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     c = rng.integers(0, arch.n_classes, 900)
     w = rng.normal(0, 0.4, arch.n_weights)
     nns, tns = list(tuning.NN_TILES), list(tuning.TN_TILES)
+    # and the tiled variants of the convolutional layers' activations (conv_tiled.cu)
+    tiled = sorted({t for ct in _backend(arch).conv_tiled.values() for t in ct.fwd}) or [None]
+    assert seed != 3 or tiled != [None]
     results = {}
-    for i in range(max(len(nns), len(tns))):       # every shape at least once
-        nn, tn = nns[i % len(nns)], tns[i % len(tns)]
-        monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, t=nn: [t])
+    for i in range(max(len(nns), len(tns), len(tiled))):       # every shape at least once
+        nn, tn, ct = nns[i % len(nns)], tns[i % len(tns)], tiled[i % len(tiled)]
+        monkeypatch.setattr(tuning, "nn_candidates",
+                            lambda M, N, conv=(), t=nn, ct=ct: [ct] if ct in conv else [t])
         monkeypatch.setattr(tuning, "tn_candidates", lambda R, N, t=tn: [t])
-        results[(nn, tn)] = _backend(arch).evaluator(x, c, 0.001).gradient(w)
+        results[(nn, tn, ct)] = _backend(arch).evaluator(x, c, 0.001).gradient(w)
     first = next(iter(results.values()))
     for key, (crit, grad) in results.items():
         assert crit == first[0] and np.array_equal(grad, first[1]), key
@@ -252,3 +256,43 @@ def test_graph_replay_gives_the_same_bits(params):
     for ((c0, g0), k0), ((c1, g1), k1) in zip(eager, graphed):
         assert c0 == c1 and np.array_equal(g0, g1) and k0 == k1
     assert acts0 == acts1
+
+
+def test_tiled_convolution_gives_the_same_bits(monkeypatch):
+    """conv_tiled.cu's variants against the gather product, each forced as the only candidate of
+    the convolutional layers' activations: the same criterion, gradient, outputs and activations,
+    bit for bit, on LeNet's shapes and on padded, strided, odd-depth layers (and the float64
+    model within the usual tolerances)."""
+    from convnet.device import tuning
+    from test_device_emulated import TILED_ARCHS
+    gather = tuning.nn_candidates
+    specs = [(["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+               "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+               "FULLY CONNECTED LAYER 30"], 28, 28, 1, 10)] + TILED_ARCHS[1:]
+    for lines, rows, cols, bands, ncls in specs:
+        arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+        rng = np.random.default_rng(rows)
+        n = 701
+        x = rng.uniform(-1, 1, (n, bands, rows, cols))
+        c = rng.integers(0, ncls, n)
+        w = rng.normal(0, 0.3, arch.n_weights)
+        crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+        variants = sorted({t for ct in _backend(arch).conv_tiled.values() for t in ct.fwd})
+        assert variants, lines
+        runs = {}
+        for tile in [None] + variants:
+            monkeypatch.setattr(tuning, "nn_candidates",
+                                lambda M, N, conv=(), t=tile: [t] if t in conv else gather(M, N)[:1])
+            for params in ({}, {"MAX BATCH": 256}):
+                be = _backend(arch, params)
+                ev = be.evaluator(x, c, 0.01)
+                crit, grad = ev.gradient(w)
+                runs[tile, len(params)] = (crit, grad, ev.criterion(w), ev.outputs(w),
+                                           be.activations(w, x[:60]))
+        first = runs[None, 0]
+        assert abs(first[0] - crit_ref) <= 1e-6 * crit_ref and _rel(first[1], grad_ref) <= 1e-5
+        for key, run in runs.items():
+            assert run[0] == first[0] and np.array_equal(run[1], first[1]), (lines, key)
+            assert run[2] == first[2] and np.array_equal(run[3], first[3]), (lines, key)
+            for a, b in zip(run[4], first[4]):
+                assert np.array_equal(a, b), (lines, key)

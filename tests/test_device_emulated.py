@@ -302,6 +302,39 @@ class _Kernels:
         self.pool_forward((1, 1, 1), (H2 * W2 * N, 1, 1), int(conv), H, W, N, H2, W2, wv2, wh2,
                           wv2, wh2, 1, pout, pids, nb)
 
+    # conv_fwd (conv_tiled.cu) for the layer shape `d` (its CT_* constants without the prefix)
+    # and tile variant (cases, tm, tn): conv_fwd(src, lda, weights, M, out, ldo)
+    def conv_fwd(self, d, variant, grid, block, shared, src, lda, Wf, M, out, ldo):
+        cases, tm, tn, _ = variant
+        hw = d["H"] * d["W"]
+        assert block[0] == -(-cases * hw // tm) * -(-d["D"] // tn) <= 1024
+        assert grid[0] == -(-M // cases) and shared == 0
+        pd4 = -(-d["PD"] // 4) * 4
+        rin, cin = (d["H"] - 1) * d["SV"] + d["FV"], (d["W"] - 1) * d["SH"] + d["FH"]
+        row = cin * pd4 + (4 if (cin * pd4 // 4) % 2 == 0 else 0)
+        nc = -(-d["D"] // tn) * tn
+        assert nc <= d["LDW"]
+        assert 4 * (cases * max(rin * row, hw * d["D"]) + 2 * pd4 * nc) <= 48 * 1024
+        K = d["FV"] * d["FH"] * d["PD"]
+        Bm = self.f32(Wf, K * d["LDW"] + d["D"]).astype(np.float64)
+        Bm = np.stack([Bm[k * d["LDW"]:k * d["LDW"] + d["D"]] for k in range(K + 1)])
+        prior = d["PH"] * d["PW"] * d["PD"]
+        x = self.f32(src, (M - 1) * lda + prior).astype(np.float64)
+        x = np.stack([x[m * lda:m * lda + prior] for m in range(M)]).reshape(M, d["PH"], d["PW"], d["PD"])
+        pad = np.zeros((M, rin + d["PH"], cin + d["PW"], d["PD"]))
+        pad[:, d["PV"]:d["PV"] + d["PH"], d["PZ"]:d["PZ"] + d["PW"]] = x
+        acc = np.broadcast_to(Bm[K], (M, d["H"], d["W"], d["D"])).copy()
+        for fr in range(d["FV"]):
+            for fc in range(d["FH"]):
+                win = pad[:, fr:fr + (d["H"] - 1) * d["SV"] + 1:d["SV"],
+                          fc:fc + (d["W"] - 1) * d["SH"] + 1:d["SH"]]
+                k0 = (fr * d["FH"] + fc) * d["PD"]
+                acc += win @ Bm[k0:k0 + d["PD"]]
+        o = self.f32(out, (M - 1) * ldo + hw * d["D"])
+        res = np.tanh(acc).reshape(M, -1).astype(np.float32)
+        for m in range(M):
+            o[m * ldo:m * ldo + hw * d["D"]] = res[m]
+
     def softmax_ll(self, grid, block, logits, ncls, nb, classes, probs, ll, delta):
         assert grid[0] * block[0] >= nb
         z = self.f32(logits, nb * ncls).reshape(nb, ncls).astype(np.float64)
@@ -359,6 +392,7 @@ class FakeRuntime:
         self.launches = []
         self.captures = 0
         self.graph_launches = 0
+        self.specialized = {}       # function name -> (CT_* constants, tile variant)
 
     @contextlib.contextmanager
     def active(self):
@@ -374,6 +408,16 @@ class FakeRuntime:
         if a.nbytes:
             self.cuda.memcpy_htod(buf, a)
         return buf
+
+    def specialize(self, name, defines, kernels):
+        """Like Runtime.specialize: the emulation of each function gets the constants and the
+        variant of its instantiation line ("CONV_FWD(name, cases, tm, tn, minb)")."""
+        assert name == "conv_tiled.cu"
+        d = {k[3:]: int(v) for k, v in defines.items()}
+        for fname, line, params in kernels:
+            args = [a.strip() for a in line[line.index("(") + 1:line.rindex(")")].split(",")]
+            assert line.startswith("CONV_FWD(") and args[0] == fname and params.family == "conv_fwd"
+            self.specialized[fname] = (d, tuple(int(a) for a in args[1:]))
 
     can_capture = True
 
@@ -401,7 +445,9 @@ class FakeRuntime:
             return
         self.launches.append(name)
         args = [_arg(a) for a in args]
-        if name.startswith("conv_small_pool_"):
+        if name in self.specialized:
+            self.kernels.conv_fwd(*self.specialized[name], grid, block, shared, *args)
+        elif name.startswith("conv_small_pool_"):
             self.kernels.conv_small_pool(int(name[16:]), grid, block, shared, *args)
         elif name.startswith("conv_small_"):
             self.kernels.conv_small(int(name[11:]), grid, block, shared, *args)
@@ -609,3 +655,62 @@ def test_graph_replay_gives_the_eager_results(fake_runtime, spec):
         else:
             assert a == b
     assert eager_table == graph_table and eager_n == graph_n == 10
+
+
+# convolutional layers for the tiled kernels: LeNet's second layer, padding, strides, prior
+# depths that are not a multiple of 4, depths that are not a multiple of the thread tile
+TILED_ARCHS = [
+    (["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+      "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "FULLY CONNECTED LAYER 7"], 20, 20, 1, 4),
+    (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 41 2 1 1 0 2 1"], 11, 9, 3, 3),
+    (["CONVOLUTIONAL LAYER 37 1 2 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
+      "CONVOLUTIONAL LAYER 9 0 1 0 1 1 2"], 12, 11, 2, 5),
+]
+
+
+@pytest.mark.parametrize("spec", TILED_ARCHS, ids=range(len(TILED_ARCHS)))
+def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
+    """Every tiled variant of every convolutional layer, forced as the only candidate, gives the
+    float64 model's results; the module of a shape is built once, at its first launch."""
+    from convnet.device import conv_tiled
+    lines, rows, cols, bands, ncls = spec
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(4)
+    n = 70
+    x = rng.uniform(-1, 1, (n, bands, rows, cols))
+    c = rng.integers(0, ncls, n)
+    w = rng.normal(0, 0.3, arch.n_weights)
+    crit_ref, grad_ref, p_ref, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    be = dbe.DeviceBackend(arch)
+    assert be.conv_tiled and not be.conv_tiled.keys() & be.conv_small.keys()
+    variants = sorted({t for ct in be.conv_tiled.values() for t in ct.fwd})
+    assert not fake_runtime.specialized
+    gather_first = tuning.nn_candidates
+    for tile in variants:
+        monkeypatch.setattr(tuning, "nn_candidates",
+                            lambda M, N, conv=(), t=tile: [t] if t in conv else gather_first(M, N)[:1])
+        fake_runtime.launches.clear()
+        ev = dbe.DeviceBackend(arch).evaluator(x, c, 0.01)
+        crit, grad = ev.gradient(w)
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+        assert abs(ev.criterion(w) - crit_ref) <= 1e-6 * crit_ref
+        assert np.abs(ev.outputs(w) - p_ref).max() < 1e-6
+        assert any(name.startswith("conv_fwd_") for name in fake_runtime.launches), tile
+    shapes = {ct.shape for ct in be.conv_tiled.values()}
+    assert len({d["PH"] for d, _ in fake_runtime.specialized.values()}) <= len(shapes)
+    for ct in be.conv_tiled.values():
+        for v in ct.fwd.values():
+            assert v.fits(ct.shape) and v in conv_tiled.forward_variants(ct.shape)
+
+
+def test_tiled_variants_follow_the_limits():
+    from convnet.device.conv_tiled import ConvShape, ForwardVariant, forward_variants
+    lenet = ConvShape(12, 12, 20, 8, 8, 50, 5, 5, 0, 0, 1, 1, 64)
+    got = forward_variants(lenet)
+    assert [(v.cases, v.tm, v.tn) for v in got][:2] == [(3, 8, 8), (2, 8, 8)]
+    assert ForwardVariant(2, 8, 8, 1).threads(lenet) == 112
+    assert ForwardVariant(2, 8, 8, 1).smem(lenet) == 34560          # ptxas reports the same
+    assert ForwardVariant(3, 8, 8, 1).smem(lenet) == 47360
+    assert not ForwardVariant(4, 8, 8, 1).fits(lenet)
+    huge = ConvShape(60, 60, 64, 56, 56, 64, 5, 5, 0, 0, 1, 1, 64)     # a case is 900 KB
+    assert forward_variants(huge) == []

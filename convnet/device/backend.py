@@ -30,6 +30,7 @@ import numpy as np
 
 from ..control import DEFAULT_PARAMETERS
 from ..errors import ConvnetError
+from .conv_tiled import ConvTiled
 from .evaluator import DeviceEvaluator
 from .launches import CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, weights_scatter
 from .plan import CHUNK, ModelPlan
@@ -51,7 +52,7 @@ class DeviceBackend:
     """See the module docstring."""
 
     def __init__(self, arch, params=None, timing=True, poison=False, tune=True, fuse=True, device=0,
-                 graphs=True):
+                 graphs=True, tiled=True):
         self.rt = Runtime.get(device)
         self.graphs = graphs        # replay each evaluation's launches as a CUDA graph (evaluator.py)
         self.tune = tune            # time the tile shapes of each product once per evaluator
@@ -76,6 +77,14 @@ class DeviceBackend:
                 width = -(-lp.depth // 4) * 4
                 if lp.rows * width <= CONV_SMALL_FLOATS:
                     self.conv_small[lp.index] = width
+        # Convolutional layers whose activation conv_tiled.cu can also compute (the tuner
+        # chooses; tiled=False keeps them with the gather product alone)
+        self.conv_tiled = {}
+        for lp in self.plan.hidden:
+            if tiled and lp.kind.shares_weights and lp.index not in self.conv_small:
+                ct = ConvTiled(self.rt, lp.layer, lp.lay.cols)
+                if ct.fwd:
+                    self.conv_tiled[lp.index] = ct
         # A conv_small first layer followed by max pooling whose windows tile it is computed
         # together with the pooling in forward-only evaluations (criterion, outputs): only the
         # pooled values are written. Gradients need the layer's own activations and compute the

@@ -193,7 +193,8 @@ class DeviceEvaluator(Evaluator):
                           desc=ptr(b.d_desc, b.fwd_desc[li]), groups=lp.fwd,
                           B=ptr(b.d_wfwd, lp.lay.fwd_offset), b_ld=lp.lay.cols, M=nb,
                           out=ws.acts[li], ldo=lp.nhid, prior=NULL,
-                          epi=EPI_NONE if lp.is_output else EPI_TANH)
+                          epi=EPI_NONE if lp.is_output else EPI_TANH,
+                          tiled=b.conv_tiled.get(li))
             b.timer.mark(rt.stream, b.labels[li], "forward", 1)
         ncls = plan.n_classes
         K.softmax_ll(rt, logits=ws.acts[-1], ncls=ncls, nb=nb, classes=ptr(self.d_classes, start),

@@ -61,6 +61,9 @@ GEMM_TN = KernelParams(
     rows=INT, n_lo=INT, n_hi=INT, n_cases=INT, chunk=INT, groups=INT, gps=INT, slots=INT,
     local_cols=INT, part=PTR, nz=INT)
 CONV_SMALL = KernelParams("conv_small", "conv_small.cu", **_CONV_SHAPE, out=PTR, total=INT)
+# conv_tiled.cu: compiled per layer shape (conv_tiled.py), so not in FAMILIES
+CONV_FWD = KernelParams("conv_fwd", "conv_tiled.cu", src=PTR, lda=INT, weights=PTR, M=INT, out=PTR,
+                        ldo=INT)
 CONV_SMALL_POOL = KernelParams(
     "conv_small_pool", "conv_small.cu", **_CONV_SHAPE, pool_height=INT, pool_width=INT,
     pool_width_v=INT, pool_width_h=INT, out=PTR, ids=PTR, total=INT)

@@ -16,7 +16,11 @@ from .kernel_args import compiled_functions
 from .tuning import NN_TILES, TN_TILES, tile_source
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
-KERNEL_FILES = ("gemm.cu", "gemm_async.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu")
+# built when a runtime starts
+EAGER_FILES = ("gemm.cu", "gemm_async.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu")
+# built for one layer shape at a time, when first launched (conv_tiled.py)
+SPECIALIZED_FILES = ("conv_tiled.cu",)
+KERNEL_FILES = EAGER_FILES + SPECIALIZED_FILES
 COMMON_HEADER = "common.cuh"
 
 NULL = np.uintp(0)
@@ -33,6 +37,12 @@ def kernel_source(name):
     with open(os.path.join(KERNEL_DIR, COMMON_HEADER), encoding="utf-8") as f:
         common = f.read()
     return src.replace(f'#include "{COMMON_HEADER}"', common)
+
+
+def specialized_source(name, lines):
+    """The text of kernels/NAME as Runtime.specialize compiles it: SPECIALIZED defined (the file
+    leaves out its own default instantiations) and the instantiation lines appended."""
+    return "#define SPECIALIZED\n" + kernel_source(name) + "\n" + "\n".join(lines) + "\n"
 
 
 def ptr(buf, offset_elems=0, itemsize=4):
@@ -104,19 +114,36 @@ class Runtime:
             finally:
                 self.cuda.Context.pop()
 
-    def _module(self, name):
+    def _module(self, name, text=None, defines=None):
         from pycuda.compiler import SourceModule
+        options = ["-O3"] + [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
         try:
-            return SourceModule(kernel_source(name), no_extern_c=True, options=["-O3"])
+            return SourceModule(text or kernel_source(name), no_extern_c=True, options=options)
         except Exception as e:
             raise DeviceUnavailable(f"kernel file {name} did not build: {e}") from None
 
     def _build(self):
-        self.modules = {name: self._module(name) for name in KERNEL_FILES}
+        self.modules = {name: self._module(name) for name in EAGER_FILES}
         for source, name, params in compiled_functions(NN_TILES, TN_TILES, tile_source):
             f = self.modules[source].get_function(name)
             f.prepare(params.signature)
             self.functions[name] = f
+
+    def specialize(self, name, defines, kernels):
+        """Builds kernels/NAME for the constants `defines` (-D NAME=value) with the given
+        instantiations appended: kernels is [(function name, instantiation line, KernelParams)].
+        The functions are then launched by name like the others; a second call with the same
+        text only looks them up (and PyCUDA caches the compiled module on disk)."""
+        lines = tuple(line for _, line, _ in kernels)
+        key = (name, tuple(sorted(defines.items())), lines)
+        if key in self.modules:
+            return
+        module = self._module(name, specialized_source(name, lines), defines)
+        for fname, _, params in kernels:
+            f = module.get_function(fname)
+            f.prepare(params.signature)
+            self.functions[fname] = f
+        self.modules[key] = module
 
     # ------------------------------------------------------------------ helpers
     def alloc(self, nbytes):

@@ -37,17 +37,21 @@ def tile_source(tile):
 TUNE_MIN_WORK = 2e8
 
 
-def nn_candidates(M, N):
-    """Tile shapes worth trying for a gemm_nn launch of M cases and N columns, best guess first."""
+def nn_candidates(M, N, conv=()):
+    """Tile shapes worth trying for a gemm_nn launch of M cases and N columns, best guess first;
+    conv: a convolutional layer's tiled variants (conv_tiled.py), timed after the gather tiles
+    (the first of which serves launches too small to time)."""
     if N > 32:
-        return ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16", "128x64_8x4_k16_s3",
-                "128x64_8x8_k16_s3"]
-    if N > 16:
+        tiles = ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16", "128x64_8x4_k16_s3",
+                 "128x64_8x8_k16_s3"]
+    elif N > 16:
         big = ["256x32_8x4", "256x32_8x8", "256x32_8x4_k16", "256x32_8x4_s4"]
         small = ["128x32_4x4", "128x32_8x4", "128x32_8x4_k16", "128x32_8x4_k16_s3"]
         exact = ["320x20_8x4_k10", "320x20_8x4_k10_s3"] if N == 20 else []
-        return (big + small if M >= 4096 else small + big) + exact
-    return ["64x16_4x2", "128x16_8x2", "64x16_4x2_s4"]
+        tiles = (big + small if M >= 4096 else small + big) + exact
+    else:
+        tiles = ["64x16_4x2", "128x16_8x2", "64x16_4x2_s4"]
+    return tiles + list(conv)
 
 
 def tn_candidates(R, N):

@@ -1,0 +1,255 @@
+// Activation of one convolutional layer as a real tiled convolution, compiled for that layer's
+// shape (the runtime defines the CT_* constants below; conv_tiled.py chooses the tile variants and
+// appends their instantiations). Used beside the gather product of gemm.cu: the tuner times both
+// on the real data and keeps the faster.
+//
+// A block takes CASES cases. It copies each case's prior activations, the zero padding around
+// them included, into shared memory once (16-byte cp.async copies where the layout allows), so
+// the windows are formed from shared memory with offsets known at compile time and no index
+// table. The k loop runs over the filter taps (row, column) and, inside a tap, over the prior
+// slices; each tap's weights (prior slices x this layer's slices) are copied to shared memory
+// while the previous tap is multiplied. A thread keeps TM output positions x TN slices in
+// registers; for a position the prior slices are contiguous, so four k steps of its window are
+// one 16-byte load. The results pass through shared memory (after tanh) and leave as one
+// contiguous run per block.
+//
+// Every output's sum runs over k in gemm_nn's order: window rows, columns, prior slices, then
+// the bias (fmaf(1, bias, acc)); the zero padding is multiplied in as gemm_nn multiplies it
+// (its products add exactly nothing). Prior slices past PD (padding to a multiple of 4) meet zero
+// weights, whose products add exactly nothing as well: the results are gemm_nn's, bit for bit.
+
+#include "common.cuh"
+
+#ifndef CT_PH   // the layer's shape; these defaults (LeNet's second layer) let the file build alone
+#define CT_PH 12    // prior height, width, depth
+#define CT_PW 12
+#define CT_PD 20
+#define CT_H 8      // this layer's height, width, depth
+#define CT_W 8
+#define CT_D 50
+#define CT_FV 5     // filter rows, columns (2 * half-width + 1)
+#define CT_FH 5
+#define CT_PV 0     // zero padding above / left of the prior layer
+#define CT_PZ 0
+#define CT_SV 1     // strides
+#define CT_SH 1
+#define CT_LDW 64   // row length of the forward weight layout (depth padded to 32)
+#endif
+
+namespace ct {
+constexpr int PD4 = (CT_PD + 3) / 4 * 4;                // prior slices, padded to a multiple of 4
+constexpr int RIN = (CT_H - 1) * CT_SV + CT_FV;         // prior rows the windows cover (padding incl.)
+constexpr int CIN = (CT_W - 1) * CT_SH + CT_FH;         // prior columns the windows cover
+// a row of the shared copy: an odd number of 16-byte units, so the 8 threads of a quarter warp
+// reading 8 consecutive rows hit 8 different bank groups
+constexpr int ROW = CIN * PD4 + ((CIN * PD4 / 4) % 2 == 0 ? 4 : 0);
+constexpr int CASE = RIN * ROW;                         // floats of one case's shared copy
+constexpr int HW = CT_H * CT_W;
+constexpr int TAPS = CT_FV * CT_FH;
+constexpr int OUT = HW * CT_D;                          // floats of one case's output
+}  // namespace ct
+
+__device__ __forceinline__ void ct_cp_async16(float* smem, const float* gmem, bool valid)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    const int size = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(size));
+}
+
+__device__ __forceinline__ void ct_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void ct_cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+__device__ __forceinline__ float ct_lane(const float4& v, int q)
+{
+    return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+}
+
+// The prior activations of cases m0 .. m0+CASES-1 (zeros past M and in the padding) into Xs.
+template <int CASES, int NT>
+__device__ __forceinline__ void ct_load_cases(float* Xs, const float* __restrict__ src, int lda,
+                                              int m0, int M)
+{
+    using namespace ct;
+    const bool vec = CT_PD % 4 == 0 && (lda & 3) == 0 && ((size_t)src & 15) == 0;
+    if (vec) {
+        constexpr int UNITS = RIN * CIN * PD4 / 4;
+        for (int u = threadIdx.x; u < CASES * UNITS; u += NT) {
+            const int c = u / UNITS;
+            const int v = u - c * UNITS;
+            const int i = v / (CIN * PD4 / 4);
+            const int w = v - i * (CIN * PD4 / 4);
+            const int j = w / (PD4 / 4);
+            const int s = (w - j * (PD4 / 4)) * 4;
+            const int r = i - CT_PV, col = j - CT_PZ;
+            const bool ok = m0 + c < M && r >= 0 && r < CT_PH && col >= 0 && col < CT_PW;
+            const float* g = ok ? src + (i64)(m0 + c) * lda + (r * CT_PW + col) * CT_PD + s : src;
+            ct_cp_async16(Xs + c * CASE + i * ROW + j * PD4 + s, g, ok);
+        }
+    } else {
+        constexpr int ELEMS = RIN * CIN * PD4;
+        for (int u = threadIdx.x; u < CASES * ELEMS; u += NT) {
+            const int c = u / ELEMS;
+            const int v = u - c * ELEMS;
+            const int i = v / (CIN * PD4);
+            const int w = v - i * (CIN * PD4);
+            const int j = w / PD4;
+            const int s = w - j * PD4;
+            const int r = i - CT_PV, col = j - CT_PZ;
+            float x = 0.f;
+            if (m0 + c < M && s < CT_PD && r >= 0 && r < CT_PH && col >= 0 && col < CT_PW)
+                x = src[(i64)(m0 + c) * lda + (r * CT_PW + col) * CT_PD + s];
+            Xs[c * CASE + i * ROW + j * PD4 + s] = x;
+        }
+    }
+}
+
+// The weights of one filter tap, PD4 rows (zero rows past PD) of NC columns, into Bs.
+template <int NC, int NT>
+__device__ __forceinline__ void ct_load_tap(float* Bs, const float* __restrict__ Wf, int tap)
+{
+    using namespace ct;
+    constexpr int UNITS = PD4 * NC / 4;
+    for (int u = threadIdx.x; u < UNITS; u += NT) {
+        const int s = u / (NC / 4);
+        const int c = (u - s * (NC / 4)) * 4;
+        const bool ok = s < CT_PD;
+        ct_cp_async16(Bs + s * NC + c, ok ? Wf + (i64)(tap * CT_PD + s) * CT_LDW + c : Wf, ok);
+    }
+}
+
+template <int CASES, int TM, int TN>
+struct ConvFwdTile {
+    static constexpr int NCOL = (CT_D + TN - 1) / TN;      // threads across the slices
+    static constexpr int NC = NCOL * TN;                    // slices computed (>= CT_D)
+    static constexpr int ROWS = CASES * ct::HW;             // (case, position) rows of a block
+    static constexpr int TR = (ROWS + TM - 1) / TM;         // threads across the rows
+    static constexpr int NT = TR * NCOL;
+    static constexpr int XS = CASES * (ct::CASE > ct::OUT ? ct::CASE : ct::OUT);
+};
+
+template <int CASES, int TM, int TN>
+__device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int lda,
+                                              const float* __restrict__ Wf, int M,
+                                              float* __restrict__ out, int ldo)
+{
+    using namespace ct;
+    using T = ConvFwdTile<CASES, TM, TN>;
+    constexpr int NC = T::NC, NT = T::NT, TR = T::TR, ROWS = T::ROWS;
+    static_assert(TN % 4 == 0 && NC <= CT_LDW, "slice tile");
+    static_assert(4 * (T::XS + 2 * PD4 * NC) <= 48 * 1024, "shared memory");
+    __shared__ __align__(16) float Xs[T::XS];
+    __shared__ __align__(16) float Bs[2][PD4 * NC];
+
+    const int tid = threadIdx.x;
+    const int tr = tid % TR;
+    const int tn = tid / TR;
+    const int m0 = blockIdx.x * CASES;
+
+    ct_load_cases<CASES, NT>(Xs, src, lda, m0, M);
+    ct_load_tap<NC, NT>(Bs[0], Wf, 0);
+    ct_cp_commit();
+
+    // shared-memory offset of each of this thread's windows (rows past the block's: row 0);
+    // when a thread's TM positions lie in one row of the layer, they are one offset and steps
+    // known at compile time (fewer registers)
+    constexpr bool IN_ROW = CT_W % TM == 0;
+    int aoff[IN_ROW ? 1 : TM];
+#pragma unroll
+    for (int i = 0; i < (IN_ROW ? 1 : TM); ++i) {
+        int g = tr * TM + i;
+        if (g >= ROWS) g = 0;
+        const int c = g / HW;
+        const int p = g - c * HW;
+        const int oh = p / CT_W;
+        const int ow = p - oh * CT_W;
+        aoff[i] = c * CASE + oh * CT_SV * ROW + ow * CT_SH * PD4;
+    }
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+    ct_cp_wait_all();
+    __syncthreads();
+    for (int tap = 0; tap < TAPS; ++tap) {
+        if (tap + 1 < TAPS) {
+            ct_load_tap<NC, NT>(Bs[(tap + 1) & 1], Wf, tap + 1);
+            ct_cp_commit();
+        }
+        const int fr = tap / CT_FH;
+        const int fc = tap - fr * CT_FH;
+        const float* xs = Xs + fr * ROW + fc * PD4;
+        const float* bs = Bs[tap & 1] + tn * TN;
+#pragma unroll
+        for (int s4 = 0; s4 < PD4 / 4; ++s4) {
+            float4 a[TM];
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+                const int off = IN_ROW ? aoff[0] + i * CT_SH * PD4 : aoff[i];
+                a[i] = *reinterpret_cast<const float4*>(xs + off + 4 * s4);
+            }
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                float b[TN];
+                load_frag<TN>(b, bs + (4 * s4 + q) * NC);
+#pragma unroll
+                for (int i = 0; i < TM; ++i) {
+                    const float x = ct_lane(a[i], q);
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(x, b[j], acc[i][j]);
+                }
+            }
+        }
+        ct_cp_wait_all();
+        __syncthreads();
+    }
+
+    // the bias, tanh, and the block's outputs staged in Xs (cases' rows are contiguous there)
+    float bias[TN];
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+        const int n = tn * TN + j;
+        bias[j] = n < CT_D ? Wf[(i64)TAPS * CT_PD * CT_LDW + n] : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int g = tr * TM + i;
+        if (g >= ROWS) continue;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int n = tn * TN + j;
+            if (n < CT_D) Xs[g * CT_D + n] = tanhf(fmaf(1.f, bias[j], acc[i][j]));
+        }
+    }
+    __syncthreads();
+    const int cases = min(CASES, M - m0);
+    float* o = out + (i64)m0 * ldo;
+    if (ldo == OUT && (ldo & 3) == 0 && ((size_t)o & 15) == 0) {
+        const int units = cases * OUT / 4;
+        for (int u = tid; u < units; u += NT)
+            reinterpret_cast<float4*>(o)[u] = reinterpret_cast<const float4*>(Xs)[u];
+    } else {
+        for (int c = 0; c < cases; ++c)
+            for (int u = tid; u < OUT; u += NT) o[(i64)c * ldo + u] = Xs[c * OUT + u];
+    }
+}
+
+// One tile variant: CASES cases per block, TM positions x TN slices per thread;
+// blockDim.x = ConvFwdTile<CASES, TM, TN>::NT, gridDim.x = ceil(M / CASES). MINB: blocks per
+// multiprocessor the register allocation must allow.
+#define CONV_FWD(NAME, CASES, TM, TN, MINB)                                                      \
+    extern "C" __global__ void __launch_bounds__(ConvFwdTile<CASES, TM, TN>::NT, MINB)            \
+    NAME(const float* __restrict__ src, int lda, const float* __restrict__ weights, int M,        \
+         float* __restrict__ out, int ldo)                                                        \
+    {                                                                                             \
+        conv_fwd_body<CASES, TM, TN>(src, lda, weights, M, out, ldo);                             \
+    }
+
+#ifndef SPECIALIZED     // the runtime defines it when it appends the variants conv_tiled.py launches
+CONV_FWD(conv_fwd_c2_m8_n8_b3, 2, 8, 8, 3)
+CONV_FWD(conv_fwd_c2_m8_n8_b4, 2, 8, 8, 4)
+CONV_FWD(conv_fwd_c3_m8_n8_b3, 3, 8, 8, 3)
+CONV_FWD(conv_fwd_c2_m4_n8_b3, 2, 4, 8, 3)
+CONV_FWD(conv_fwd_c2_m8_n4_b4, 2, 8, 4, 4)
+#endif
