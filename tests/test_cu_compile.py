@@ -34,7 +34,7 @@ def test_kernel_file_compiles(path, tmp_path):
               "gemm_async.cu": [p for p in products
                                 if tuning.tile_source(p.split("_", 2)[2]) == "gemm_async.cu"],
               "conv_small.cu": [f"conv_small_{n}" for n in kernel_args.CONV_SMALL_WIDTHS],
-              "conv_tiled.cu": ["conv_fwd_c2_m8_n8_b4"],
+              "conv_tiled.cu": ["conv_fwd_c2_m8_n8_b4", "conv_bwd_c3"],
               "pool.cu": ["pool_forward", "pool_backward"],
               "output.cu": ["softmax_ll", "ll_sum"],
               "weights.cu": ["weights_scatter", "grad_flatten", "grad_finish"]}[mod]
@@ -59,6 +59,7 @@ def test_kernel_source_as_loaded_compiles(tmp_path):
     (["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
       "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1"], 28, 28, 1),
     (["CONVOLUTIONAL LAYER 37 1 2 1 1 2 1", "CONVOLUTIONAL LAYER 41 2 1 1 0 2 1"], 12, 11, 3),
+    (["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 37 2 1 2 1 1 1"], 9, 7, 2),
 ])
 def test_specialized_kernels_compile(lines, rows, cols, bands, tmp_path):
     """conv_tiled.cu as the runtime builds it for real layer shapes: without warnings, no register
@@ -72,7 +73,7 @@ def test_specialized_kernels_compile(lines, rows, cols, bands, tmp_path):
         if not layer.kind.shares_weights:
             continue
         ct = ConvTiled(None, layer, pad32(layer.depth))
-        if not ct.fwd:
+        if not ct.fwd and not ct.bwd:
             continue
         src = tmp_path / f"conv_tiled_{layer.index}.cu"
         src.write_text(runtime.specialized_source(SOURCE, [line for _, line, _ in ct.kernels()]))
@@ -86,7 +87,7 @@ def test_specialized_kernels_compile(lines, rows, cols, bands, tmp_path):
             assert name in res.stderr, name
         if ct.shape.tag.startswith("12x12x20_5x5"):        # LeNet's second layer: no spills
             spills = [ln for ln in res.stderr.splitlines() if "spill stores" in ln]
-            assert len(spills) == len(ct.fwd)
+            assert len(spills) == len(ct.fwd) + len(ct.bwd) and ct.bwd
             assert all(" 0 bytes spill stores" in ln for ln in spills), spills
         built += 1
     assert built

@@ -195,7 +195,7 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     w = rng.normal(0, 0.4, arch.n_weights)
     nns, tns = list(tuning.NN_TILES), list(tuning.TN_TILES)
     # and the tiled variants of the convolutional layers' activations (conv_tiled.cu)
-    tiled = sorted({t for ct in _backend(arch).conv_tiled.values() for t in ct.fwd}) or [None]
+    tiled = sorted({t for ct in _backend(arch).conv_tiled.values() for t in [*ct.fwd, *ct.bwd]}) or [None]
     assert seed != 3 or tiled != [None]
     results = {}
     for i in range(max(len(nns), len(tns), len(tiled))):       # every shape at least once
@@ -260,9 +260,9 @@ def test_graph_replay_gives_the_same_bits(params):
 
 def test_tiled_convolution_gives_the_same_bits(monkeypatch):
     """conv_tiled.cu's variants against the gather product, each forced as the only candidate of
-    the convolutional layers' activations: the same criterion, gradient, outputs and activations,
-    bit for bit, on LeNet's shapes and on padded, strided, odd-depth layers (and the float64
-    model within the usual tolerances)."""
+    the convolutional layers' activations and delta backpropagations: the same criterion,
+    gradient, outputs and activations, bit for bit, on LeNet's shapes and on padded, strided,
+    odd-depth layers (and the float64 model within the usual tolerances)."""
     from convnet.device import tuning
     from test_device_emulated import TILED_ARCHS
     gather = tuning.nn_candidates
@@ -277,7 +277,7 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
         c = rng.integers(0, ncls, n)
         w = rng.normal(0, 0.3, arch.n_weights)
         crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
-        variants = sorted({t for ct in _backend(arch).conv_tiled.values() for t in ct.fwd})
+        variants = sorted({t for ct in _backend(arch).conv_tiled.values() for t in [*ct.fwd, *ct.bwd]})
         assert variants, lines
         runs = {}
         for tile in [None] + variants:

@@ -335,6 +335,39 @@ class _Kernels:
         for m in range(M):
             o[m * ldo:m * ldo + hw * d["D"]] = res[m]
 
+    # conv_bwd (conv_tiled.cu): the prior layer's delta, for strides of 1;
+    # conv_bwd(delta, ldd, weights, M, out, ldo, prior, epi), weights in [tap][slice][prior slice]
+    def conv_bwd(self, d, variant, grid, block, shared, delta, ldd, Wb, M, out, ldo, prior, epi):
+        (cases,) = variant
+        PH, PW, PD, H, W, D = (d[k] for k in ("PH", "PW", "PD", "H", "W", "D"))
+        assert d["SV"] == d["SH"] == 1 and PD % 4 == 0 and shared == 0
+        assert block[0] == PD // 4 * cases * PH and grid[0] == -(-M // cases)
+        jd4 = -(-D // 4) * 4
+        u = W * jd4 // 4
+        u = H * (u + (9 - u % 8) % 8)
+        dcase = 4 * (u + ((cases % 8) - u % 8 + 8) % 8)
+        assert 4 * (cases * dcase + 2 * jd4 * PD) <= 48 * 1024
+        taps = d["FV"] * d["FH"]
+        Wt = self.f32(Wb, taps * D * PD).reshape(taps, D, PD).astype(np.float64)
+        dl = self.f32(delta, (M - 1) * ldd + H * W * D).astype(np.float64)
+        dl = np.stack([dl[m * ldd:m * ldd + H * W * D] for m in range(M)]).reshape(M, H, W, D)
+        res = np.zeros((M, PH, PW, PD))
+        for oh in range(H):
+            for ow in range(W):
+                for fr in range(d["FV"]):
+                    for fc in range(d["FH"]):
+                        r, c = oh - d["PV"] + fr, ow - d["PZ"] + fc
+                        if 0 <= r < PH and 0 <= c < PW:
+                            res[:, r, c, :] += dl[:, oh, ow, :] @ Wt[fr * d["FH"] + fc]
+        res = res.reshape(M, -1)
+        n = PH * PW * PD
+        if epi == launches.EPI_DERIV:
+            a = self.f32(prior, (M - 1) * ldo + n).astype(np.float64)
+            res = res * (1 - np.stack([a[m * ldo:m * ldo + n] for m in range(M)]) ** 2)
+        o = self.f32(out, (M - 1) * ldo + n)
+        for m in range(M):
+            o[m * ldo:m * ldo + n] = res[m].astype(np.float32)
+
     def softmax_ll(self, grid, block, logits, ncls, nb, classes, probs, ll, delta):
         assert grid[0] * block[0] >= nb
         z = self.f32(logits, nb * ncls).reshape(nb, ncls).astype(np.float64)
@@ -392,7 +425,7 @@ class FakeRuntime:
         self.launches = []
         self.captures = 0
         self.graph_launches = 0
-        self.specialized = {}       # function name -> (CT_* constants, tile variant)
+        self.specialized = {}       # function name -> (family, CT_* constants, tile variant)
 
     @contextlib.contextmanager
     def active(self):
@@ -416,8 +449,8 @@ class FakeRuntime:
         d = {k[3:]: int(v) for k, v in defines.items()}
         for fname, line, params in kernels:
             args = [a.strip() for a in line[line.index("(") + 1:line.rindex(")")].split(",")]
-            assert line.startswith("CONV_FWD(") and args[0] == fname and params.family == "conv_fwd"
-            self.specialized[fname] = (d, tuple(int(a) for a in args[1:]))
+            assert line.startswith(params.family.upper() + "(") and args[0] == fname
+            self.specialized[fname] = (params.family, d, tuple(int(a) for a in args[1:]))
 
     can_capture = True
 
@@ -446,7 +479,8 @@ class FakeRuntime:
         self.launches.append(name)
         args = [_arg(a) for a in args]
         if name in self.specialized:
-            self.kernels.conv_fwd(*self.specialized[name], grid, block, shared, *args)
+            family, d, variant = self.specialized[name]
+            getattr(self.kernels, family)(d, variant, grid, block, shared, *args)
         elif name.startswith("conv_small_pool_"):
             self.kernels.conv_small_pool(int(name[16:]), grid, block, shared, *args)
         elif name.startswith("conv_small_"):
@@ -665,6 +699,9 @@ TILED_ARCHS = [
     (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 41 2 1 1 0 2 1"], 11, 9, 3, 3),
     (["CONVOLUTIONAL LAYER 37 1 2 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
       "CONVOLUTIONAL LAYER 9 0 1 0 1 1 2"], 12, 11, 2, 5),
+    # the delta into a tanh layer (times 1 - a^2), through padding, 37 slices (padded to 40)
+    (["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 37 2 1 2 1 1 1",
+      "FULLY CONNECTED LAYER 5"], 9, 7, 2, 3),
 ]
 
 
@@ -682,8 +719,9 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
     w = rng.normal(0, 0.3, arch.n_weights)
     crit_ref, grad_ref, p_ref, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
     be = dbe.DeviceBackend(arch)
-    assert be.conv_tiled and not be.conv_tiled.keys() & be.conv_small.keys()
-    variants = sorted({t for ct in be.conv_tiled.values() for t in ct.fwd})
+    assert be.conv_tiled
+    assert not any(be.conv_tiled[i].fwd for i in be.conv_small if i in be.conv_tiled)
+    variants = sorted({t for ct in be.conv_tiled.values() for t in [*ct.fwd, *ct.bwd]})
     assert not fake_runtime.specialized
     gather_first = tuning.nn_candidates
     for tile in variants:
@@ -695,16 +733,20 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         assert abs(ev.criterion(w) - crit_ref) <= 1e-6 * crit_ref
         assert np.abs(ev.outputs(w) - p_ref).max() < 1e-6
-        assert any(name.startswith("conv_fwd_") for name in fake_runtime.launches), tile
-    shapes = {ct.shape for ct in be.conv_tiled.values()}
-    assert len({d["PH"] for d, _ in fake_runtime.specialized.values()}) <= len(shapes)
+        kinds = [k for k in ("fwd", "bwd") if any(tile in getattr(ct, k) for ct in be.conv_tiled.values())]
+        for k in kinds:
+            assert any(name.startswith(f"conv_{k}_") for name in fake_runtime.launches), tile
     for ct in be.conv_tiled.values():
         for v in ct.fwd.values():
             assert v.fits(ct.shape) and v in conv_tiled.forward_variants(ct.shape)
+        for v in ct.bwd.values():
+            assert v.fits(ct.shape) and v in conv_tiled.delta_variants(ct.shape, True)
+    assert any(ct.bwd for ct in be.conv_tiled.values()) == (spec in (TILED_ARCHS[0], TILED_ARCHS[3]))
 
 
 def test_tiled_variants_follow_the_limits():
-    from convnet.device.conv_tiled import ConvShape, ForwardVariant, forward_variants
+    from convnet.device.conv_tiled import (ConvShape, DeltaVariant, ForwardVariant, delta_variants,
+                                           forward_variants)
     lenet = ConvShape(12, 12, 20, 8, 8, 50, 5, 5, 0, 0, 1, 1, 64)
     got = forward_variants(lenet)
     assert [(v.cases, v.tm, v.tn) for v in got][:2] == [(3, 8, 8), (2, 8, 8)]
@@ -713,4 +755,10 @@ def test_tiled_variants_follow_the_limits():
     assert ForwardVariant(3, 8, 8, 1).smem(lenet) == 47360
     assert not ForwardVariant(4, 8, 8, 1).fits(lenet)
     huge = ConvShape(60, 60, 64, 56, 56, 64, 5, 5, 0, 0, 1, 1, 64)     # a case is 900 KB
-    assert forward_variants(huge) == []
+    assert forward_variants(huge) == [] and delta_variants(huge, True) == []
+    assert [v.cases for v in delta_variants(lenet, True)] == [3, 2]
+    assert DeltaVariant(3).threads(lenet) == 180 and DeltaVariant(3).smem(lenet) == 48784
+    assert DeltaVariant(2).smem(lenet) == 35264                         # ptxas reports the same
+    assert delta_variants(lenet, False) == []                           # no delta into the image
+    strided = ConvShape(12, 12, 20, 4, 4, 50, 5, 5, 0, 0, 2, 2, 64)
+    assert delta_variants(strided, True) == [] and forward_variants(strided)

@@ -77,13 +77,16 @@ class DeviceBackend:
                 width = -(-lp.depth // 4) * 4
                 if lp.rows * width <= CONV_SMALL_FLOATS:
                     self.conv_small[lp.index] = width
-        # Convolutional layers whose activation conv_tiled.cu can also compute (the tuner
-        # chooses; tiled=False keeps them with the gather product alone)
+        # Convolutional layers whose activation or delta backpropagation conv_tiled.cu can also
+        # compute (the tuner chooses; tiled=False keeps them with the gather product alone). A
+        # conv_small layer's activation stays with conv_small.
         self.conv_tiled = {}
         for lp in self.plan.hidden:
-            if tiled and lp.kind.shares_weights and lp.index not in self.conv_small:
+            if tiled and lp.kind.shares_weights:
                 ct = ConvTiled(self.rt, lp.layer, lp.lay.cols)
-                if ct.fwd:
+                if lp.index in self.conv_small:
+                    ct.fwd = {}
+                if ct.fwd or ct.bwd:
                     self.conv_tiled[lp.index] = ct
         # A conv_small first layer followed by max pooling whose windows tile it is computed
         # together with the pooling in forward-only evaluations (criterion, outputs): only the

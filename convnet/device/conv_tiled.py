@@ -14,7 +14,7 @@ runtime compiles and caches the modules.
 
 from dataclasses import dataclass
 
-from .kernel_args import CONV_FWD
+from .kernel_args import CONV_BWD, CONV_FWD
 
 SOURCE = "conv_tiled.cu"
 SMEM_BYTES = 48 * 1024          # static shared memory of one block
@@ -23,6 +23,7 @@ REGISTERS = 65536               # per multiprocessor
 # (positions, slices) per thread, tried in this order
 THREAD_TILES = ((8, 8), (4, 8), (8, 4))
 TILE_REGISTERS = {(8, 8): 128}
+DELTA_THREADS = 512
 
 
 def _ceil(a, b):
@@ -78,6 +79,17 @@ class ConvShape:
     def out_floats(self):
         return self.H * self.W * self.D
 
+    # the delta kernel's shared copy of a case's deltas (namespace ctb, ConvBwdTile)
+    @property
+    def jd4(self):
+        return _ceil(self.D, 4) * 4
+
+    def delta_case_floats(self, cases):
+        u = self.W * self.jd4 // 4
+        drow = u + (9 - u % 8) % 8
+        u = self.H * drow
+        return 4 * (u + ((cases % 8) - u % 8 + 8) % 8)
+
 
 @dataclass(frozen=True)
 class ForwardVariant:
@@ -104,6 +116,35 @@ class ForwardVariant:
     def fits(self, shape):
         return (self.ncol(shape) * self.tn <= shape.LDW and self.smem(shape) <= SMEM_BYTES
                 and 32 <= self.threads(shape) <= MAX_THREADS)
+
+
+@dataclass(frozen=True)
+class DeltaVariant:
+    """CASES cases per block; a thread owns one prior row of one case and 4 prior slices."""
+    cases: int
+
+    def threads(self, shape):
+        return shape.PD // 4 * self.cases * shape.PH
+
+    def smem(self, shape):
+        return 4 * (self.cases * shape.delta_case_floats(self.cases) + 2 * shape.jd4 * shape.PD)
+
+    @property
+    def suffix(self):
+        return f"c{self.cases}"
+
+    def fits(self, shape):
+        return self.smem(shape) <= SMEM_BYTES and 32 <= self.threads(shape) <= DELTA_THREADS
+
+
+def delta_variants(shape, has_delta):
+    """The delta kernel's variants for this shape (empty: the gather product alone): strides of
+    1, prior depth a multiple of 4, a prior row of at most 16 columns (4 x 16 accumulators);
+    the most cases per block that fit, and one fewer."""
+    if (not has_delta or shape.SV != 1 or shape.SH != 1 or shape.PD % 4 or shape.PW > 16):
+        return []
+    fitting = [c for c in range(1, 9) if DeltaVariant(c).fits(shape)]
+    return [DeltaVariant(c) for c in fitting[::-1][:2]]
 
 
 def forward_variants(shape):
@@ -137,21 +178,27 @@ def forward_variants(shape):
 
 
 class ConvTiled:
-    """The tiled kernels of one convolutional layer: candidate names for the tuner and launches."""
+    """The tiled kernels of one convolutional layer: candidate names for the tuner and launches.
+    fwd and bwd map a candidate name to its variant (activation, delta backpropagation)."""
 
     def __init__(self, rt, layer, ldw):
         self.rt = rt
         self.shape = ConvShape.of(layer, ldw)
         self.fwd = {f"tiled_{v.suffix}": v for v in forward_variants(self.shape)}
+        self.bwd = {f"tiled_{v.suffix}": v for v in delta_variants(self.shape, layer.index > 0)}
         self._built = False
 
-    def function(self, tile):
-        return f"conv_fwd_{self.shape.tag}_{self.fwd[tile].suffix}"
+    def function(self, tile, kind="fwd"):
+        v = (self.fwd if kind == "fwd" else self.bwd)[tile]
+        return f"conv_{kind}_{self.shape.tag}_{v.suffix}"
 
     def kernels(self):
         """(function name, instantiation line, KernelParams) of every variant."""
-        return [(self.function(t), f"CONV_FWD({self.function(t)}, {v.cases}, {v.tm}, {v.tn}, "
-                 f"{v.minb})", CONV_FWD) for t, v in self.fwd.items()]
+        out = [(self.function(t), f"CONV_FWD({self.function(t)}, {v.cases}, {v.tm}, {v.tn}, "
+                f"{v.minb})", CONV_FWD) for t, v in self.fwd.items()]
+        out += [(self.function(t, "bwd"), f"CONV_BWD({self.function(t, 'bwd')}, {v.cases})",
+                 CONV_BWD) for t, v in self.bwd.items()]
+        return out
 
     def _build(self):
         if not self._built:
@@ -164,3 +211,13 @@ class ConvTiled:
         v = self.fwd[tile]
         self.rt.launch(self.function(tile), (_ceil(M, v.cases), 1, 1), (v.threads(self.shape), 1, 1),
                        *CONV_FWD.pack(src=src, lda=lda, weights=weights, M=M, out=out, ldo=ldo))
+
+    def delta(self, tile, *, delta, ldd, weights, M, out, ldo, prior, epi):
+        """out = epi(the prior layer's delta) for M cases, with delta variant `tile`
+        (weights: this layer's backward layout)."""
+        self._build()
+        v = self.bwd[tile]
+        self.rt.launch(self.function(tile, "bwd"), (_ceil(M, v.cases), 1, 1),
+                       (v.threads(self.shape), 1, 1),
+                       *CONV_BWD.pack(delta=delta, ldd=ldd, weights=weights, M=M, out=out, ldo=ldo,
+                                      prior=prior, epi=epi))

@@ -226,7 +226,8 @@ class DeviceEvaluator(Evaluator):
                           tables=b.d_tables, desc=ptr(b.d_desc, b.bwd_desc[li]), groups=lp.bwd,
                           B=ptr(b.d_wbwd, lp.lay.bwd_offset), b_ld=0, M=nb, out=ws.deltas[other],
                           ldo=prior.nhid, prior=prior_act,
-                          epi=EPI_DERIV if prior.kind.applies_tanh else EPI_NONE)
+                          epi=EPI_DERIV if prior.kind.applies_tanh else EPI_NONE,
+                          tiled=b.conv_tiled.get(li))
             b.timer.mark(rt.stream, b.labels[li - 1], "delta", 1)    # the layer that receives it
             cur, other = other, cur
 

@@ -89,14 +89,19 @@ def conv_small_pool(rt, lp, pool_layer, src, lda, nb, weights, out, ids, width):
 def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out, ldo, prior, epi,
             tiled=None):
     """A gather product out = epi(A B) for M rows (cases), the groups of a layer's table.
-    tiled: a convolutional layer's activation only, its conv_tiled.ConvTiled, whose variants
-    are candidates beside the gather tiles (same bits)."""
+    tiled: for a convolutional layer's activation (b_ld > 0) or delta backpropagation (b_ld 0),
+    its conv_tiled.ConvTiled, whose variants are candidates beside the gather tiles (same bits)."""
     G = groups.n_groups
     N = groups.n_cols
+    variants = {} if tiled is None else tiled.fwd if b_ld > 0 else tiled.bwd
 
     def launch(tile):
-        if tiled is not None and tile in tiled.fwd:
-            tiled.forward(tile, src=src, lda=lda, weights=B, M=M, out=out, ldo=ldo)
+        if tile in variants:
+            if b_ld > 0:
+                tiled.forward(tile, src=src, lda=lda, weights=B, M=M, out=out, ldo=ldo)
+            else:
+                tiled.delta(tile, delta=src, ldd=lda, weights=B, M=M, out=out, ldo=ldo,
+                            prior=prior, epi=epi)
             return
         BM, BN, nt = tuning.NN_TILES[tile]
         grid = (min(G, MAX_GRID_X), (M + BM - 1) // BM, (N + BN - 1) // BN)
@@ -105,8 +110,7 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
                                 N=N, out=out, ldo=ldo, prior=prior, epi=epi, n_groups=G))
 
     work = float(M) * N * groups.max_k * G
-    conv = tiled.fwd if tiled is not None else ()
-    tuner.run(site + (M,), tuning.nn_candidates(M, N, conv), work, launch)
+    tuner.run(site + (M,), tuning.nn_candidates(M, N, variants), work, launch)
 
 
 def gemm_tn(rt, tuner, site, *, src, lda, tables, desc, delta, ldd, depth, rows, n_lo, n_hi,

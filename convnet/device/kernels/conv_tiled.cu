@@ -246,10 +246,169 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
         conv_fwd_body<CASES, TM, TN>(src, lda, weights, M, out, ldo);                             \
     }
 
+// ------------------------------------------------------------------ delta backpropagation
+// The delta of the prior layer, for strides of 1 (a transposed convolution): for prior position
+// (r, c) and prior slice n,
+//     out = sum over oh ascending, ow ascending (the positions whose windows cover (r, c)),
+//           and this layer's slices j ascending, of delta(oh, ow, j) * w(tap(r - oh, c - ow), j, n)
+// which is gemm_nn's order for the delta (plan.py: _backprop_pairs, then the slices), then the
+// epilogue (times 1 - a^2 of the prior activation, or nothing) as gemm_nn writes it.
+// A block takes CASES cases and copies their deltas into shared memory once (slices padded to a
+// multiple of 4 with zeros). A thread owns one prior row r of one case, every column of it, and 4
+// prior slices: for each filter tap (row fr descending, column fc descending, so oh and ow
+// ascend) the tap's weights are in shared memory (copied while the previous tap is multiplied),
+// the row oh = r + pad - fr is either inside the layer for the whole thread or not at all, and
+// since fc is known at compile time (the tap columns are unrolled) so is which of the thread's
+// columns each delta column reaches: only real terms are computed, none of the zero padding.
+namespace ctb {
+constexpr int JD4 = (CT_D + 3) / 4 * 4;             // this layer's slices, padded to 4
+// a row of the shared copy: a number of 16-byte units that is 1 modulo 8 (neighbouring rows in
+// different bank groups)
+constexpr int DROW = (CT_W * JD4 / 4 + (9 - (CT_W * JD4 / 4) % 8) % 8) * 4;
+}  // namespace ctb
+
+template <int CASES>
+struct ConvBwdTile {
+    static constexpr int NCOL = CT_PD / 4;                  // threads across the prior slices
+    static constexpr int NT = NCOL * CASES * CT_PH;
+    // a case's copy: a number of 16-byte units that is CASES modulo 8, so the (case, row) pairs
+    // of a quarter warp fall in different bank groups
+    static constexpr int U = CT_H * ctb::DROW / 4;
+    static constexpr int DCASE = (U + ((CASES % 8) - U % 8 + 8) % 8) * 4;
+};
+
+// The backward weights of one tap ([tap][slice][prior slice]), JD4 rows of CT_PD, into Bs.
+template <int NT>
+__device__ __forceinline__ void ctb_load_tap(float* Bs, const float* __restrict__ Wb, int tap)
+{
+    using namespace ctb;
+    const float* w = Wb + (i64)tap * CT_D * CT_PD;
+    if (((size_t)Wb & 15) == 0) {
+        for (int u = threadIdx.x; u < JD4 * CT_PD / 4; u += NT) {
+            const bool ok = u * 4 < CT_D * CT_PD;
+            ct_cp_async16(Bs + 4 * u, ok ? w + 4 * u : Wb, ok);
+        }
+    } else {
+        for (int u = threadIdx.x; u < JD4 * CT_PD; u += NT) Bs[u] = u < CT_D * CT_PD ? w[u] : 0.f;
+    }
+}
+
+template <int CASES>
+__device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, int ldd,
+                                              const float* __restrict__ Wb, int M,
+                                              float* __restrict__ out, int ldo,
+                                              const float* __restrict__ prior, int epi)
+{
+    using namespace ctb;
+    using T = ConvBwdTile<CASES>;
+    constexpr int NT = T::NT, NCOL = T::NCOL, DCASE = T::DCASE;
+    static_assert(CT_SV == 1 && CT_SH == 1 && CT_PD % 4 == 0, "delta shape");
+    static_assert(4 * (CASES * DCASE + 2 * JD4 * CT_PD) <= 48 * 1024, "shared memory");
+    __shared__ __align__(16) float Ds[CASES * DCASE];
+    __shared__ __align__(16) float Bs[2][JD4 * CT_PD];
+
+    const int tid = threadIdx.x;
+    const int tn = tid % NCOL;
+    const int cs = (tid / NCOL) % CASES;
+    const int r = tid / (NCOL * CASES);
+    const int m0 = blockIdx.x * CASES;
+
+    for (int u = tid; u < CASES * ct::HW * JD4; u += NT) {
+        const int c = u / (ct::HW * JD4);
+        const int v = u - c * (ct::HW * JD4);
+        const int p = v / JD4;
+        const int j = v - p * JD4;
+        const int oh = p / CT_W;
+        const int ow = p - oh * CT_W;
+        float* d = Ds + c * DCASE + oh * DROW + ow * JD4 + j;
+        if (m0 + c < M && j < CT_D)
+            *d = delta[(i64)(m0 + c) * ldd + p * CT_D + j];
+        else
+            *d = 0.f;
+    }
+    ctb_load_tap<NT>(Bs[0], Wb, ct::TAPS - 1);
+    ct_cp_commit();
+
+    float acc[CT_PW][4];
+#pragma unroll
+    for (int c = 0; c < CT_PW; ++c)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) acc[c][n] = 0.f;
+    ct_cp_wait_all();
+    __syncthreads();
+
+    int t = 0;                                              // taps done
+    for (int fr = CT_FV - 1; fr >= 0; --fr) {
+        const int oh = r + CT_PV - fr;
+        const bool row_in = oh >= 0 && oh < CT_H;
+        const float* ds = Ds + cs * DCASE + oh * DROW;
+#pragma unroll
+        for (int k = 0; k < CT_FH; ++k, ++t) {
+            const int fc = CT_FH - 1 - k;
+            if (t + 1 < ct::TAPS) {
+                ctb_load_tap<NT>(Bs[(t + 1) & 1], Wb, ct::TAPS - 2 - t);
+                ct_cp_commit();
+            }
+            const float* bs = Bs[t & 1] + tn * 4;
+            if (row_in) {
+#pragma unroll 1
+                for (int s4 = 0; s4 < JD4 / 4; ++s4) {
+                    float4 b[4];
+#pragma unroll
+                    for (int q = 0; q < 4; ++q)
+                        b[q] = *reinterpret_cast<const float4*>(bs + (4 * s4 + q) * CT_PD);
+#pragma unroll
+                    for (int ow = 0; ow < CT_W; ++ow) {
+                        const int c = ow - CT_PZ + fc;              // known at compile time
+                        if (c < 0 || c >= CT_PW) continue;
+                        const float4 a = *reinterpret_cast<const float4*>(ds + ow * JD4 + 4 * s4);
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) {
+                            const float x = ct_lane(a, q);
+                            acc[c][0] = fmaf(x, b[q].x, acc[c][0]);
+                            acc[c][1] = fmaf(x, b[q].y, acc[c][1]);
+                            acc[c][2] = fmaf(x, b[q].z, acc[c][2]);
+                            acc[c][3] = fmaf(x, b[q].w, acc[c][3]);
+                        }
+                    }
+                }
+            }
+            ct_cp_wait_all();
+            __syncthreads();
+        }
+    }
+
+    if (m0 + cs >= M) return;
+#pragma unroll
+    for (int c = 0; c < CT_PW; ++c) {
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+            const i64 o = (i64)(m0 + cs) * ldo + (r * CT_PW + c) * CT_PD + tn * 4 + n;
+            float v = acc[c][n];
+            if (epi == EPI_DERIV) {
+                const float p = prior[o];
+                v *= 1.f - p * p;
+            }
+            out[o] = v;
+        }
+    }
+}
+
+// CASES cases per block; blockDim.x = ConvBwdTile<CASES>::NT, gridDim.x = ceil(M / CASES).
+#define CONV_BWD(NAME, CASES)                                                                     \
+    extern "C" __global__ void __launch_bounds__(ConvBwdTile<CASES>::NT)                          \
+    NAME(const float* __restrict__ delta, int ldd, const float* __restrict__ weights, int M,      \
+         float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi)              \
+    {                                                                                             \
+        conv_bwd_body<CASES>(delta, ldd, weights, M, out, ldo, prior, epi);                       \
+    }
+
 #ifndef SPECIALIZED     // the runtime defines it when it appends the variants conv_tiled.py launches
 CONV_FWD(conv_fwd_c2_m8_n8_b3, 2, 8, 8, 3)
 CONV_FWD(conv_fwd_c2_m8_n8_b4, 2, 8, 8, 4)
 CONV_FWD(conv_fwd_c3_m8_n8_b3, 3, 8, 8, 3)
 CONV_FWD(conv_fwd_c2_m4_n8_b3, 2, 4, 8, 3)
 CONV_FWD(conv_fwd_c2_m8_n4_b4, 2, 8, 4, 4)
+CONV_BWD(conv_bwd_c2, 2)
+CONV_BWD(conv_bwd_c3, 3)
 #endif
