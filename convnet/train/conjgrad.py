@@ -41,6 +41,9 @@ import numpy as np
 GOLDEN = 0.3819660112501051          # 2 - golden ratio: the golden-section fraction
 EXPAND_LIMIT = 8.0                   # largest growth of the trial step during bracketing
 SHRINK_LIMITS = (0.1, 0.5)           # the shrunken trial step lies in this fraction of the last one
+# The slope search accepts a point once its slope has fallen to this fraction of the starting
+# slope (strong Wolfe). benchmarks/training.py compares values by evaluations and test error.
+WOLFE_SIGMA = 0.1
 
 
 @dataclass
@@ -335,7 +338,7 @@ class CGResult:
 
 def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=5e-5, patience=2,
                         stop: Optional[Callable] = None, on_iter: Optional[Callable] = None,
-                        first_move=0.05, line_search="slopes", sigma=0.1, rtol=0.1,
+                        first_move=0.05, line_search="slopes", sigma=None, rtol=0.1,
                         preconditioner=None):
     """Minimize from x0 by Polak-Ribiere conjugate gradients (see the module notes).
 
@@ -352,6 +355,8 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
     per-weight scale), which balances layers whose weights live on very different scales.
     """
     x = np.array(x0, dtype=np.float64, copy=True)
+    if sigma is None:
+        sigma = WOLFE_SIGMA
     sc = None if preconditioner is None else np.asarray(preconditioner, dtype=np.float64)
     n_func = 0
     n_grad = 0
