@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,8 +45,13 @@ def parse_args(argv=None):
                     help="test misclassification percent to reach (default: 1.0 for cuda, 5.0)")
     ap.add_argument("--parallel", type=int, default=1)
     ap.add_argument("--cpus", default=None, help="cores to pin to, e.g. 0-7 (with --parallel)")
+    ap.add_argument("--code", type=Path, default=ROOT,
+                    help="the convnet tree to run (default: this one), e.g. an older checkout")
     ap.add_argument("--out", type=Path, default=None, help="folder for the runs' files")
     ap.add_argument("--json", type=Path, default=None, help="write the rows here too")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile the refinement (cProfile); each run's profile.txt lists the "
+                    "functions by their own time")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -87,7 +92,17 @@ def child(spec_path):
                 clock["excluded"] += time.perf_counter() - t0
 
         kw["on_iter"] = watching
-        res = original_cg(func, timed_grad, x0, **kw)
+        if spec.get("profile"):
+            import cProfile
+            import io
+            import pstats
+            profiler = cProfile.Profile()
+            res = profiler.runcall(original_cg, func, timed_grad, x0, **kw)
+            text = io.StringIO()
+            pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+            Path(spec_path).with_name("profile.txt").write_text(text.getvalue())
+        else:
+            res = original_cg(func, timed_grad, x0, **kw)
         inside["excluded"] = clock["excluded"]
         return res
 
@@ -132,14 +147,15 @@ def child(spec_path):
 def run_variant(args, sigma, folder, cpus):
     folder.mkdir(parents=True, exist_ok=True)
     spec = {"ctl": str(args.ctl.resolve()), "device": args.device, "seed": args.seed,
-            "threads": args.threads, "sigma": sigma, "watch": args.watch, "out": str(folder)}
+            "threads": args.threads, "sigma": sigma, "watch": args.watch, "out": str(folder),
+            "profile": args.profile}
     spec_path = folder / "variant.json"
     spec_path.write_text(json.dumps(spec))
     cmd = [sys.executable, str(Path(__file__).resolve()), str(args.ctl), "--child", str(spec_path)]
     if cpus:
         cmd = ["taskset", "-c", cpus] + cmd
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(args.code.resolve()) + os.pathsep + env.get("PYTHONPATH", "")
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
                           cwd=str(args.ctl.resolve().parent))
@@ -165,6 +181,21 @@ def reached(curve, target):
     return "not reached"
 
 
+def format_row(row, default_sigma, target):
+    sigma = row["sigma"] if row["sigma"] is not None else default_sigma
+    mark = " (default)" if sigma == default_sigma else ""
+    if "error" in row:
+        return f"| {sigma:g}{mark} | failed: {row['error']} |"
+    n = max(row["gradients"], 1)
+    return (f"| {sigma:g}{mark} | {row['annealing_s']:.2f} | {row['refinement_s']:.2f} | "
+            f"{row['iterations']} | {row['gradients']} | "
+            f"{row['gradients'] / max(row['iterations'], 1):.2f} | "
+            f"{1000 * row['inside_s'] / n:.2f} | "
+            f"{1000 * (row['refinement_s'] - row['inside_s']) / n:.2f} | {row['stop']} | "
+            f"{row['train_criterion']:.6g} | {row['test_error']:.2f} | "
+            f"{reached(row['curve'], target)} |")
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.child:
@@ -175,30 +206,20 @@ def main(argv=None):
     sigmas = [float(s) for s in args.sigma.split(",") if s.strip()] or [None]
     out = args.out or Path(tempfile.mkdtemp(prefix="convnet-training-"))
     cpus = cpu_sets(args.cpus, args.parallel, args.threads)
-    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        futures = [pool.submit(run_variant, args, s, out / f"variant{i}", cpus[i % len(cpus)])
-                   for i, s in enumerate(sigmas)]
-        rows = [f.result() for f in futures]
     print(f"{args.ctl.name}: device {args.device}, {args.threads} threads, seed {args.seed}; "
-          f"target {target:g} % test error; files in {out}")
+          f"target {target:g} % test error; code {args.code}; files in {out}", flush=True)
     head = ("| sigma | anneal s | refine s | iterations | gradients | per iteration | evaluator ms "
             "| outside ms | stop | train criterion | test % | reached target (iteration / s) |")
     print(head)
-    print("|" + "---|" * (head.count("|") - 1))
-    for row in rows:
-        sigma = row["sigma"] if row["sigma"] is not None else conjgrad.WOLFE_SIGMA
-        mark = " (default)" if sigma == conjgrad.WOLFE_SIGMA else ""
-        if "error" in row:
-            print(f"| {sigma:g}{mark} | failed: {row['error']} |")
-            continue
-        n = max(row["gradients"], 1)
-        print(f"| {sigma:g}{mark} | {row['annealing_s']:.2f} | {row['refinement_s']:.2f} | "
-              f"{row['iterations']} | {row['gradients']} | "
-              f"{row['gradients'] / max(row['iterations'], 1):.2f} | "
-              f"{1000 * row['inside_s'] / n:.2f} | "
-              f"{1000 * (row['refinement_s'] - row['inside_s']) / n:.2f} | {row['stop']} | "
-              f"{row['train_criterion']:.6g} | {row['test_error']:.2f} | "
-              f"{reached(row['curve'], target)} |")
+    print("|" + "---|" * (head.count("|") - 1), flush=True)
+    rows = []
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        futures = [pool.submit(run_variant, args, s, out / f"variant{i}", cpus[i % len(cpus)])
+                   for i, s in enumerate(sigmas)]
+        for future in as_completed(futures):       # each row as soon as its run ends
+            row = future.result()
+            rows.append(row)
+            print(format_row(row, conjgrad.WOLFE_SIGMA, target), flush=True)
     if args.json:
         args.json.write_text(json.dumps({"ctl": str(args.ctl), "device": args.device,
                                          "threads": args.threads, "rows": rows}, indent=1))

@@ -72,32 +72,55 @@ def check_wpen(wpen):
 
 # ---------------------------------------------------------------------------------- penalty
 class WeightPenalty:
-    """wpen / n_weights * sum of w^2 over every weight but the biases, and its gradient."""
+    """wpen / n_weights * sum of w^2 over every weight but the biases, and its gradient.
+
+    The sums go through work arrays kept from call to call: on a large net a fresh array per
+    evaluation costs about as much as the arithmetic (new memory for the system to map)."""
 
     def __init__(self, arch, wpen):
         self.wpen = wpen
         self.coefficient = wpen / arch.n_weights
         self.mask = arch.penalty_mask()          # 1.0 for penalised weights, 0.0 for biases
         self.selected = self.mask.astype(bool)
+        self._gradient_factor = None             # (2 * coefficient) * mask, made on first use
+        self._work = None
+
+    def _scratch(self, size):
+        if self._work is None or self._work.size < size:
+            self._work = np.empty(size)
+        return self._work[:size]
 
     def value(self, w):
         if self.wpen == 0.0:
             return 0.0
-        return self.coefficient * float(np.dot(self.mask * w, w))
+        masked = np.multiply(self.mask, w, out=self._scratch(self.mask.size))
+        return self.coefficient * float(np.dot(masked, w))
 
     def value_of_selected(self, w):
         """The same penalty summed over the penalised weights alone: equal to :meth:`value` to
         rounding, the order of the device path's criterion."""
         if not self.wpen:
             return 0.0
-        wm = np.asarray(w, dtype=np.float64)[self.selected]
+        wm = np.compress(self.selected, np.asarray(w, dtype=np.float64),
+                         out=self._scratch(int(self.selected.sum())))
         return self.coefficient * float(np.dot(wm, wm))
 
     def gradient(self, w):
         """d penalty / d w, or None when there is no penalty."""
         if self.wpen == 0.0:
             return None
-        return 2.0 * self.coefficient * self.mask * w
+        return self._factor() * w
+
+    def add_gradient(self, w, grad):
+        """grad += d penalty / d w, in place (the same values as adding :meth:`gradient`)."""
+        if self.wpen == 0.0:
+            return
+        grad += np.multiply(self._factor(), w, out=self._scratch(self.mask.size))
+
+    def _factor(self):
+        if self._gradient_factor is None:
+            self._gradient_factor = 2.0 * self.coefficient * self.mask
+        return self._gradient_factor
 
 
 # ---------------------------------------------------------------------------------- the contract

@@ -132,18 +132,31 @@ class _Plan:
 
 
 # ---------------------------------------------------------------------------------- one block
-def _forward_block(plan, w, x, work, n, classes, want_delta):
+def _forward_block(plan, w, x, work, n, classes, want_delta, defer_tanh=False):
     """Forward pass of one block of n cases, in (feature, case) order from the transposed input
     block on; returns the block's -log likelihood sum. work.acts then hold the (n_out, n)
     activations, work.ids the max-pooling winners, work.cols the unrolled windows, and
-    work.logits (n_classes, n) the probabilities, or p - t when want_delta."""
+    work.logits (n_classes, n) the probabilities, or p - t when want_delta.
+
+    defer_tanh: a layer with tanh followed by max pooling keeps its net inputs and the pooling
+    layer applies tanh to its pooled values (as the criterion pass does; tanh is monotonic, so
+    the pooled values are the same, for a quarter or less of the tanh work). The backward pass
+    needs nothing more: the pooling layer's delta takes tanh' from its pooled values. Only
+    passes that need every activation (pictures, winners) leave it off."""
     sec, calls = work.seconds, work.calls
     prior = _view(work.inputs_t, plan.n_inputs, n)
     transpose_into(x, prior)
+    nl = len(plan.layers)
+    pending = False                       # prior holds net inputs whose tanh this layer applies
     for i, L in enumerate(plan.layers):
         t0 = time.perf_counter()
         out = _view(work.acts[i], L.n_out, n)
-        L.step_forward(w[plan.slices[i]], prior, out, work, i, n)
+        defer = (defer_tanh and plan.kinds[i].applies_tanh and i + 1 < nl
+                 and plan.kinds[i + 1].commutes_with_tanh)
+        L.step_forward(w[plan.slices[i]], prior, out, work, i, n, not defer)
+        if pending:
+            tanh_inplace(out)
+        pending = defer
         sec[i, FORWARD] += time.perf_counter() - t0
         calls[i, FORWARD] += 1
         prior = out
@@ -411,7 +424,8 @@ class HostBackend:
                         if mode == "criterion":
                             totals[k] = _criterion_block(plan, w, xb, wk, m, cb)
                             continue
-                        totals[k] = _forward_block(plan, w, xb, wk, m, cb, gradient)
+                        totals[k] = _forward_block(plan, w, xb, wk, m, cb, gradient,
+                                                   mode in ("gradient", "outputs"))
                         if gradient:
                             _backward_block(plan, w, wk, m)
                         elif mode == "outputs":
@@ -479,9 +493,7 @@ class HostEvaluator(Evaluator):
         w = check_weights(b.arch, weights)
         total, grad = b._run(w, self.inputs, self.need_classes(), "gradient")
         grad *= self.scale
-        dpen = self.penalty.gradient(w)
-        if dpen is not None:
-            grad += dpen
+        self.penalty.add_gradient(w, grad)
         return total * self.scale + self.penalty.value(w), grad
 
     def outputs(self, weights):

@@ -31,8 +31,12 @@ class FCLayer:
         """Scratch for one block's weight gradient before it is added in."""
         return self.n_out * self.n_in
 
-    def forward(self, w, priorT, outT):
-        """A hidden layer: priorT (n_in, n) -> outT (n_out, n), the activations tanh(net)."""
+    def forward(self, w, priorT, outT, tanh=True):
+        """A hidden layer: priorT (n_in, n) -> outT (n_out, n), the activations tanh(net) (the
+        net inputs when tanh is False: a max pooling layer applies it to the pooled values)."""
+        if not tanh:
+            self.forward_t(w, priorT, outT)
+            return
         W = w.reshape(self.n_out, self.npw)
         np.matmul(W[:, :self.n_in], priorT, out=outT)
         bias_tanh(outT.reshape(self.n_out, 1, outT.shape[1]), W[:, self.n_in:])
@@ -59,8 +63,8 @@ class FCLayer:
         np.matmul(W[:, :self.n_in].T, dnetT, out=dpriorT)
 
     # the steps the host backend takes for every layer kind (see convnet.host.backend)
-    def step_forward(self, w, priorT, outT, work, i, n):
-        self.forward(w, priorT, outT)
+    def step_forward(self, w, priorT, outT, work, i, n, tanh=True):
+        self.forward(w, priorT, outT, tanh)
 
     def step_forward_t(self, w, priorT, outT, work, i):
         self.forward_t(w, priorT, outT)

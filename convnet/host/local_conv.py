@@ -195,8 +195,9 @@ class LocalConvLayer:
             np.matmul(self._local_weights(w)[p0:p1], cols.transpose(1, 0, 2),
                       out=out[:, p0:p1].transpose(1, 0, 2))
 
-    def forward(self, w, priorT, outT, cols_area):
-        """priorT (n_in, n) -> outT (n_out, n), the activations tanh(net input); the unrolled
+    def forward(self, w, priorT, outT, cols_area, tanh=True):
+        """priorT (n_in, n) -> outT (n_out, n), the activations tanh(net input) (the net inputs
+        when tanh is False: a max pooling layer applies it to the pooled values); the unrolled
         windows stay in cols_area for :meth:`gradient`."""
         n = priorT.shape[1]
         P, K, D = self.P, self.K, self.D
@@ -204,7 +205,10 @@ class LocalConvLayer:
         unroll_windows(priorT, *self.geometry, cols)
         out = outT.reshape(D, P, n)
         self._products(w, cols, out, 0, P)
-        bias_tanh(out, self._bias(w))
+        if tanh:
+            bias_tanh(out, self._bias(w))
+        else:
+            add_bias(out, not self.shared, w, self.npw)
 
     def forward_t(self, w, priorT, outT, cols_area):
         """Forward only: priorT (n_in, n) -> outT (n_out, n), the net inputs (no tanh). The same
@@ -258,8 +262,8 @@ class LocalConvLayer:
         fold_windows(dcols, not self.shared, *self.geometry, dpriorT)
 
     # the steps the host backend takes for every layer kind (see convnet.host.backend)
-    def step_forward(self, w, priorT, outT, work, i, n):
-        self.forward(w, priorT, outT, work.cols[i])
+    def step_forward(self, w, priorT, outT, work, i, n, tanh=True):
+        self.forward(w, priorT, outT, work.cols[i], tanh)
 
     def step_forward_t(self, w, priorT, outT, work, i):
         self.forward_t(w, priorT, outT, work.cols[i])

@@ -166,7 +166,7 @@ class PoolLayer:
 
     # the steps the host backend takes for every layer kind (see convnet.host.backend); the
     # weights are this layer's part of the vector, which is empty
-    def step_forward(self, w, priorT, outT, work, i, n):
+    def step_forward(self, w, priorT, outT, work, i, n, tanh=True):
         self.forward(priorT, outT, work.ids_view(i, n))
 
     def step_forward_t(self, w, priorT, outT, work, i):

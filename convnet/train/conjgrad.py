@@ -228,7 +228,8 @@ def _cubic_min(t1, f1, s1, t2, f2, s2):
     return t2 - (t2 - t1) * (s2 + d2 - d1) / den
 
 
-def line_search_slopes(fg, x, d, f0, slope0, step0, stop=None, sigma=0.1, c1=1e-4, max_evals=20):
+def line_search_slopes(fg, x, d, f0, slope0, step0, stop=None, sigma=0.1, c1=1e-4, max_evals=20,
+                       trial=None):
     """Line minimization along d using the criterion and its slope at every trial point.
 
     fg(w) -> (criterion, gradient). Phase 1 grows the trial step (cubic extrapolation, at most
@@ -239,13 +240,24 @@ def line_search_slopes(fg, x, d, f0, slope0, step0, stop=None, sigma=0.1, c1=1e-
     ``sigma`` times the starting slope in size (the strong Wolfe conditions), which makes the next
     conjugate direction a descent direction in practice. Returns a LineResult whose ``gradient``
     attribute holds the gradient at the accepted point (None when step is 0).
+
+    trial: optional array like x that receives each trial point x + t * d in turn (fg must not
+    keep it), so that a search on many weights allocates nothing of their size; the values are
+    those of ``x + t * d`` to the last bit.
     """
     best = [0.0, f0, None]
     n = [0]
     target = -sigma * slope0
 
+    def point(t):
+        if trial is None:
+            return x + t * d
+        np.multiply(d, t, out=trial)
+        np.add(trial, x, out=trial)
+        return trial
+
     def probe(t):
-        f, g = fg(x + t * d)
+        f, g = fg(point(t))
         n[0] += 1
         f = _finite(f)
         s = float(g @ d) if math.isfinite(f) else math.nan
@@ -385,6 +397,11 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
     gv = scaled(g)
     dv = -gv
     gg = float(gv @ gv)
+    # Work arrays of the weights' size, allocated once: the trial points, and the difference of
+    # successive gradients (Polak-Ribiere). On large nets, fresh arrays every evaluation cost as
+    # much as the arithmetic (each is new memory for the operating system to map).
+    trial = np.empty_like(x)
+    scratch = np.empty_like(x)
     steepest = True
     small = 0
     prev_step = prev_slope = None
@@ -412,7 +429,8 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
             t0 = prev_step * prev_slope / slope
             t0 = min(max(t0, 0.01 * prev_step), 100.0 * prev_step)
         if line_search == "slopes":
-            res = line_search_slopes(grad_counted, x, d, f, slope, t0, stop=stop, sigma=sigma)
+            res = line_search_slopes(grad_counted, x, d, f, slope, t0, stop=stop, sigma=sigma,
+                                     trial=trial)
             g_new = res.gradient
         else:
             res = line_minimize(func_counted, x, d, f, slope, t0, stop=stop, rtol=rtol)
@@ -432,7 +450,10 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
             steepest = True
             prev_step = None
             continue
-        x_new = x + res.step * d
+        # x + step * d in place: the very point the line search evaluated, to the last bit
+        np.multiply(d, res.step, out=scratch)
+        x += scratch
+        x_new = x
         step_len = res.step * dnorm
         f_new = res.criterion
         if res.interrupted:
@@ -462,8 +483,10 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
             beta = 0.0                   # a small improvement: restart along the gradient
         else:
             small = 0
-            beta = max(0.0, float(gv_new @ (gv_new - gv)) / gg)      # Polak-Ribiere, clipped
-        dv = -gv_new + beta * dv
+            np.subtract(gv_new, gv, out=scratch)
+            beta = max(0.0, float(gv_new @ scratch) / gg)         # Polak-Ribiere, clipped
+        dv *= beta                       # dv = -gv_new + beta * dv, in place (the same bits)
+        dv -= gv_new
         steepest = beta == 0.0
         gv, gg = gv_new, gg_new
     return CGResult(x, f, it, n_func, n_grad, history, stop_reason)
