@@ -129,7 +129,7 @@ def child(spec_path):
     train = next(r for r in results["runs"] if r["kind"] == "TRAIN")
     test = [r for r in results["runs"] if r["kind"] == "TEST"][-1]
     row = {
-        "sigma": conjgrad.WOLFE_SIGMA,
+        "sigma": getattr(conjgrad, "WOLFE_SIGMA", 0.1),
         "annealing_s": train["seconds"]["annealing"],
         "refinement_s": train["seconds"]["refinement"] - inside.get("excluded", 0.0),
         "iterations": train["refinement"]["n_iterations"],

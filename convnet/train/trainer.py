@@ -30,6 +30,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..control import DEFAULT_PARAMETERS
+from ..host.threads import single_threaded_blas
 from .anneal import anneal, weight_scales
 from .confusion import confusion_matrix, format_confusion, misclassification
 from .conjgrad import conjugate_gradients
@@ -131,7 +132,17 @@ def train(model, dataset, params, log, interrupt, rng, progress=None):
     ANNEAL RANGE, ANNEAL SCALE, MAXITERS, TOL, WPEN); log: LogWriter; interrupt: the session's Ctrl-C counter
     (.count, .reset()); rng: numpy Generator (the only source of randomness); progress: optional
     callable(phase, iteration, current, best, total=limit) for a live display.
+
+    The BLAS library is held to one thread throughout: the optimizer's vector operations (dot
+    products and updates of every weight) are memory-bound, and waking BLAS threads for each of
+    them cost milliseconds per call when the other cores are busy (the host path's own workers,
+    or other programs), more than the operation itself.
     """
+    with single_threaded_blas():
+        return _train(model, dataset, params, log, interrupt, rng, progress)
+
+
+def _train(model, dataset, params, log, interrupt, rng, progress):
     def param(name):             # a parameter not set falls back on the one table of defaults
         value = params.get(name)
         return DEFAULT_PARAMETERS[name] if value is None else value
