@@ -84,6 +84,7 @@ class WeightPenalty:
         self.selected = self.mask.astype(bool)
         self._gradient_factor = None             # (2 * coefficient) * mask, made on first use
         self._work = None
+        self._selected_index = None
 
     def _scratch(self, size):
         if self._work is None or self._work.size < size:
@@ -101,8 +102,11 @@ class WeightPenalty:
         rounding, the order of the device path's criterion."""
         if not self.wpen:
             return 0.0
-        wm = np.compress(self.selected, np.asarray(w, dtype=np.float64),
-                         out=self._scratch(int(self.selected.sum())))
+        if self._selected_index is None:
+            self._selected_index = np.flatnonzero(self.selected)
+        # take into a kept array ("clip": no bounds pass; the indices are valid by construction)
+        wm = np.take(np.asarray(w, dtype=np.float64), self._selected_index,
+                     out=self._scratch(self._selected_index.size), mode="clip")
         return self.coefficient * float(np.dot(wm, wm))
 
     def gradient(self, w):
