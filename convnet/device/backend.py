@@ -36,16 +36,10 @@ from .launches import CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, 
 from .plan import CHUNK, ModelPlan
 from .runtime import DeviceUnavailable, Runtime, device_available, device_report  # noqa: F401
 from .timers import EventTimer
+from ..train.vectors import round_and_compare
 
 # Share of the free device memory an automatic MAX BATCH may take.
 AUTO_BATCH_MEMORY_SHARE = 0.25
-
-
-def _same(a, b, first=4096):
-    """a == b element for element (two 1-D arrays of one length), cheaply when they differ."""
-    if not np.array_equal(a[:first], b[:first]):
-        return False
-    return bool(np.array_equal(a[first:], b[first:]))
 
 
 class DeviceBackend:
@@ -201,9 +195,9 @@ class DeviceBackend:
             raise ConvnetError(f"this model has {self.n_weights} weights; got an array of shape {w.shape}")
         index = self.weight_uploads % 2
         buf = self.h_w32[index]
-        np.copyto(buf, w, casting="same_kind")
         last = self._last_weights
-        if last is not None and _same(buf, last):
+        w = np.ascontiguousarray(w)
+        if not round_and_compare(w, buf, buf if last is None else last, last is not None):
             return None
         self._last_weights = buf
         self.weight_uploads += 1

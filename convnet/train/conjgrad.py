@@ -38,6 +38,8 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
+from .vectors import dot_and_change, new_direction, step_into, take_step
+
 GOLDEN = 0.3819660112501051          # 2 - golden ratio: the golden-section fraction
 EXPAND_LIMIT = 8.0                   # largest growth of the trial step during bracketing
 SHRINK_LIMITS = (0.1, 0.5)           # the shrunken trial step lies in this fraction of the last one
@@ -252,8 +254,7 @@ def line_search_slopes(fg, x, d, f0, slope0, step0, stop=None, sigma=0.1, c1=1e-
     def point(t):
         if trial is None:
             return x + t * d
-        np.multiply(d, t, out=trial)
-        np.add(trial, x, out=trial)
+        step_into(trial, x, t, d)
         return trial
 
     def probe(t):
@@ -394,14 +395,13 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
         return vec if sc is None else vec * sc
 
     # In the scaled coordinates the gradient is s * g and a direction dv moves the weights by s * dv.
-    gv = scaled(g)
+    gv = np.ascontiguousarray(scaled(g), dtype=np.float64)
     dv = -gv
     gg = float(gv @ gv)
-    # Work arrays of the weights' size, allocated once: the trial points, and the difference of
-    # successive gradients (Polak-Ribiere). On large nets, fresh arrays every evaluation cost as
-    # much as the arithmetic (each is new memory for the operating system to map).
+    # The trial points go to one array allocated once, and the vector updates are single passes
+    # (vectors.py): on large nets fresh arrays and repeated passes every evaluation cost as much
+    # as the arithmetic.
     trial = np.empty_like(x)
-    scratch = np.empty_like(x)
     steepest = True
     small = 0
     prev_step = prev_slope = None
@@ -451,8 +451,7 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
             prev_step = None
             continue
         # x + step * d in place: the very point the line search evaluated, to the last bit
-        np.multiply(d, res.step, out=scratch)
-        x += scratch
+        take_step(x, res.step, d)
         x_new = x
         step_len = res.step * dnorm
         f_new = res.criterion
@@ -472,8 +471,8 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
         history.append((it, f, step_len))
         if on_iter is not None:
             on_iter(it, f, step_len, x)
-        gv_new = scaled(g_new)
-        gg_new = float(gv_new @ gv_new)
+        gv_new = np.ascontiguousarray(scaled(g_new), dtype=np.float64)
+        gg_new, change = dot_and_change(gv_new, gv)
         prev_step, prev_slope = res.step, slope
         if improvement < tol:
             small += 1
@@ -483,10 +482,8 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
             beta = 0.0                   # a small improvement: restart along the gradient
         else:
             small = 0
-            np.subtract(gv_new, gv, out=scratch)
-            beta = max(0.0, float(gv_new @ scratch) / gg)         # Polak-Ribiere, clipped
-        dv *= beta                       # dv = -gv_new + beta * dv, in place (the same bits)
-        dv -= gv_new
+            beta = max(0.0, change / gg)                          # Polak-Ribiere, clipped
+        new_direction(dv, beta, gv_new)  # dv = -gv_new + beta * dv, in place
         steepest = beta == 0.0
         gv, gg = gv_new, gg_new
     return CGResult(x, f, it, n_func, n_grad, history, stop_reason)
