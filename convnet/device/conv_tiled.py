@@ -1,10 +1,11 @@
 """Tiled convolution kernels (kernels/conv_tiled.cu), compiled for one layer shape at a time.
 
-A convolutional layer's activation can be computed by the gather product of gemm.cu (general,
-driven by index tables) or by conv_tiled.cu's kernels, which take the layer's dimensions as
-compile-time constants, copy each case's prior activations into shared memory once and form the
-windows there. Both are candidates of the same launch site: the tuner times them on the real
-data and keeps the faster, and they give the same bits (same multiply-add order; tested).
+A convolutional layer's activation and delta backpropagation can be computed by the gather
+product of gemm.cu (general, driven by index tables) or by conv_tiled.cu's kernels, which take
+the layer's dimensions as compile-time constants and copy each case's prior activations (conv_fwd)
+or deltas (conv_bwd) into shared memory once, forming the windows there. Both are candidates of
+the same launch site: the tuner times them on the real data and keeps the faster, and they give
+the same bits (same multiply-add order; tested). The weight gradient stays with gemm_tn.
 
 The module of a layer shape is built the first time one of its kernels is launched (a layer the
 tuner never times, because its launches are small, costs no compilation). This module knows
@@ -18,12 +19,13 @@ from .kernel_args import CONV_BWD, CONV_FWD
 
 SOURCE = "conv_tiled.cu"
 SMEM_BYTES = 48 * 1024          # static shared memory of one block
-MAX_THREADS = 256
+MAX_THREADS = 256               # threads of a conv_fwd block
+DELTA_THREADS = 512             # threads of a conv_bwd block
 REGISTERS = 65536               # per multiprocessor
-# (positions, slices) per thread, tried in this order
+# conv_fwd: (positions, slices) per thread, tried in this order, and the registers a tile is
+# held to (see forward_variants)
 THREAD_TILES = ((8, 8), (4, 8), (8, 4))
 TILE_REGISTERS = {(8, 8): 128}
-DELTA_THREADS = 512
 
 
 def _ceil(a, b):
