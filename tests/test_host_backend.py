@@ -120,6 +120,28 @@ def test_criterion_only_path_matches_reference(lines, scale, runs, small_blocks,
     assert rel(crit, ev.gradient(w)[0]) < 1e-13
 
 
+@pytest.mark.parametrize("lines", CRITERION_NETS)
+@pytest.mark.parametrize("scale", [0.5, 1e4])
+def test_gradient_and_outputs_with_tanh_after_max_pooling_match_reference(lines, scale,
+                                                                          small_blocks):
+    """The gradient and outputs passes apply tanh after max pooling too (the pooling layer's
+    delta takes tanh' from its pooled values); against the reference path, which applies tanh
+    before pooling, also with saturated tanh, where pooling windows hold ties."""
+    rng = np.random.default_rng(7 + len(lines))
+    arch = Architecture.from_lines(lines, 8, 8, 2, 3)
+    w = rng.normal(0, scale, arch.n_weights)
+    x = rng.uniform(-1, 1, (5, 2, 8, 8))
+    y = rng.integers(0, 3, 5)
+    ev = HostBackend(arch, threads=2).evaluator(x, y, 0.01)
+    ref = ReferenceModel(arch)
+    rcrit, rgrad = ref.gradient(w, x, y, 0.01)
+    crit, grad = ev.gradient(w)
+    assert rel(crit, rcrit) < 1e-12
+    assert np.linalg.norm(grad - rgrad) <= 1e-12 * max(np.linalg.norm(rgrad), 1e-300)
+    want = np.array([ref.trial(w, x[c])[2] for c in range(x.shape[0])])
+    assert np.allclose(ev.outputs(w), want, rtol=1e-12, atol=1e-300)
+
+
 # ------------------------------------------------------------------------------ finite differences
 def central_differences(f, w, h=1e-6):
     g = np.empty_like(w)
