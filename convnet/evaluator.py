@@ -91,19 +91,15 @@ class WeightPenalty:
         return self._work[:size]
 
     def value(self, w):
-        if self.wpen == 0.0:
-            return 0.0
-        masked = np.multiply(self.mask, w, out=self._scratch(self.mask.size))
-        return self.coefficient * float(np.dot(masked, w))
-
-    def value_of_selected(self, w):
-        """The same penalty summed over the penalised weights alone (one pass, no copy): equal to
-        :meth:`value` to rounding; the device paths add it to their criterion."""
+        """The penalty: one pass over the penalised weights (no copy, no BLAS call)."""
         if not self.wpen:
             return 0.0
-        from .train.vectors import selected_sum_of_squares     # compiled: loaded on first use
+        from .vectors import selected_sum_of_squares     # compiled: loaded on first use
         w = np.ascontiguousarray(w, dtype=np.float64)
         return self.coefficient * float(selected_sum_of_squares(w, self.selected))
+
+    # its former name, from when the device paths summed the penalty in another order
+    value_of_selected = value
 
     def gradient(self, w):
         """d penalty / d w, or None when there is no penalty."""

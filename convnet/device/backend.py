@@ -36,7 +36,7 @@ from .launches import CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, 
 from .plan import CHUNK, ModelPlan
 from .runtime import DeviceUnavailable, Runtime, device_available, device_report  # noqa: F401
 from .timers import EventTimer
-from ..train.vectors import round_and_compare
+from ..vectors import round_and_compare
 
 # Share of the free device memory an automatic MAX BATCH may take.
 AUTO_BATCH_MEMORY_SHARE = 0.25

@@ -182,7 +182,7 @@ class MultiDeviceEvaluator(Evaluator):
         total = 0.0
         for share, mean in zip(self.weights_share, means):      # device order, always
             total += share * mean
-        return total + self.penalty.value_of_selected(w)
+        return total + self.penalty.value(w)
 
     def gradient(self, weights):
         self.need_classes()
@@ -193,11 +193,9 @@ class MultiDeviceEvaluator(Evaluator):
         for share, (mean, g) in zip(self.weights_share, results):   # device order, always
             crit += share * mean
             grad += share * g
-        if self.wpen:
-            # as a device adds it: 2 WPEN / n_weights times the float32 weights it holds
-            w32 = w.astype(np.float32).astype(np.float64)
-            grad += (2.0 * self.penalty.coefficient) * self.penalty.mask * w32
-        return crit + self.penalty.value_of_selected(w), grad
+        # as a device adds it: the penalty's gradient at the float32 weights it holds
+        self.penalty.add_gradient(w.astype(np.float32).astype(np.float64), grad)
+        return crit + self.penalty.value(w), grad
 
     def outputs(self, weights):
         w = self._weights(weights)

@@ -38,7 +38,7 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
-from .vectors import dot_and_change, new_direction, step_into, take_step
+from ..vectors import dot_and_change, new_direction, step_into, take_step
 
 GOLDEN = 0.3819660112501051          # 2 - golden ratio: the golden-section fraction
 EXPAND_LIMIT = 8.0                   # largest growth of the trial step during bracketing

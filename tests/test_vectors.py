@@ -1,10 +1,10 @@
-"""The optimizer's single-pass vector operations (convnet/train/vectors.py) against the numpy
+"""The optimizer's single-pass vector operations (convnet/vectors.py) against the numpy
 expressions they replace: the element updates to the last bit, the sums to rounding."""
 
 import numpy as np
 import pytest
 
-from convnet.train.vectors import (dot_and_change, new_direction, round_and_compare,
+from convnet.vectors import (dot_and_change, new_direction, round_and_compare,
                                    selected_sum_of_squares, step_into, take_step)
 
 

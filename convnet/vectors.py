@@ -1,4 +1,5 @@
-"""The optimizer's passes over the weight vector, one compiled loop each.
+"""Single passes over a weight vector: the optimizer's updates, the weight penalty's sum, and
+the device path's rounding of the weights to float32.
 
 On a large net (LeNet: 431,080 weights) every numpy expression such as ``x + t * d`` is two
 passes over memory and a new array; at about a third of a millisecond a pass they added up to a
