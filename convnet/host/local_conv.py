@@ -29,7 +29,8 @@ workers run at once.
 import numpy as np
 from numba import njit
 
-from .activation import bias_tanh
+from . import conv_direct
+from .activation import bias_tanh, tanh_inplace
 from .output import tanh_backward
 
 TILE = 8
@@ -165,6 +166,10 @@ class LocalConvLayer:
         self.npw = layer.n_prior_weights
         self.n_in = layer.n_prior
         self.n_out = layer.n_neurons
+        # CONV layers with small filters skip the unrolled windows (see convnet.host.conv_direct)
+        self.direct = conv_direct.fits(layer)
+        self.direct_geometry = (self.S, self.IR, self.IC, self.R, self.C, s.filter_v, s.filter_h,
+                                s.pad_v, s.pad_h)
 
     def kept_per_case(self):
         """Kept from forward to backward: the unrolled windows (later their deltas)."""
@@ -201,9 +206,15 @@ class LocalConvLayer:
         windows stay in cols_area for :meth:`gradient`."""
         n = priorT.shape[1]
         P, K, D = self.P, self.K, self.D
+        out = outT.reshape(D, P, n)
+        if self.direct:         # the bias is in the net inputs already
+            conv_direct.conv_forward(priorT, w.reshape(D, self.npw), *self.direct_geometry,
+                                     outT.reshape(D, P * n))
+            if tanh:
+                tanh_inplace(outT)
+            return
         cols = _view(cols_area, K, P, n)
         unroll_windows(priorT, *self.geometry, cols)
-        out = outT.reshape(D, P, n)
         self._products(w, cols, out, 0, P)
         if tanh:
             bias_tanh(out, self._bias(w))
@@ -217,6 +228,10 @@ class LocalConvLayer:
         cache for their product."""
         n = priorT.shape[1]
         P, K, D = self.P, self.K, self.D
+        if self.direct:
+            conv_direct.conv_forward(priorT, w.reshape(D, self.npw), *self.direct_geometry,
+                                     outT.reshape(D, P * n))
+            return
         out = outT.reshape(D, P, n)
         step = P if 8 * K * P * n <= WHOLE_BYTES else max(1, min(P, CHUNK_BYTES // (8 * K * n)))
         for p0 in range(0, P, step):
@@ -226,15 +241,20 @@ class LocalConvLayer:
             self._products(w, cols, out, p0, p1)
         add_bias(out, not self.shared, w, self.npw)
 
-    def gradient(self, w, g, dnetT, cols_area, gtmp):
+    def gradient(self, w, g, dnetT, cols_area, gtmp, priorT):
         """dnetT (n_out, n): d criterion / d net inputs. Adds the weight gradient into g (this
-        layer's part of the gradient vector). cols_area as left by :meth:`forward`; gtmp: LOCAL
-        scratch."""
+        layer's part of the gradient vector). cols_area as left by :meth:`forward` (the direct
+        path reads priorT (n_in, n) instead); gtmp: LOCAL scratch."""
         n = dnetT.shape[1]
         P, K, D = self.P, self.K, self.D
         cols = _view(cols_area, K, P, n)
         dnet = dnetT.reshape(D, P, n)
-        if self.shared:
+        if self.direct:
+            G = g.reshape(D, self.npw)
+            conv_direct.conv_weight_gradient(priorT, dnetT.reshape(D, P * n),
+                                             *self.direct_geometry, G)
+            G[:, K] += dnet.reshape(D, P * n).sum(axis=1)
+        elif self.shared:
             G = g.reshape(D, self.npw)
             G[:, :K] += dnet.reshape(D, P * n) @ cols.reshape(K, P * n).T
             G[:, K] += dnet.reshape(D, P * n).sum(axis=1)
@@ -269,7 +289,7 @@ class LocalConvLayer:
         self.forward_t(w, priorT, outT, work.cols[i])
 
     def step_gradient(self, w, g, dnetT, priorT, work, i):
-        self.gradient(w, g, dnetT, work.cols[i], work.gtmp)
+        self.gradient(w, g, dnetT, work.cols[i], work.gtmp, priorT)
 
     def step_delta(self, w, dnetT, dpriorT, work, i, n, act, prior_act):
         self.delta(w, dnetT, work.cols[i], dpriorT)
