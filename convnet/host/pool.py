@@ -7,6 +7,7 @@ backward pass hands the whole delta to that one element. Blocks are in (feature,
 every loop runs over the cases innermost.
 """
 
+import numpy as np
 from numba import njit
 
 
@@ -25,18 +26,27 @@ def pool_forward_ids(priorT, depth, in_rows, in_cols, rows, cols, pw_v, pw_h, st
             for c in range(cols):
                 c0 = stride_h * c
                 if is_max:
+                    # branchless (selects, so that the case loop vectorises); a later element
+                    # wins only when strictly larger, so the first maximum is kept
                     first = r0 * in_cols + c0
+                    o = outT[k]
+                    won = ids[k]
+                    src = priorT[sbase + first]
                     for b in range(n):
-                        outT[k, b] = priorT[sbase + first, b]
-                        ids[k, b] = first
+                        o[b] = src[b]
+                        won[b] = first
                     for ir in range(r0, r0 + pw_v):
                         for ic in range(c0, c0 + pw_h):
                             at = ir * in_cols + ic
+                            if at == first:
+                                continue
+                            src = priorT[sbase + at]
                             for b in range(n):
-                                x = priorT[sbase + at, b]
-                                if x > outT[k, b]:
-                                    outT[k, b] = x
-                                    ids[k, b] = at
+                                x = src[b]
+                                best = o[b]
+                                larger = x > best
+                                o[b] = x if larger else best
+                                won[b] = np.int32(at) if larger else won[b]
                 else:
                     for b in range(n):
                         outT[k, b] = 0.0
