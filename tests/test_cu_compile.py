@@ -35,7 +35,7 @@ def test_kernel_file_compiles(path, tmp_path):
                                 if tuning.tile_source(p.split("_", 2)[2]) == "gemm_async.cu"],
               "conv_small.cu": [f"conv_small_{n}" for n in kernel_args.CONV_SMALL_WIDTHS],
               "conv_tiled.cu": ["conv_fwd_c2_m8_n8_b4", "conv_bwd_c3"],
-              "pool.cu": ["pool_forward", "pool_backward"],
+              "pool.cu": ["pool_forward", "pool_backward", "pool_backward_tiles"],
               "output.cu": ["softmax_ll", "ll_sum"],
               "weights.cu": ["weights_scatter", "grad_flatten", "grad_finish"]}[mod]
     assert wanted, mod

@@ -258,6 +258,34 @@ def test_graph_replay_gives_the_same_bits(params):
     assert acts0 == acts1
 
 
+def test_pool_backward_tiles_gives_the_same_bits():
+    """pool_backward_tiles (max pooling whose windows tile the prior layer) against pool_backward:
+    the same gradient bit for bit, with MAX BATCH all and 256, on LeNet's shapes and on pooling
+    after pooling (no tanh before it) beside overlapping windows."""
+    from test_device_emulated import POOL_ARCHS
+    specs = [(["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+               "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+               "FULLY CONNECTED LAYER 30"], 28, 28, 1, 10, {1, 3})] + POOL_ARCHS
+    for lines, rows, cols, bands, ncls, want in specs:
+        arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+        rng = np.random.default_rng(rows)
+        n = 701
+        x = rng.uniform(-1, 1, (n, bands, rows, cols))
+        c = rng.integers(0, ncls, n)
+        w = rng.normal(0, 0.3, arch.n_weights)
+        crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+        runs = []
+        for tiles in (True, False):
+            for params in ({}, {"MAX BATCH": 256}):
+                be = _backend(arch, params, pool_tiles=tiles)
+                assert be.pool_tiles == (want if tiles else set())
+                runs.append(be.evaluator(x, c, 0.01).gradient(w))
+        crit, grad = runs[0]
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+        for other in runs[1:]:
+            assert other[0] == crit and np.array_equal(other[1], grad), lines
+
+
 def test_tiled_convolution_gives_the_same_bits(monkeypatch):
     """conv_tiled.cu's variants against the gather product, each forced as the only candidate of
     the convolutional layers' activations and delta backpropagations: the same criterion,

@@ -267,6 +267,22 @@ class _Kernels:
             res = res * (1 - a * a)
         self.f32(out, total)[:] = res.ravel()
 
+    def pool_backward_tiles(self, grid, block, delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb):
+        assert grid[0] * block[0] >= H * W * PD and 1 <= grid[1] <= nb and PW == W * wh
+        PH = H * wv
+        dl = self.f32(delta, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)
+        if int(pooled):
+            a = self.f32(pooled, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)
+            dl = dl * (1 - a * a)
+        idv = self.mem.view(ids, np.int32, nb * H * W * PD).reshape(nb, H, W, PD)
+        res = np.full((nb, PH, PW, PD), np.nan)
+        for i in range(wv):
+            for j in range(wh):
+                me = (np.arange(H) * wv + i)[:, None] * PW + np.arange(W) * wh + j
+                res[:, i::wv, j::wh, :] = np.where(idv == me[None, :, :, None], dl, 0.0)
+        assert not np.isnan(res).any(), "a prior neuron outside every window"
+        self.f32(out, nb * PH * PW * PD)[:] = res.ravel()
+
     def conv_small(self, width, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph, sv,
                    sh, Wf, ldw, N, out, total):
         assert grid[0] * block[0] >= total and width >= N and width % 4 == 0
@@ -762,3 +778,42 @@ def test_tiled_variants_follow_the_limits():
     assert delta_variants(lenet, False) == []                           # no delta into the image
     strided = ConvShape(12, 12, 20, 4, 4, 50, 5, 5, 0, 0, 2, 2, 64)
     assert delta_variants(strided, True) == [] and forward_variants(strided)
+
+
+POOL_ARCHS = [
+    # LeNet's pattern: both max-pooling layers tile a tanh layer
+    (["CONVOLUTIONAL LAYER 6 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+      "CONVOLUTIONAL LAYER 5 1 1 0 0 1 1", "POOLED MAX LAYER 2 2 2 2", "FULLY CONNECTED LAYER 4"],
+     16, 16, 1, 3, {1, 3}),
+    # pooling after pooling (no tanh before the second), 3 x 1 windows, and overlapping windows
+    (["CONVOLUTIONAL LAYER 3 1 1 1 1 1 1", "POOLED MAX LAYER 3 1 3 1", "POOLED MAX LAYER 1 2 1 2",
+      "POOLED MAX LAYER 2 2 1 1"], 9, 8, 2, 4, {1, 2}),
+]
+
+
+@pytest.mark.parametrize("spec", POOL_ARCHS, ids=range(len(POOL_ARCHS)))
+def test_emulated_pool_backward_tiles(fake_runtime, spec):
+    """Max pooling whose windows tile its prior layer backpropagates with pool_backward_tiles: the
+    same gradient as pool_backward, whatever MAX BATCH; other pooling keeps pool_backward."""
+    lines, rows, cols, bands, ncls, want = spec
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(rows)
+    n = 300
+    x, c = rng.uniform(-1, 1, (n, bands, rows, cols)), rng.integers(0, ncls, n)
+    w = rng.normal(0, 0.5, arch.n_weights)
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    pooling = {i for i, L in enumerate(arch.layers) if not L.kind.has_weights}
+    grads = []
+    for tiles in (True, False):
+        for params in ({}, {"MAX BATCH": 256}):
+            fake_runtime.launches.clear()
+            be = dbe.DeviceBackend(arch, params, pool_tiles=tiles)
+            assert be.pool_tiles == (want if tiles else set())
+            crit, grad = be.evaluator(x, c, 0.01).gradient(w)
+            assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+            assert ("pool_backward_tiles" in fake_runtime.launches) == tiles
+            assert ("pool_backward" in fake_runtime.launches) == (not tiles or want != pooling)
+            grads.append(grad)
+    for g in grads[1:]:
+        assert np.array_equal(g, grads[0])
+

@@ -32,7 +32,8 @@ from ..control import DEFAULT_PARAMETERS
 from ..errors import ConvnetError
 from .conv_tiled import ConvTiled
 from .evaluator import DeviceEvaluator
-from .launches import CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, weights_scatter
+from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, weights_scatter,
+                       windows_tile)
 from .plan import CHUNK, ModelPlan
 from .runtime import DeviceUnavailable, Runtime, device_available, device_report  # noqa: F401
 from .timers import EventTimer
@@ -46,7 +47,7 @@ class DeviceBackend:
     """See the module docstring."""
 
     def __init__(self, arch, params=None, timing=True, poison=False, tune=True, fuse=True, device=0,
-                 graphs=True, tiled=True):
+                 graphs=True, tiled=True, pool_tiles=True):
         self.rt = Runtime.get(device)
         self.graphs = graphs        # replay each evaluation's launches as a CUDA graph (evaluator.py)
         self.tune = tune            # time the tile shapes of each product once per evaluator
@@ -89,6 +90,11 @@ class DeviceBackend:
         # per-element work in its loader cost more than the pooling kernels it saved).
         self.fused_pool = False
         layers = arch.layers
+        # Max-pooling layers whose windows tile their prior layer backpropagate with
+        # pool_backward_tiles (a thread per pooled neuron); pool_tiles=False keeps pool_backward.
+        self.pool_tiles = {lp.index for lp in self.plan.hidden
+                           if pool_tiles and not lp.kind.has_weights
+                           and windows_tile(lp.layer, lp.kind)}
         if fuse and 0 in self.conv_small and len(layers) > 1 and layers[1].kind.keeps_winners:
             s = layers[1].spec
             smem = 4 * (self.plan.layers[0].rows * self.conv_small[0]

@@ -218,7 +218,11 @@ class DeviceEvaluator(Evaluator):
                 break
             prior = plan.layers[li - 1]
             prior_act = ws.acts[li - 1] if prior.kind.applies_tanh else NULL
-            if not lp.kind.has_weights:
+            if li in b.pool_tiles:
+                pooled = ws.acts[li] if prior.kind.applies_tanh else NULL
+                K.pool_backward_tiles(rt, lp, ws.deltas[cur], ws.ids[li], pooled, ws.deltas[other],
+                                      nb)
+            elif not lp.kind.has_weights:
                 K.pool_backward(rt, lp, prior.nhid, ws.deltas[cur], ws.ids.get(li, NULL), prior_act,
                                 ws.deltas[other], nb)
             else:

@@ -73,6 +73,9 @@ POOL_FORWARD = KernelParams("pool_forward", "pool.cu", src=PTR, **_POOL_SHAPE, o
                             nb=INT)
 POOL_BACKWARD = KernelParams("pool_backward", "pool.cu", delta=PTR, ids=PTR, **_POOL_SHAPE,
                              prior_act=PTR, out=PTR, nb=INT)
+POOL_BACKWARD_TILES = KernelParams("pool_backward_tiles", "pool.cu", delta=PTR, ids=PTR, pooled=PTR,
+                                   prior_width=INT, prior_depth=INT, height=INT, width=INT,
+                                   width_v=INT, width_h=INT, out=PTR, nb=INT)
 SOFTMAX_LL = KernelParams("softmax_ll", "output.cu", logits=PTR, ncls=INT, nb=INT, classes=PTR,
                           probs=PTR, ll=PTR, delta=PTR)
 LL_SUM = KernelParams("ll_sum", "output.cu", ll=PTR, n=INT, out=PTR)
@@ -85,8 +88,9 @@ GRAD_SLOT_SUM = KernelParams("grad_slot_sum", "weights.cu", part=PTR, slots=INT,
 GRAD_FINISH = KernelParams("grad_finish", "weights.cu", acc=PTR, w=PTR, mask=PTR, n=INT,
                            scale=DOUBLE, pen2=DOUBLE, grad=PTR)
 
-FAMILIES = (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BACKWARD, SOFTMAX_LL,
-            LL_SUM, WEIGHTS_SCATTER, GRAD_FLATTEN, GRAD_FLATTEN_D, GRAD_SLOT_SUM, GRAD_FINISH)
+FAMILIES = (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BACKWARD,
+            POOL_BACKWARD_TILES, SOFTMAX_LL, LL_SUM, WEIGHTS_SCATTER, GRAD_FLATTEN, GRAD_FLATTEN_D,
+            GRAD_SLOT_SUM, GRAD_FINISH)
 
 # conv_small.cu is compiled for these padded slice counts (a function per width).
 CONV_SMALL_WIDTHS = (4, 8, 12, 16, 20, 24, 28, 32)

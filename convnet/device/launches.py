@@ -6,7 +6,8 @@ import numpy as np
 
 from . import tuning
 from .kernel_args import (CONV_SMALL, CONV_SMALL_POOL, GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN,
-                          GRAD_FLATTEN_D, GRAD_SLOT_SUM, LL_SUM, POOL_BACKWARD, POOL_FORWARD,
+                          GRAD_FLATTEN_D, GRAD_SLOT_SUM, LL_SUM, POOL_BACKWARD, POOL_BACKWARD_TILES,
+                          POOL_FORWARD,
                           SOFTMAX_LL, WEIGHTS_SCATTER)
 
 EPI_NONE, EPI_TANH, EPI_DERIV = 0, 1, 2     # gemm_nn epilogue: none, tanh, times tanh'(prior)
@@ -59,6 +60,26 @@ def pool_backward(rt, lp, prior_nhid, delta, ids, prior_act, out, nb):
     rt.launch("pool_backward", _pool_grid(prior_nhid, nb), (256, 1, 1),
               *POOL_BACKWARD.pack(delta=delta, ids=ids, **_pool_shape(lp.layer, lp.kind),
                                   prior_act=prior_act, out=out, nb=nb))
+
+
+def windows_tile(layer, kind):
+    """Whether a pooling layer is max pooling whose windows tile its prior layer exactly (each
+    prior neuron in one window), so pool_backward_tiles can backpropagate its delta."""
+    s = layer.spec
+    return (kind.keeps_winners and s.stride_v == s.width_v and s.stride_h == s.width_h
+            and layer.height * s.width_v == layer.prior_height
+            and layer.width * s.width_h == layer.prior_width)
+
+
+def pool_backward_tiles(rt, lp, delta, ids, pooled, out, nb):
+    """pool_backward for max pooling whose windows tile the prior layer: a thread per pooled
+    neuron writes its window (pooled: this layer's activation when the prior one has a tanh)."""
+    L = lp.layer
+    rt.launch("pool_backward_tiles", _pool_grid(lp.nhid, nb), (256, 1, 1),
+              *POOL_BACKWARD_TILES.pack(delta=delta, ids=ids, pooled=pooled,
+                                        prior_width=L.prior_width, prior_depth=L.prior_depth,
+                                        height=L.height, width=L.width, width_v=L.spec.width_v,
+                                        width_h=L.spec.width_h, out=out, nb=nb))
 
 
 def conv_small(rt, lp, src, lda, nb, weights, out, width):

@@ -87,3 +87,42 @@ extern "C" __global__ void pool_backward(
         out[o] = sum;
     }
 }
+
+// pool_backward for max pooling whose windows tile the prior layer exactly (strides equal to the
+// widths, PH = H * wv, PW = W * wh), so every prior neuron lies in one window: one thread per
+// pooled neuron reads its delta and winner once and writes its whole window (the winner's delta,
+// zeros elsewhere), instead of one thread per prior neuron reading the window's delta and winner
+// again. pooled is the pooling layer's activation when the prior layer has a tanh (NULL
+// otherwise): the winner's activation is the pooled value itself, so tanh' = 1 - a^2 needs no read
+// of the prior layer. Same bits as pool_backward: 0 + delta, times 1 - a^2, and +0 elsewhere
+// (tanh values lie in [-1, 1], so pool_backward's 0 * (1 - a^2) is +0 there too).
+extern "C" __global__ void pool_backward_tiles(
+    const float* __restrict__ delta, const int* __restrict__ ids, const float* __restrict__ pooled,
+    int PW, int PD, int H, int W, int wv, int wh, float* __restrict__ out, int nb)
+{
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    const int nhid = H * W * PD;
+    if (j >= nhid) return;
+    const int d = j % PD;
+    const int q = j / PD;
+    const int ow = q % W;
+    const int oh = q / W;
+    const int r0 = oh * wv, c0 = ow * wh;
+    const i64 nprior = (i64)nhid * wv * wh;
+    for (int cs = blockIdx.y; cs < nb; cs += gridDim.y) {
+        const i64 k = (i64)cs * nhid + j;
+        const int id = ids[k];
+        float g = 0.f;
+        g += delta[k];
+        if (pooled) {
+            const float a = pooled[k];
+            g *= 1.f - a * a;
+        }
+        float* o = out + cs * nprior + d;
+        for (int r = r0; r < r0 + wv; ++r)
+            for (int c = c0; c < c0 + wh; ++c) {
+                const int me = r * PW + c;
+                o[(i64)me * PD] = me == id ? g : 0.f;
+            }
+    }
+}
