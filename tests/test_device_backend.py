@@ -258,22 +258,31 @@ def test_graph_replay_gives_the_same_bits(params):
     assert acts0 == acts1
 
 
+# LeNet's layers on 28 x 28 digits, with a smaller fully connected layer
+LENET_SHAPES = (["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                 "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                 "FULLY CONNECTED LAYER 30"], 28, 28, 1, 10)
+
+
+def _same_bits_problem(lines, rows, cols, bands, ncls, n=701):
+    """An architecture, n random cases, weights, and the float64 model's criterion and gradient."""
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(rows)
+    x = rng.uniform(-1, 1, (n, bands, rows, cols))
+    c = rng.integers(0, ncls, n)
+    w = rng.normal(0, 0.3, arch.n_weights)
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    return arch, x, c, w, crit_ref, grad_ref
+
+
 def test_pool_backward_tiles_gives_the_same_bits():
     """pool_backward_tiles (max pooling whose windows tile the prior layer) against pool_backward:
     the same gradient bit for bit, with MAX BATCH all and 256, on LeNet's shapes and on pooling
     after pooling (no tanh before it) beside overlapping windows."""
     from test_device_emulated import POOL_ARCHS
-    specs = [(["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
-               "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
-               "FULLY CONNECTED LAYER 30"], 28, 28, 1, 10, {1, 3})] + POOL_ARCHS
+    specs = [(*LENET_SHAPES, {1, 3})] + POOL_ARCHS
     for lines, rows, cols, bands, ncls, want in specs:
-        arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
-        rng = np.random.default_rng(rows)
-        n = 701
-        x = rng.uniform(-1, 1, (n, bands, rows, cols))
-        c = rng.integers(0, ncls, n)
-        w = rng.normal(0, 0.3, arch.n_weights)
-        crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+        arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
         runs = []
         for tiles in (True, False):
             for params in ({}, {"MAX BATCH": 256}):
@@ -294,17 +303,9 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
     from convnet.device import tuning
     from test_device_emulated import TILED_ARCHS
     gather = tuning.nn_candidates
-    specs = [(["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
-               "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
-               "FULLY CONNECTED LAYER 30"], 28, 28, 1, 10)] + TILED_ARCHS[1:]
+    specs = [LENET_SHAPES] + TILED_ARCHS[1:]
     for lines, rows, cols, bands, ncls in specs:
-        arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
-        rng = np.random.default_rng(rows)
-        n = 701
-        x = rng.uniform(-1, 1, (n, bands, rows, cols))
-        c = rng.integers(0, ncls, n)
-        w = rng.normal(0, 0.3, arch.n_weights)
-        crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+        arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
         variants = sorted({t for ct in _backend(arch).conv_tiled.values() for t in [*ct.fwd, *ct.bwd]})
         assert variants, lines
         runs = {}
