@@ -62,16 +62,17 @@ def test_which_layers_go_direct():
          "CONVOLUTIONAL LAYER 4 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 4 1 1 1 1 2 2",
          "LOCAL LAYER 3 1 1 1 1 1 1", "FULLY CONNECTED LAYER 5"], 28, 28, 1, 10)
     # 25 weights; 8 slices x 9 = 72; stride 2; LOCAL
-    assert [conv_direct.fits(L) for L in arch.layers[:5]] == [True, False, True, False, False]
-    wide = Architecture.from_lines(["CONVOLUTIONAL LAYER 4 2 2 2 2 1 1"], 10, 10, 4, 3)
-    assert not conv_direct.fits(wide.layers[0])      # 4 planes x 25 weights: the products
-    assert conv_direct.fits(wide.layers[0]) == (100 <= conv_direct.MAX_WEIGHTS)
+    assert [conv_direct.fits(L) for L in arch.layers[:5]] == [True, False, False, False, False]
+    two = Architecture.from_lines(["CONVOLUTIONAL LAYER 4 1 1 1 1 1 1"], 10, 10, 2, 3)
+    assert conv_direct.fits(two.layers[0])           # 2 planes x 9 weights
+    rgb = Architecture.from_lines(["CONVOLUTIONAL LAYER 4 2 2 2 2 1 1"], 10, 10, 3, 3)
+    assert not conv_direct.fits(rgb.layers[0])       # 3 planes x 25 weights: the products
 
 
 NETS = [
     (["CONVOLUTIONAL LAYER 8 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2", "FULLY CONNECTED LAYER 6"],
      16, 16, 1, 5),
-    (["CONVOLUTIONAL LAYER 5 1 2 1 2 1 1", "CONVOLUTIONAL LAYER 3 1 1 1 0 1 1",
+    (["CONVOLUTIONAL LAYER 5 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 3 1 1 1 0 1 1",
       "POOLED AVERAGE LAYER 2 2 2 2"], 9, 10, 2, 3),
 ]
 

@@ -11,24 +11,26 @@ With strides of 1, the window element (slice sl, filter row fr, filter column fc
 of one row r of the layer whose windows do not reach into the horizontal padding lies in one
 contiguous run of the prior block: row r + fr - pad_v of prior slice sl, from column
 c + fc - pad_h on, every case, n values per column. (The few columns whose windows do reach into
-the padding are done a column and a tap at a time.) So one row of one output slice is a sum over the taps of weight x run, and
-the weight gradient of a tap is the dot product of a run with the same row of the delta. The runs
-are cut into pieces of :data:`PIECE` values that stay in the level-1 cache while every tap and
-output slice uses them, and up to five taps of a filter row are done in one pass (their weights in
+the padding are done a column and a tap at a time.) So one row of one output slice is a sum over
+the taps of weight x run, and the weight gradient of a tap is the dot product of a run with the
+same row of the delta. The runs are cut into pieces of :data:`PIECE` values that stay in the
+level-1 cache while every tap and output slice uses them; each pass takes two output slices (every
+load of a run serves two filters) and up to five taps of a filter row (their weights in
 registers, one load and one store of the output per five multiply-adds).
 
-Two output slices are done in each pass, so that every load of a run serves two filters.
 Summation order (fixed, whatever the block size or thread count): an output value starts from its
 bias and adds the taps' products in weight order (slice, filter row, filter column) as fused
-multiply-adds. A weight's gradient is the sum over the
-layer's rows and pieces of each piece's dot product, taken in LLVM's vector order.
+multiply-adds. A weight's gradient is the sum over the layer's rows and pieces of each piece's
+dot product, taken in LLVM's vector order.
 """
 
 import numpy as np
 from numba import njit
 
 PIECE = 512     # values of one run handled at a time (4 KB; five runs and the output row in L1)
-MAX_WEIGHTS = 75    # filters with at most this many weights (prior depth x filter area) go direct
+# Filters with at most this many weights (prior depth x filter area) go direct: with more, the
+# unrolled windows' products were as fast or faster in a sweep (benchmarks/NOTES.md).
+MAX_WEIGHTS = 25
 
 
 def fits(layer):
