@@ -23,7 +23,9 @@ tanh are one fused pass (:mod:`~convnet.host.activation`), and the bias gradient
 dnet. Folding dcols back onto the prior layer, adding where windows overlap, gives d criterion /
 d prior activations: the book's loop reversal, done on blocks. The products are numpy matrix
 products (BLAS); unrolling and folding are compiled loops that release the GIL, so that several
-workers run at once.
+workers run at once. A CONV layer with strides of 1 and few weights per filter computes its net
+inputs and weight gradient without the windows (:mod:`~convnet.host.conv_direct`), where they
+would cost more than the products.
 """
 
 import numpy as np
