@@ -15,16 +15,9 @@ from numba import njit
 
 @njit(cache=True, nogil=True)
 def step_into(out, x, t, d):
-    """out = x + t * d."""
+    """out = x + t * d (out may be x itself: the step taken in place)."""
     for i in range(x.shape[0]):
         out[i] = x[i] + t * d[i]
-
-
-@njit(cache=True, nogil=True)
-def take_step(x, t, d):
-    """x += t * d, in place."""
-    for i in range(x.shape[0]):
-        x[i] = x[i] + t * d[i]
 
 
 @njit(cache=True, nogil=True)

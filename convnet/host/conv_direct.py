@@ -189,6 +189,20 @@ def _interior(C, IC, nfh, ph):
     return c0, max(c0, c1)
 
 
+@njit(nogil=True)
+def _partner(d, D):
+    """The filter done in one pass with filter d: d + 1, or d itself when d is the last one."""
+    return d + 1 if d + 1 < D else d
+
+
+@njit(nogil=True)
+def _pair(out, spare, d, j0, m):
+    """Filter d's partner e and the two output pieces out[d, j0:j0+m], out[e, j0:j0+m] (spare
+    stands in for the second when d has no partner, so that the pass's results are dropped)."""
+    e = _partner(d, out.shape[0])
+    return e, out[d, j0:j0 + m], (out[e, j0:j0 + m] if e != d else spare[:m])
+
+
 @njit(cache=True, nogil=True, fastmath={"contract"})
 def conv_forward(priorT, W, S, IR, IC, R, C, nfv, nfh, pv, ph, out):
     """priorT (S*IR*IC, n) -> out (D, R*C*n) net inputs, bias included; W (D, npw): each filter's
@@ -205,9 +219,7 @@ def conv_forward(priorT, W, S, IR, IC, R, C, nfv, nfh, pv, ph, out):
         for j0 in range(c0 * n, c1 * n, PIECE):
             m = min(PIECE, c1 * n - j0)
             for d in range(0, D, 2):
-                e = d + 1 if d + 1 < D else d
-                o = out[d, ob + j0:ob + j0 + m]
-                q = out[e, ob + j0:ob + j0 + m] if e != d else spare[:m]
+                e, o, q = _pair(out, spare, d, ob + j0, m)
                 first = True
                 for sl in range(S):
                     for fr in range(nfv):
@@ -231,9 +243,7 @@ def conv_forward(priorT, W, S, IR, IC, R, C, nfv, nfh, pv, ph, out):
                 continue
             j0 = c * n
             for d in range(0, D, 2):
-                e = d + 1 if d + 1 < D else d
-                o = out[d, ob + j0:ob + j0 + n]
-                q = out[e, ob + j0:ob + j0 + n] if e != d else spare[:n]
+                e, o, q = _pair(out, spare, d, ob + j0, n)
                 first = True
                 for sl in range(S):
                     for fr in range(nfv):
@@ -283,7 +293,7 @@ def conv_weight_gradient(priorT, dnet, S, IR, IC, R, C, nfv, nfh, pv, ph, G):
                     base = ((sl * IR + ir) * IC - ph) * n + j0
                     k = (sl * nfv + fr) * nfh
                     for d in range(0, D, 2):
-                        e = d + 1 if d + 1 < D else d
+                        e = _partner(d, D)
                         g = dnet[d, ob + j0:ob + j0 + m]
                         h = dnet[e, ob + j0:ob + j0 + m]
                         fc = 0
@@ -306,7 +316,7 @@ def conv_weight_gradient(priorT, dnet, S, IR, IC, R, C, nfv, nfh, pv, ph, G):
                         if ic < 0 or ic >= IC:
                             continue
                         for d in range(0, D, 2):
-                            e = d + 1 if d + 1 < D else d
+                            e = _partner(d, D)
                             _gradient_tap(acc, dnet[d, ob + j0:ob + j0 + n],
                                           dnet[e, ob + j0:ob + j0 + n], x,
                                           ((sl * IR + ir) * IC + ic) * n, n, d, e, k + fc)

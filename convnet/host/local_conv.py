@@ -202,6 +202,11 @@ class LocalConvLayer:
             np.matmul(self._local_weights(w)[p0:p1], cols.transpose(1, 0, 2),
                       out=out[:, p0:p1].transpose(1, 0, 2))
 
+    def _direct_forward(self, w, priorT, outT):
+        """outT (n_out, n) = the net inputs, bias included, without unrolled windows."""
+        conv_direct.conv_forward(priorT, w.reshape(self.D, self.npw), *self.direct_geometry,
+                                 outT.reshape(self.D, self.P * priorT.shape[1]))
+
     def forward(self, w, priorT, outT, cols_area, tanh=True):
         """priorT (n_in, n) -> outT (n_out, n), the activations tanh(net input) (the net inputs
         when tanh is False: a max pooling layer applies it to the pooled values); the unrolled
@@ -210,8 +215,7 @@ class LocalConvLayer:
         P, K, D = self.P, self.K, self.D
         out = outT.reshape(D, P, n)
         if self.direct:         # the bias is in the net inputs already
-            conv_direct.conv_forward(priorT, w.reshape(D, self.npw), *self.direct_geometry,
-                                     outT.reshape(D, P * n))
+            self._direct_forward(w, priorT, outT)
             if tanh:
                 tanh_inplace(outT)
             return
@@ -231,8 +235,7 @@ class LocalConvLayer:
         n = priorT.shape[1]
         P, K, D = self.P, self.K, self.D
         if self.direct:
-            conv_direct.conv_forward(priorT, w.reshape(D, self.npw), *self.direct_geometry,
-                                     outT.reshape(D, P * n))
+            self._direct_forward(w, priorT, outT)
             return
         out = outT.reshape(D, P, n)
         step = P if 8 * K * P * n <= WHOLE_BYTES else max(1, min(P, CHUNK_BYTES // (8 * K * n)))
@@ -251,14 +254,13 @@ class LocalConvLayer:
         P, K, D = self.P, self.K, self.D
         cols = _view(cols_area, K, P, n)
         dnet = dnetT.reshape(D, P, n)
-        if self.direct:
+        if self.shared:
             G = g.reshape(D, self.npw)
-            conv_direct.conv_weight_gradient(priorT, dnetT.reshape(D, P * n),
-                                             *self.direct_geometry, G)
-            G[:, K] += dnet.reshape(D, P * n).sum(axis=1)
-        elif self.shared:
-            G = g.reshape(D, self.npw)
-            G[:, :K] += dnet.reshape(D, P * n) @ cols.reshape(K, P * n).T
+            if self.direct:
+                conv_direct.conv_weight_gradient(priorT, dnetT.reshape(D, P * n),
+                                                 *self.direct_geometry, G)
+            else:
+                G[:, :K] += dnet.reshape(D, P * n) @ cols.reshape(K, P * n).T
             G[:, K] += dnet.reshape(D, P * n).sum(axis=1)
         else:
             t = _view(gtmp, P, D, K)

@@ -38,7 +38,7 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
-from ..vectors import dot_and_change, new_direction, step_into, take_step
+from ..vectors import dot_and_change, new_direction, step_into
 
 GOLDEN = 0.3819660112501051          # 2 - golden ratio: the golden-section fraction
 EXPAND_LIMIT = 8.0                   # largest growth of the trial step during bracketing
@@ -451,7 +451,7 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
             prev_step = None
             continue
         # x + step * d in place: the very point the line search evaluated, to the last bit
-        take_step(x, res.step, d)
+        step_into(x, x, res.step, d)
         x_new = x
         step_len = res.step * dnorm
         f_new = res.criterion
