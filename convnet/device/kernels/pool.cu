@@ -5,6 +5,15 @@
 
 #include "common.cuh"
 
+// Neuron j of a pooled layer of one case (slice fastest): its slice d, column ow and row oh.
+__device__ __forceinline__ void pooled_neuron(int j, int PD, int W, int& d, int& ow, int& oh)
+{
+    d = j % PD;
+    const int q = j / PD;
+    ow = q % W;
+    oh = q / W;
+}
+
 // out: (cases, H, W, PD); ids (max pooling only): row * PW + col of the winner in the prior slice.
 // The first maximum in row-then-column order wins.
 extern "C" __global__ void pool_forward(
@@ -14,10 +23,8 @@ extern "C" __global__ void pool_forward(
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     const int nhid = H * W * PD;
     if (j >= nhid) return;
-    const int d = j % PD;
-    const int q = j / PD;
-    const int ow = q % W;
-    const int oh = q / W;
+    int d, ow, oh;
+    pooled_neuron(j, PD, W, d, ow, oh);
     const int r0 = oh * sv, c0 = ow * sh;
     const i64 prior_n = (i64)PH * PW * PD;
     for (int cs = blockIdx.y; cs < nb; cs += gridDim.y) {
@@ -103,10 +110,8 @@ extern "C" __global__ void pool_backward_tiles(
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     const int nhid = H * W * PD;
     if (j >= nhid) return;
-    const int d = j % PD;
-    const int q = j / PD;
-    const int ow = q % W;
-    const int oh = q / W;
+    int d, ow, oh;
+    pooled_neuron(j, PD, W, d, ow, oh);
     const int r0 = oh * wv, c0 = ow * wh;
     const i64 nprior = (i64)nhid * wv * wh;
     for (int cs = blockIdx.y; cs < nb; cs += gridDim.y) {
