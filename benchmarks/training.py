@@ -61,6 +61,7 @@ def child(spec_path):
     """Run one variant in this process; writes its row next to the spec."""
     spec = json.loads(Path(spec_path).read_text())
     from convnet.train import conjgrad, trainer
+    from convnet.train.confusion import confusion_matrix, misclassification
     import numpy as np
     if spec["sigma"] is not None:
         conjgrad.WOLFE_SIGMA = spec["sigma"]
@@ -112,10 +113,10 @@ def child(spec_path):
         result = original_test(model, dataset, log)
         final = model.weights.copy()
         ev = model.evaluator(dataset.inputs, dataset.classes, 0.0)
-        classes = np.asarray(dataset.classes, dtype=np.int64)
-        for it, elapsed, w in kept:
-            predicted = np.argmax(ev.outputs(w), axis=1)
-            curve.append([it, round(elapsed, 3), float(100.0 * np.mean(predicted != classes))])
+        n_classes = model.arch.n_classes
+        for it, elapsed, w in kept:      # the test error as TEST reports it
+            matrix = confusion_matrix(ev.outputs(w), dataset.classes, n_classes)
+            curve.append([it, round(elapsed, 3), misclassification(matrix)])
         model.weights = final
         return result
 
