@@ -217,17 +217,21 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     ["CONVOLUTIONAL LAYER 7 1 1 1 1 1 1", "POOLED MAX LAYER 3 2 3 2", "CONVOLUTIONAL LAYER 5 1 1 1 1 1 1"],
 ])
 def test_fused_first_layer_gives_the_same_bits(lines):
-    """criterion and outputs use the fused kernel; gradients and activations the plain ones."""
+    """criterion and outputs use the fused kernel, and gradients too where the windows tile the
+    first layer (the second architecture); activations the plain kernels. MAX BATCH all and 256."""
     arch = Architecture.from_lines(lines, 15, 14, 2, 4)
     rng = np.random.default_rng(11)
     x, c = rng.random((700, 2, 15, 14)), rng.integers(0, 4, 700)
     w = rng.normal(0, 0.4, arch.n_weights)
     fused, plain = _backend(arch), _backend(arch, fuse=False)
     assert fused.fused_pool and not plain.fused_pool
+    assert fused.fused_pool_gradient == ("POOLED MAX LAYER 3 2 3 2" in lines)
     ef, ep = fused.evaluator(x, c, 0.01), plain.evaluator(x, c, 0.01)
     cf, gf = ef.gradient(w)
     cp, gp = ep.gradient(w)
     assert cf == cp and np.array_equal(gf, gp)
+    cb, gb = _backend(arch, {"MAX BATCH": 256}).evaluator(x, c, 0.01).gradient(w)
+    assert cb == cp and np.array_equal(gb, gp)
     assert ef.criterion(w) == ep.criterion(w)
     assert np.array_equal(ef.outputs(w), ep.outputs(w))
     for a, b in zip(fused.activations(w, x[:50]), plain.activations(w, x[:50])):
@@ -273,6 +277,22 @@ def _same_bits_problem(lines, rows, cols, bands, ncls, n=701):
     w = rng.normal(0, 0.3, arch.n_weights)
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
     return arch, x, c, w, crit_ref, grad_ref
+
+
+def test_fused_first_layer_in_lenet_gradients_gives_the_same_bits():
+    """LeNet's first layer and its pooling in one kernel for gradients as well: the same bits as
+    the layers one by one, with MAX BATCH all and 256."""
+    arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(*LENET_SHAPES)
+    runs = []
+    for fuse in (True, False):
+        for params in ({}, {"MAX BATCH": 256}):
+            be = _backend(arch, params, fuse=fuse)
+            assert be.fused_pool_gradient == fuse
+            runs.append(be.evaluator(x, c, 0.01).gradient(w))
+    crit, grad = runs[0]
+    assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+    for other in runs[1:]:
+        assert other[0] == crit and np.array_equal(other[1], grad)
 
 
 def test_pool_backward_tiles_gives_the_same_bits():

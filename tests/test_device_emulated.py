@@ -668,10 +668,34 @@ def test_emulated_fused_first_layer(fake_runtime):
     crit = ev.criterion(w)
     assert "conv_small_pool_8" in fake_runtime.launches and "pool_forward" not in fake_runtime.launches
     assert abs(crit - crit_ref) <= 1e-6 * crit_ref
-    crit, grad = ev.gradient(w)                # gradients compute the layers one by one
+    # 9 rows are not a whole number of windows: gradients compute the layers one by one
+    assert not be.fused_pool_gradient
+    crit, grad = ev.gradient(w)
     assert "pool_forward" in fake_runtime.launches and "pool_backward" in fake_runtime.launches
     assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
     assert not dbe.DeviceBackend(arch, fuse=False).fused_pool
+
+
+def test_emulated_fused_first_layer_in_gradients(fake_runtime):
+    """Windows that tile the first layer: the gradient's forward pass is fused as well, and the
+    pooling layer backpropagates from the pooled values and winners alone."""
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 5 1 1 1 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "FULLY CONNECTED LAYER 7"], 10, 8, 2, 3)
+    rng = np.random.default_rng(19)
+    x, c = rng.uniform(-1, 1, (300, 2, 10, 8)), rng.integers(0, 3, 300)
+    w = rng.normal(0, 0.5, arch.n_weights)
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    for params in ({}, {"MAX BATCH": 256}):
+        be = dbe.DeviceBackend(arch, params)
+        assert be.fused_pool_gradient
+        fake_runtime.launches.clear()
+        crit, grad = be.evaluator(x, c, 0.01).gradient(w)
+        assert "conv_small_pool_8" in fake_runtime.launches
+        assert "pool_forward" not in fake_runtime.launches and "conv_small_8" not in fake_runtime.launches
+        assert "pool_backward_tiles" in fake_runtime.launches
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+    assert not dbe.DeviceBackend(arch, pool_tiles=False).fused_pool_gradient
+    assert not dbe.DeviceBackend(arch, fuse=False).fused_pool_gradient
 
 
 @pytest.mark.parametrize("spec", RANDOM_ARCHS[:2], ids=range(2))

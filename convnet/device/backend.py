@@ -83,10 +83,13 @@ class DeviceBackend:
                     ct.fwd = {}
                 if ct.fwd or ct.bwd:
                     self.conv_tiled[lp.index] = ct
-        # A conv_small first layer followed by max pooling whose windows tile it is computed
+        # A conv_small first layer followed by max pooling with stride = width is computed
         # together with the pooling in forward-only evaluations (criterion, outputs): only the
-        # pooled values are written. Gradients need the layer's own activations and compute the
-        # layers one by one (a gradient reading its delta from the pooled layer's was tried: the
+        # pooled values and winners are written. Gradients use it too when the windows tile the
+        # layer exactly (fused_pool_gradient): pool_backward_tiles then needs nothing but the
+        # pooled values and winners, so the first layer's full-size activations are never
+        # written. Otherwise gradients compute the layers one by one (pool_backward reads the
+        # prior activations; a gradient reading its delta from the pooled layer's was tried: the
         # per-element work in its loader cost more than the pooling kernels it saved).
         self.fused_pool = False
         layers = arch.layers
@@ -101,6 +104,7 @@ class DeviceBackend:
                         + 2 * CONV_SMALL_THREADS * layers[0].depth)
             if s.stride_v == s.width_v and s.stride_h == s.width_h and smem <= 48 * 1024:
                 self.fused_pool = True
+        self.fused_pool_gradient = self.fused_pool and 1 in self.pool_tiles
         rt = self.rt
         with rt.active():
             self.timer = EventTimer(rt.cuda, enabled=timing,

@@ -119,10 +119,11 @@ def timing_lines(timings, measured_seconds=None):
     return out
 
 
-def book_activity_lines(timings, fused_first_pool=None):
+def book_activity_lines(timings, fused_first_pool=None, fused_in_gradients=False):
     """One line for each activity of the book's table: the row that times it, or why it has no
     launch of its own (always, or in this command). ``fused_first_pool``: the label of a pooling
-    layer computed inside the layer before it, if any."""
+    layer computed inside the layer before it, if any; ``fused_in_gradients``: whether gradients
+    compute it there too."""
     seen = {activity for _, activity, launches, _ in timings if launches}
     out = ["The book's activities:"]
     for book, ours in BOOK_ACTIVITIES:
@@ -135,8 +136,10 @@ def book_activity_lines(timings, fused_first_pool=None):
         else:
             out.append(f"   {book}: {NOT_IN_COMMAND.get(ours, 'no launches here')}")
     if fused_first_pool:
+        when = ("for criteria, outputs and gradients" if fused_in_gradients
+                else "when only the criterion or outputs are wanted")
         out.append(f"   ({fused_first_pool} activation: computed in the launch of the layer before "
-                   f"it, which pools as it goes, when only the criterion or outputs are wanted)")
+                   f"it, which pools as it goes, {when})")
     return out
 
 
@@ -179,7 +182,8 @@ def _time_lines(backend):
     fused = None
     if getattr(backend, "fused_pool", False) and len(backend.labels) > 2:
         fused = backend.labels[1]
-    return lines + book_activity_lines(timings, fused)
+    return lines + book_activity_lines(timings, fused,
+                                       getattr(backend, "fused_pool_gradient", False))
 
 
 def cuda_log_lines(backend, arch, params, weight_uploads_before=0):

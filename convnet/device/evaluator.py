@@ -137,7 +137,7 @@ class DeviceEvaluator(Evaluator):
         rt = b.rt
         rt.cuda.memset_d32_async(self.d_acc, 0, 2 * b.n_weights, rt.stream)
         for start, stop in self.batches:
-            self._forward(start, stop, want_delta=True, fused=False)
+            self._forward(start, stop, want_delta=True, fused=b.fused_pool_gradient)
             self._backward(start, stop)
         scale = self.scale
         pen2 = 2.0 * self.penalty.coefficient          # d penalty / d w = pen2 * w
