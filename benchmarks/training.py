@@ -93,6 +93,25 @@ def child(spec_path):
                 clock["excluded"] += time.perf_counter() - t0
 
         kw["on_iter"] = watching
+        make_line = kw.get("line")
+        if make_line is not None:            # trial points formed by the evaluator: time those
+
+            def timed_line(x, d):
+                line = make_line(x, d)
+                evaluate = line.evaluate
+
+                def timed_evaluate(t):
+                    t0 = time.perf_counter()
+                    try:
+                        return evaluate(t)
+                    finally:
+                        inside["seconds"] += time.perf_counter() - t0
+                        inside["calls"] += 1
+
+                line.evaluate = timed_evaluate
+                return line
+
+            kw["line"] = timed_line
         if spec.get("profile"):
             import cProfile
             import io

@@ -16,6 +16,7 @@ class Interrupt:
     def __init__(self):
         self.count = 0
         self.active = False
+        self.ended = None           # the Interrupted that ended the run, once raised
 
     def reset(self):
         self.count = 0
@@ -23,11 +24,24 @@ class Interrupt:
     def handler(self, signum, frame):
         self.count += 1
         if self.count >= 2 or not self.active:
-            raise Interrupted("run ended by the user (Ctrl-C)", signal.SIGINT)
+            self._end(Interrupted("run ended by the user (Ctrl-C)", signal.SIGINT))
 
     def terminate(self, signum, frame):
         """SIGTERM (``timeout``, batch schedulers, Dask) ends the run at once, like a second Ctrl-C."""
-        raise Interrupted("run ended by SIGTERM", signal.SIGTERM)
+        self._end(Interrupted("run ended by SIGTERM", signal.SIGTERM))
+
+    def _end(self, exc):
+        self.ended = exc
+        raise exc
+
+    def stop_requested(self):
+        """Whether the running phase should move on (a first Ctrl-C). Raises the run's end again
+        when the exception a signal raised was lost: a signal that arrives while a compiled
+        library runs a Python callback (Numba's compiler does) has its exception printed and
+        dropped there, and the run would go on."""
+        if self.ended is not None:
+            raise self.ended
+        return self.count > 0
 
     @contextmanager
     def phase(self):

@@ -37,7 +37,8 @@ def test_kernel_file_compiles(path, tmp_path):
               "conv_tiled.cu": ["conv_fwd_c2_m8_n8_b4", "conv_bwd_c3"],
               "pool.cu": ["pool_forward", "pool_backward", "pool_backward_tiles"],
               "output.cu": ["softmax_ll", "ll_sum"],
-              "weights.cu": ["weights_scatter", "grad_flatten", "grad_finish"]}[mod]
+              "weights.cu": ["weights_scatter", "grad_flatten", "grad_finish", "line_point",
+                             "line_slope", "line_finish"]}[mod]
     assert wanted, mod
     for name in wanted:
         assert f".entry {name}(" in ptx, f"{name} missing from {mod}"

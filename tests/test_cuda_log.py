@@ -68,6 +68,10 @@ def check_session_cuda_log(tmp_path):
     evaluations = [int(re.search(r"Evaluations timed: (\d+)", b).group(1)) for b in
                    (first, second, test)]
     assert evaluations[0] > 4 and evaluations[2] == 2      # TEST: the criterion and the outputs
+    # the refinement's line searches formed their trial points on the device
+    points = [re.search(r"Line search trial points formed on the device \(x \+ t d, no copy\): (\d+)", b)
+              for b in (first, second, test)]
+    assert points[0] and points[1] and int(points[0].group(1)) >= 1 and points[2] is None
     return text
 
 

@@ -345,3 +345,27 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
             assert run[2] == first[2] and np.array_equal(run[3], first[3]), (lines, key)
             for a, b in zip(run[4], first[4]):
                 assert np.array_equal(a, b), (lines, key)
+
+
+def test_line_points_on_the_device_give_the_host_points_gradients():
+    """The line search's trial points formed on the device: the gradient of the weights the host
+    would send, bit for bit, and the criterion and slope to the last bits of their sums; then a
+    refinement with them against one with the host's points (LeNet's shapes)."""
+    from convnet.train.conjgrad import conjugate_gradients
+    arch, x, c, w, _, _ = _same_bits_problem(*LENET_SHAPES)
+    ev = _backend(arch).evaluator(x, c, 0.01)
+    d = np.random.default_rng(3).normal(0, 0.02, arch.n_weights)
+    line = ev.line(w, d)
+    for t in (0.0, 0.7, 3.0):
+        f, s, handle = line.evaluate(t)
+        g = line.gradient(handle)
+        f_host, g_host = ev.gradient(w + t * d)
+        assert np.array_equal(g, g_host)
+        assert abs(f - f_host) <= 1e-14 * abs(f_host)
+        assert abs(s - float(g_host @ d)) <= 1e-12 * np.linalg.norm(g_host) * np.linalg.norm(d)
+        line = ev.line(w, d)            # the host gradient took the latest one's buffer
+    host = conjugate_gradients(ev.criterion, ev.gradient, w, max_iters=8, tol=0.0)
+    device = conjugate_gradients(ev.criterion, ev.gradient, w, max_iters=8, tol=0.0, line=ev.line)
+    assert device.iterations == host.iterations and device.n_grad == host.n_grad
+    assert abs(device.criterion - host.criterion) <= 1e-9 * host.criterion
+    assert _rel(device.weights, host.weights) <= 1e-6

@@ -16,7 +16,7 @@ import pytest
 
 from convnet.architecture import Architecture
 from convnet.device import backend as dbe
-from convnet.device import launches, runtime, tuning
+from convnet.device import kernel_args, launches, runtime, tuning
 from convnet.device.plan import ModelPlan, simulate
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -112,6 +112,11 @@ class _FakeCuda:
 
     def memcpy_dtoh_async(self, dst, src, stream=None):
         self._queue(lambda: self.memcpy_dtoh(dst, src))
+
+    def memcpy_dtod_async(self, dst, src, size, stream=None):
+        def copy():
+            self.mem.view(dst, np.uint8, size)[:] = self.mem.view(src, np.uint8, size)
+        self._queue(copy)
 
     def memset_d32(self, dst, value, count):
         self.mem.view(dst, np.uint32, count)[:] = value
@@ -410,6 +415,43 @@ class _Kernels:
         keep = bi >= 0
         if keep.any():
             self.mem.view(bwd, np.float32, int(bi.max()) + 1)[bi[keep]] = wv[keep]
+
+    # the line search's kernels (weights.cu): a block of LINE_THREADS threads covers LINE_BLOCK
+    # weights, each thread LINE_PER_THREAD of them LINE_THREADS apart, then a halving tree
+    @staticmethod
+    def _line_block_sums(terms, n, grid, block):
+        T, per = kernel_args.LINE_THREADS, kernel_args.LINE_BLOCK // kernel_args.LINE_THREADS
+        assert block[0] == T and grid[0] * kernel_args.LINE_BLOCK >= n
+        padded = np.zeros(grid[0] * kernel_args.LINE_BLOCK)
+        padded[:n] = terms
+        acc = np.zeros((grid[0], T))
+        lanes = padded.reshape(grid[0], per, T)
+        for j in range(per):                              # each thread's own sum, in order
+            acc = acc + lanes[:, j, :]
+        half = T // 2
+        while half:
+            acc = acc[:, :half] + acc[:, half:2 * half]
+            half //= 2
+        return acc[:, 0]
+
+    def line_point(self, grid, block, x, d, t, n, mask, w32, pen_part):
+        tt = self.mem.view(t, np.float64, 1)[0]
+        v = self.mem.view(x, np.float64, n) + tt * self.mem.view(d, np.float64, n)
+        self.mem.view(w32, np.float32, n)[:] = v.astype(np.float32)
+        m = self.mem.view(mask, np.uint8, n) != 0
+        self.mem.view(pen_part, np.float64, grid[0])[:] = self._line_block_sums(
+            np.where(m, v * v, 0.0), n, grid, block)
+
+    def line_slope(self, grid, block, g, d, n, part):
+        terms = self.mem.view(g, np.float64, n) * self.mem.view(d, np.float64, n)
+        self.mem.view(part, np.float64, grid[0])[:] = self._line_block_sums(terms, n, grid, block)
+
+    def line_finish(self, grid, block, pen_part, slope_part, n_parts, ll, out):
+        pen = slope = 0.0
+        for p, s in zip(self.mem.view(pen_part, np.float64, n_parts),
+                        self.mem.view(slope_part, np.float64, n_parts)):
+            pen, slope = pen + p, slope + s
+        self.mem.view(out, np.float64, 3)[:] = (self.mem.view(ll, np.float64, 1)[0], pen, slope)
 
     def grad_finish(self, grid, block, acc, w, mask, n, scale, pen2, grad):
         assert grid[0] * block[0] >= n
@@ -841,3 +883,71 @@ def test_emulated_pool_backward_tiles(fake_runtime, spec):
     for g in grads[1:]:
         assert np.array_equal(g, grads[0])
 
+
+
+LINE_ARCH = (["CONVOLUTIONAL LAYER 5 1 1 1 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+              "FULLY CONNECTED LAYER 7"], 10, 8, 2, 3)
+
+
+def _line_problem(wpen, n=300):
+    lines, rows, cols, bands, ncls = LINE_ARCH
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(23)
+    x = rng.uniform(-1, 1, (n, bands, rows, cols))
+    c = rng.integers(0, ncls, n)
+    w = rng.normal(0, 0.4, arch.n_weights)
+    d = rng.normal(0, 0.05, arch.n_weights)
+    return dbe.DeviceBackend(arch).evaluator(x, c, wpen), w, d
+
+
+@pytest.mark.parametrize("wpen", [0.0, 0.3])
+def test_emulated_line_points_are_the_host_points(fake_runtime, wpen):
+    """A trial point formed on the device gives the gradient of the same weights sent from the
+    host, bit for bit, and the criterion and slope up to the order of the penalty's and the slope's
+    sums; the gradient comes back for the latest and for the lowest evaluation of a line."""
+    ev, w, d = _line_problem(wpen)
+    line = ev.line(w, d)
+    results = [line.evaluate(t) for t in (0.5, 2.0, 0.0)]
+    g_latest = line.gradient(results[2][2])
+    lowest = min(range(3), key=lambda i: results[i][0])
+    g_lowest = line.gradient(results[lowest][2]) if lowest != 2 else g_latest
+    with pytest.raises(RuntimeError):
+        line.gradient(next(r[2] for i, r in enumerate(results) if i not in (2, lowest)))
+    for i, t in enumerate((0.5, 2.0, 0.0)):
+        f_host, g_host = ev.gradient(w + t * d)
+        f, s, _ = results[i]
+        assert abs(f - f_host) <= 1e-14 * abs(f_host)
+        assert abs(s - float(g_host @ d)) <= 1e-12 * np.linalg.norm(g_host) * np.linalg.norm(d)
+        if i == 2:
+            assert np.array_equal(g_latest, g_host)
+        if i == lowest:
+            assert np.array_equal(g_lowest, g_host)
+    # the host gradient overwrote the device's latest one (the lowest keeps its own copy), and a
+    # later line takes the buffers
+    if lowest != 2:
+        with pytest.raises(RuntimeError):
+            line.gradient(results[2][2])
+    else:
+        assert np.array_equal(line.gradient(results[2][2]), g_latest)
+    ev.line(w, d)
+    with pytest.raises(RuntimeError):
+        line.evaluate(1.0)
+
+
+def test_emulated_line_search_follows_the_host_search(fake_runtime):
+    """conjugate_gradients with the device's trial points against the host's: the same gradients
+    at the same points, so the same path up to the last bits of the sums done in another order."""
+    from convnet.train.conjgrad import conjugate_gradients
+    ev, w, _ = _line_problem(0.01)
+    host = conjugate_gradients(ev.criterion, ev.gradient, w, max_iters=6, tol=0.0)
+    device = conjugate_gradients(ev.criterion, ev.gradient, w, max_iters=6, tol=0.0, line=ev.line)
+    assert device.iterations == host.iterations == 6
+    assert device.n_grad == host.n_grad
+    assert abs(device.criterion - host.criterion) <= 1e-9 * host.criterion
+    assert _rel(device.weights, host.weights) <= 1e-7
+    assert ev.backend.timer.line_points >= device.n_grad - 1
+    # the host's weights are sent again after the device formed its own
+    before = ev.backend.weight_uploads
+    f, _ = ev.gradient(device.weights)
+    assert ev.backend.weight_uploads == before + 1
+    assert abs(f - device.criterion) <= 1e-12 * f

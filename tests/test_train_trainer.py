@@ -123,6 +123,9 @@ class Interrupt:
         self.count = 0
         self.resets += 1
 
+    def stop_requested(self):
+        return self.count > 0
+
 
 def problem(hidden=True, n=120, seed=0):
     rng = np.random.default_rng(seed)

@@ -217,9 +217,19 @@ class DeviceBackend:
         """Send staging buffer index and scatter it into the device layouts (asynchronous)."""
         rt = self.rt
         rt.cuda.memcpy_htod_async(self.d_w32, self.h_w32[index], rt.stream)
+        self.queue_scatter()
+
+    def queue_scatter(self):
+        """Scatter the float32 weights in d_w32 into the device layouts (asynchronous)."""
+        rt = self.rt
         weights_scatter(rt, w=self.d_w32, n=self.n_weights, fwd_index=self.d_fwd_index,
                         bwd_index=self.d_bwd_index, fwd=self.d_wfwd, bwd=self.d_wbwd)
         self.timer.mark(rt.stream, "Device", "weight copy", 1)
+
+    def forget_weights(self):
+        """The device's weights were made on the device (a line search's trial point): the next
+        weights from the host are sent whatever they are."""
+        self._last_weights = None
 
     def alloc(self, nbytes):
         """A device buffer for per-evaluator work (NaN-filled when poisoning)."""

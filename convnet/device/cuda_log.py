@@ -170,6 +170,9 @@ def _device_lines(backend, weight_uploads_before):
     device's backend."""
     lines = list(backend.last_allocation or ["(no data set was bound to the device)"])
     lines.append(f"Weight copies to the device: {backend.weight_uploads - weight_uploads_before}")
+    points = getattr(backend.timer, "line_points", 0)
+    if points:
+        lines.append(f"Line search trial points formed on the device (x + t d, no copy): {points}")
     return lines
 
 

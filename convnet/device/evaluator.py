@@ -9,6 +9,8 @@ from ..evaluator import Evaluator
 from . import launches as K
 from .graphs import DriverError
 from .launches import EPI_DERIV, EPI_NONE, EPI_TANH
+
+LINE_POINT = "line point"        # _run's upload when a line search's trial point is formed here
 from .layout import activations_to_host, image_to_device
 from .plan import CHUNK, split_batches
 from .runtime import NULL, ptr
@@ -47,6 +49,7 @@ class DeviceEvaluator(Evaluator):
         self.graphs = {}
         self.use_graphs = backend.graphs and getattr(rt, "can_capture", False)
         self._ran = set()
+        self.line_state = None          # the buffers of line searches on the device, made on first use
         data_bytes = 4 * n * plan.n_inputs + 4 * n + 8 * n * ncls + 8 * n + 8 + 16 * backend.n_weights
         self.allocation = allocation_lines(backend, self.ws, n, self.nb, len(self.batches), data_bytes)
         backend.last_allocation = self.allocation
@@ -58,7 +61,7 @@ class DeviceEvaluator(Evaluator):
         with b.rt.active():
             b.timer.start(b.rt.stream)
             b.last_allocation = self.allocation
-            self._run("criterion", weights, self._criterion_launches)
+            self._run("criterion", b.stage_weights(weights), self._criterion_launches)
             crit = self._read(self.h_crit, 0)
             b.timer.resolve()
         return crit / (self.n_cases * b.arch.n_classes) + self.penalty.value(weights)
@@ -70,7 +73,9 @@ class DeviceEvaluator(Evaluator):
         with rt.active():
             b.timer.start(rt.stream)
             b.last_allocation = self.allocation
-            self._run("gradient", weights, self._gradient_launches)
+            if self.line_state is not None:
+                self.line_state.latest = None           # d_grad is about to change
+            self._run("gradient", b.stage_weights(weights), self._gradient_launches)
             crit = self._read(self.h_grad, b.n_weights)
             b.timer.resolve()
             grad = np.array(self.h_grad[:b.n_weights])
@@ -91,18 +96,26 @@ class DeviceEvaluator(Evaluator):
             b.timer.resolve()
         return out
 
+    def line(self, x, d):
+        """The line search's trial points x + t * d, formed and evaluated on the device (see
+        line.py); the optimizer's ``line`` (convnet.train.conjgrad.HostLine)."""
+        from .line import DeviceLine
+        return DeviceLine(self, x, d)
+
     # ------------------------------------------------------------------ internals
-    def _run(self, kind, weights, launches):
-        """Queue one evaluation: the weight upload (when they changed) and the launches. The
-        first time they run as they are (so the tuner can time its candidates); after that each
-        variant (timed or not, which staging buffer is uploaded, if any) is recorded once as a
-        CUDA graph, and the graph is launched instead."""
+    def _run(self, kind, upload, launches):
+        """Queue one evaluation: the weights (upload: the staging buffer to send, None when the
+        device has them, LINE_POINT to form a line search's trial point there) and the launches.
+        The first time they run as they are (so the tuner can time its candidates); after that
+        each variant (timed or not, which weights) is recorded once as a CUDA graph, and the graph
+        is launched instead."""
         b = self.backend
         rt = b.rt
-        upload = b.stage_weights(weights)
 
         def record():
-            if upload is not None:
+            if upload == LINE_POINT:
+                self.line_state.queue_point()
+            elif upload is not None:
                 b.queue_upload(upload)
             launches()
 
@@ -135,6 +148,14 @@ class DeviceEvaluator(Evaluator):
     def _gradient_launches(self):
         b = self.backend
         rt = b.rt
+        self._gradient_sums()
+        rt.cuda.memcpy_dtoh_async(self.h_grad, self.d_grad, rt.stream)
+        b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
+
+    def _gradient_sums(self):
+        """Queue a gradient: d_grad[:n] the gradient, d_grad[n] the summed log likelihood."""
+        b = self.backend
+        rt = b.rt
         rt.cuda.memset_d32_async(self.d_acc, 0, 2 * b.n_weights, rt.stream)
         for start, stop in self.batches:
             self._forward(start, stop, want_delta=True, fused=b.fused_pool_gradient)
@@ -146,8 +167,6 @@ class DeviceEvaluator(Evaluator):
         # the log likelihood goes after the gradient, so that one copy fetches both
         K.ll_sum(rt, ll=self.d_ll, n=self.n_cases, out=ptr(self.d_grad, b.n_weights, 8))
         b.timer.mark(rt.stream, "Output", "log likelihood", 1)
-        rt.cuda.memcpy_dtoh_async(self.h_grad, self.d_grad, rt.stream)
-        b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
 
     def _queue_ll(self):
         rt = self.backend.rt

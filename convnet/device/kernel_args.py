@@ -87,10 +87,19 @@ GRAD_SLOT_SUM = KernelParams("grad_slot_sum", "weights.cu", part=PTR, slots=INT,
                              pstride=INT, tot=PTR)
 GRAD_FINISH = KernelParams("grad_finish", "weights.cu", acc=PTR, w=PTR, mask=PTR, n=INT,
                            scale=DOUBLE, pen2=DOUBLE, grad=PTR)
+# the line search's trial points formed on the device (line.py)
+LINE_POINT = KernelParams("line_point", "weights.cu", x=PTR, d=PTR, t=PTR, n=INT, mask=PTR, w32=PTR,
+                          pen_part=PTR)
+LINE_SLOPE = KernelParams("line_slope", "weights.cu", g=PTR, d=PTR, n=INT, part=PTR)
+LINE_FINISH = KernelParams("line_finish", "weights.cu", pen_part=PTR, slope_part=PTR, n_parts=INT,
+                           ll=PTR, out=PTR)
+# weights each block of line_point and line_slope covers (LINE_BLOCK in weights.cu)
+LINE_BLOCK = 4096
+LINE_THREADS = 256
 
 FAMILIES = (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BACKWARD,
             POOL_BACKWARD_TILES, SOFTMAX_LL, LL_SUM, WEIGHTS_SCATTER, GRAD_FLATTEN, GRAD_FLATTEN_D,
-            GRAD_SLOT_SUM, GRAD_FINISH)
+            GRAD_SLOT_SUM, GRAD_FINISH, LINE_POINT, LINE_SLOPE, LINE_FINISH)
 
 # conv_small.cu is compiled for these padded slice counts (a function per width).
 CONV_SMALL_WIDTHS = (4, 8, 12, 16, 20, 24, 28, 32)

@@ -39,6 +39,7 @@ class EventTimer:
         self.totals = {}            # (label, activity) -> [launches, seconds]
         self.total_seconds = 0.0    # sum of all resolved intervals
         self.evaluations = 0
+        self.line_points = 0        # line search trial points formed on the device (line.py)
 
     def _event(self):
         return self._free.pop() if self._free else self.new_event()
@@ -118,6 +119,7 @@ class EventTimer:
         return [(label, activity, calls, secs) for (label, activity), (calls, secs) in self.totals.items()]
 
     def reset(self):
+        self.line_points = 0
         self.calls = 0
         self.host_totals = {}
         self.totals = {}

@@ -230,8 +230,38 @@ def _cubic_min(t1, f1, s1, t2, f2, s2):
     return t2 - (t2 - t1) * (s2 + d2 - d1) / den
 
 
+class HostLine:
+    """The trial points x + t * d of one line search, each evaluated by fg(w) -> (criterion,
+    gradient) on the host. An evaluator that can form the points itself (the device path keeps x
+    and d there, so a trial costs no pass over the weights here) offers the same two methods
+    through its ``line(x, d)``.
+
+    trial: optional array like x that receives each point in turn (fg must not keep it), so that a
+    search on many weights allocates nothing of their size; the values are those of ``x + t * d``
+    to the last bit."""
+
+    def __init__(self, fg, x, d, trial=None):
+        self.fg, self.x, self.d, self.trial = fg, x, d, trial
+
+    def evaluate(self, t):
+        """(criterion, slope along d, handle of the gradient) at x + t * d; the slope is nan when
+        the criterion is not finite."""
+        if self.trial is None:
+            w = self.x + t * self.d
+        else:
+            step_into(self.trial, self.x, t, self.d)
+            w = self.trial
+        f, g = self.fg(w)
+        s = float(g @ self.d) if (f is not None and math.isfinite(f)) else math.nan
+        return f, s, g
+
+    def gradient(self, handle):
+        """The gradient (float64 array) of the evaluation that returned ``handle``."""
+        return handle
+
+
 def line_search_slopes(fg, x, d, f0, slope0, step0, stop=None, sigma=0.1, c1=1e-4, max_evals=20,
-                       trial=None):
+                       trial=None, line=None):
     """Line minimization along d using the criterion and its slope at every trial point.
 
     fg(w) -> (criterion, gradient). Phase 1 grows the trial step (cubic extrapolation, at most
@@ -243,26 +273,21 @@ def line_search_slopes(fg, x, d, f0, slope0, step0, stop=None, sigma=0.1, c1=1e-
     conjugate direction a descent direction in practice. Returns a LineResult whose ``gradient``
     attribute holds the gradient at the accepted point (None when step is 0).
 
-    trial: optional array like x that receives each trial point x + t * d in turn (fg must not
-    keep it), so that a search on many weights allocates nothing of their size; the values are
-    those of ``x + t * d`` to the last bit.
+    trial: see :class:`HostLine`. line: the points' evaluator (``evaluate(t)`` and
+    ``gradient(handle)``, as HostLine has them); by default ``HostLine(fg, x, d, trial)``, and fg,
+    x, d and trial are then not used otherwise.
     """
+    if line is None:
+        line = HostLine(fg, x, d, trial)
     best = [0.0, f0, None]
     n = [0]
     target = -sigma * slope0
 
-    def point(t):
-        if trial is None:
-            return x + t * d
-        step_into(trial, x, t, d)
-        return trial
-
     def probe(t):
-        f, g = fg(point(t))
+        f, s, g = line.evaluate(t)
         n[0] += 1
         f = _finite(f)
-        s = float(g @ d) if math.isfinite(f) else math.nan
-        if not math.isfinite(s):
+        if not math.isfinite(f) or not math.isfinite(s):
             f, s = math.inf, math.nan
         if f < best[1]:
             best[0], best[1], best[2] = t, f, g
@@ -272,7 +297,7 @@ def line_search_slopes(fg, x, d, f0, slope0, step0, stop=None, sigma=0.1, c1=1e-
 
     def result(t, f, g, interrupted=False):
         r = LineResult(t, f, n[0], interrupted)
-        r.gradient = g
+        r.gradient = None if g is None else line.gradient(g)
         return r
 
     try:
@@ -352,7 +377,7 @@ class CGResult:
 def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=5e-5, patience=2,
                         stop: Optional[Callable] = None, on_iter: Optional[Callable] = None,
                         first_move=0.05, line_search="slopes", sigma=None, rtol=0.1,
-                        preconditioner=None):
+                        preconditioner=None, line=None):
     """Minimize from x0 by Polak-Ribiere conjugate gradients (see the module notes).
 
     max_iters: iterations at most (0: only evaluates the start). tol: relative improvement per
@@ -366,6 +391,9 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
     or "values" (line_minimize: criterion only, Brent to ``rtol``, then one gradient).
     preconditioner: optional positive vector s; the search then runs in the coordinates w / s (a
     per-weight scale), which balances layers whose weights live on very different scales.
+    line: optional ``line(x, d)`` giving the slope search's trial points (see :class:`HostLine`),
+    e.g. an evaluator's that forms them where the data are; by default they are formed here and
+    evaluated with ``grad``.
     """
     x = np.array(x0, dtype=np.float64, copy=True)
     if sigma is None:
@@ -429,8 +457,9 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
             t0 = prev_step * prev_slope / slope
             t0 = min(max(t0, 0.01 * prev_step), 100.0 * prev_step)
         if line_search == "slopes":
-            res = line_search_slopes(grad_counted, x, d, f, slope, t0, stop=stop, sigma=sigma,
-                                     trial=trial)
+            points = HostLine(grad, x, d, trial) if line is None else line(x, d)
+            res = line_search_slopes(None, x, d, f, slope, t0, stop=stop, sigma=sigma, line=points)
+            n_grad += res.n_evals
             g_new = res.gradient
         else:
             res = line_minimize(func_counted, x, d, f, slope, t0, stop=stop, rtol=rtol)

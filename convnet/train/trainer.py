@@ -159,7 +159,7 @@ def _train(model, dataset, params, log, interrupt, rng, progress):
     t_all = time.perf_counter()
 
     def stop():
-        return interrupt.count > 0
+        return interrupt.stop_requested()
 
     # ---------------------------------------------------------------- 1. simulated annealing
     t0 = time.perf_counter()
@@ -200,8 +200,9 @@ def _train(model, dataset, params, log, interrupt, rng, progress):
         if progress is not None:
             progress("Refinement", it, f, f, total=max_iters)
 
+    # an evaluator that forms the line search's trial points itself (the device path) offers line()
     cres = conjugate_gradients(ev.criterion, ev.gradient, ares.weights, max_iters=max_iters, tol=tol,
-                               stop=stop, on_iter=on_iter)
+                               stop=stop, on_iter=on_iter, line=getattr(ev, "line", None))
     model.weights = cres.weights
     seconds["refinement"] = time.perf_counter() - t0
     refine_interrupted = cres.interrupted
