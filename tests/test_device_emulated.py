@@ -92,14 +92,22 @@ class _FakeCuda:
     def __init__(self, mem):
         self.mem = mem
         self.recording = None       # a list while a graph is being captured: async work is kept
+        self.depth = 0              # Runtime.active() nesting: the real context is current inside
+
+    def need_context(self, what):
+        """Like the driver: memory and launches need the device's context (Runtime.active())."""
+        if self.depth <= 0:
+            raise AssertionError(f"{what} outside Runtime.active(): no current CUDA context")
 
     def _queue(self, op):
+        self.need_context("an asynchronous copy")
         if self.recording is not None:
             self.recording.append(op)
         else:
             op()
 
     def memcpy_htod(self, dst, src):
+        self.need_context("memcpy_htod")
         src = np.ascontiguousarray(src)
         self.mem.view(dst, np.uint8, src.nbytes)[:] = src.view(np.uint8).ravel()
 
@@ -107,6 +115,7 @@ class _FakeCuda:
         self._queue(lambda: self.memcpy_htod(dst, src))
 
     def memcpy_dtoh(self, dst, src):
+        self.need_context("memcpy_dtoh")
         assert dst.flags.c_contiguous
         dst.view(np.uint8).ravel()[:] = self.mem.view(src, np.uint8, dst.nbytes)
 
@@ -119,12 +128,14 @@ class _FakeCuda:
         self._queue(copy)
 
     def memset_d32(self, dst, value, count):
+        self.need_context("memset_d32")
         self.mem.view(dst, np.uint32, count)[:] = value
 
     def memset_d32_async(self, dst, value, count, stream=None):
         self._queue(lambda: self.memset_d32(dst, value, count))
 
     def pagelocked_empty(self, shape, dtype):
+        self.need_context("pagelocked_empty")
         return np.empty(shape, dtype)
 
     def mem_get_info(self):
@@ -488,9 +499,14 @@ class FakeRuntime:
     @contextlib.contextmanager
     def active(self):
         with self.lock:
-            yield
+            self.cuda.depth += 1
+            try:
+                yield
+            finally:
+                self.cuda.depth -= 1
 
     def alloc(self, nbytes):
+        self.cuda.need_context("alloc")
         return self.mem.alloc(max(int(nbytes), 16))
 
     def upload(self, array):
@@ -531,6 +547,7 @@ class FakeRuntime:
         return Graph()
 
     def launch(self, name, grid, block, *args, shared=0):
+        self.cuda.need_context(f"launch of {name}")
         if self.cuda.recording is not None:
             self.cuda.recording.append(lambda: self.launch(name, grid, block, *args, shared=shared))
             return

@@ -90,23 +90,22 @@ class DeviceLine:
         from .evaluator import LINE_POINT
         self._kind = LINE_POINT
         ev.need_classes()
-        if ev.line_state is None:
-            ev.line_state = LineState(ev)
-        st = ev.line_state
-        self.ev = ev
-        self.state = st
-        st.generation += 1
-        self.generation = st.generation
-        self.count = 0
-        self.lowest = (math.inf, None)
         b = ev.backend
         rt = b.rt
-        n = st.n
+        n = b.n_weights
         x = np.asarray(x, dtype=np.float64)
         d = np.asarray(d, dtype=np.float64)
         if x.shape != (n,) or d.shape != (n,):
             raise ValueError(f"a line of {n} weights needs x and d of shape ({n},)")
+        self.ev = ev
+        self.count = 0
+        self.lowest = (math.inf, None)
         with rt.active():
+            if ev.line_state is None:
+                ev.line_state = LineState(ev)
+            st = self.state = ev.line_state
+            st.generation += 1
+            self.generation = st.generation
             rt.stream.synchronize()     # the pinned buffers are free again
             st.h_x[:] = x
             st.h_d[:] = d
