@@ -9,9 +9,8 @@ from ..evaluator import Evaluator
 from . import launches as K
 from .graphs import DriverError
 from .launches import EPI_DERIV, EPI_NONE, EPI_TANH
-
-LINE_POINT = "line point"        # _run's upload when a line search's trial point is formed here
 from .layout import activations_to_host, image_to_device
+from .line import LINE_POINT, DeviceLine
 from .plan import CHUNK, split_batches
 from .runtime import NULL, ptr
 from .tuning import Tuner
@@ -99,7 +98,6 @@ class DeviceEvaluator(Evaluator):
     def line(self, x, d):
         """The line search's trial points x + t * d, formed and evaluated on the device (see
         line.py); the optimizer's ``line`` (convnet.train.conjgrad.HostLine)."""
-        from .line import DeviceLine
         return DeviceLine(self, x, d)
 
     # ------------------------------------------------------------------ internals

@@ -4,7 +4,7 @@ A conjugate-gradient iteration evaluates the gradient at x + t * d for about two
 the host each of them costs passes over every weight: forming the point, rounding it to float32
 for the upload, the weight penalty's sum, copying the gradient out, and its dot product with d
 (on LeNet, 431,080 weights, about 2 ms per evaluation beside a 6.5 ms gradient). Here x and d are
-sent once per line, and each trial costs the host a 24-byte copy each way:
+sent once per line, and a trial costs the host an 8-byte copy in (t) and a 24-byte copy out:
 
     line_point   w = x + t * d, rounded to float32 (the same float32 weights as the host would
                  send: the product and the sum each rounded), and the penalty's sum of squares;
@@ -26,6 +26,8 @@ import numpy as np
 from . import launches as K
 from .launches import line_parts
 from .runtime import ptr
+
+LINE_POINT = "line point"       # DeviceEvaluator._run's weights: a trial point formed on the device
 
 
 class LineState:
@@ -87,8 +89,6 @@ class DeviceLine:
     returns). A line is valid until the evaluator's next line is made."""
 
     def __init__(self, ev, x, d):
-        from .evaluator import LINE_POINT
-        self._kind = LINE_POINT
         ev.need_classes()
         b = ev.backend
         rt = b.rt
@@ -129,7 +129,7 @@ class DeviceLine:
             rt.cuda.memcpy_htod_async(st.d_t, st.h_t, rt.stream)
             b.forget_weights()          # the device's weights are no longer a staged upload
             b.timer.line_points += 1
-            ev._run("line gradient", self._kind, st.queue_sums)
+            ev._run("line gradient", LINE_POINT, st.queue_sums)
             rt.stream.synchronize()
             ll, pen, slope = (float(v) for v in st.h_out)
             b.timer.resolve()
