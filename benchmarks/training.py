@@ -71,17 +71,21 @@ def child(spec_path):
     original_cg = trainer.conjugate_gradients
     original_test = trainer.test
 
-    def counted_cg(func, grad, x0, **kw):
-        on_iter = kw.get("on_iter")
-        clock = {"start": time.perf_counter(), "excluded": 0.0}
-
-        def timed_grad(w):
+    def timed(evaluation):
+        """evaluation, with its calls and seconds counted as the evaluator's"""
+        def call(*args):
             t0 = time.perf_counter()
             try:
-                return grad(w)
+                return evaluation(*args)
             finally:
                 inside["seconds"] += time.perf_counter() - t0
                 inside["calls"] += 1
+        return call
+
+    def counted_cg(func, grad, x0, **kw):
+        on_iter = kw.get("on_iter")
+        clock = {"start": time.perf_counter(), "excluded": 0.0}
+        timed_grad = timed(grad)
 
         def watching(it, f, step, w):
             if on_iter is not None:
@@ -98,17 +102,7 @@ def child(spec_path):
 
             def timed_line(x, d):
                 line = make_line(x, d)
-                evaluate = line.evaluate
-
-                def timed_evaluate(t):
-                    t0 = time.perf_counter()
-                    try:
-                        return evaluate(t)
-                    finally:
-                        inside["seconds"] += time.perf_counter() - t0
-                        inside["calls"] += 1
-
-                line.evaluate = timed_evaluate
+                line.evaluate = timed(line.evaluate)
                 return line
 
             kw["line"] = timed_line
