@@ -81,3 +81,37 @@ def round_and_compare(w, out32, last32, compare):
         if v != last32[i]:
             changed = True
     return changed
+
+
+class HostVectors:
+    """The optimizer's vectors (weights, directions, gradients) as float64 numpy arrays: the
+    default home of conjugate_gradients' vectors. An evaluator that keeps them elsewhere offers an
+    object with the same methods (the device path: convnet/device/line.py, DeviceVectors)."""
+
+    def array(self, a):
+        """a as one of these vectors (no copy when it already is one)."""
+        return np.ascontiguousarray(a, dtype=np.float64)
+
+    def copy(self, a):
+        """A new vector with a's values."""
+        return np.array(a, dtype=np.float64, copy=True)
+
+    def host(self, v):
+        """v as a numpy array (here v itself: do not modify it)."""
+        return v
+
+    def neg(self, v):
+        return -v
+
+    def dot(self, a, b):
+        return float(a @ b)
+
+    def norm(self, v):
+        return float(np.linalg.norm(v))
+
+    step_into = staticmethod(step_into)
+    new_direction = staticmethod(new_direction)
+    dot_and_change = staticmethod(dot_and_change)
+
+
+HOST_VECTORS = HostVectors()

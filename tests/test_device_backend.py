@@ -349,8 +349,9 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
 
 def test_line_points_on_the_device_give_the_host_points_gradients():
     """The line search's trial points formed on the device: the gradient of the weights the host
-    would send, bit for bit, and the criterion and slope to the last bits of their sums; then a
-    refinement with them against one with the host's points (LeNet's shapes)."""
+    would send, bit for bit, and the criterion and slope to the last bits of their sums; then
+    refinements with them, and with all the refinement's vectors on the device, against one with
+    the host's points (LeNet's shapes)."""
     from convnet.train.conjgrad import conjugate_gradients
     arch, x, c, w, _, _ = _same_bits_problem(*LENET_SHAPES)
     ev = _backend(arch).evaluator(x, c, 0.01)
@@ -365,7 +366,8 @@ def test_line_points_on_the_device_give_the_host_points_gradients():
         assert abs(s - float(g_host @ d)) <= 1e-12 * np.linalg.norm(g_host) * np.linalg.norm(d)
         line = ev.line(w, d)            # the host gradient took the latest one's buffer
     host = conjugate_gradients(ev.criterion, ev.gradient, w, max_iters=8, tol=0.0)
-    device = conjugate_gradients(ev.criterion, ev.gradient, w, max_iters=8, tol=0.0, line=ev.line)
-    assert device.iterations == host.iterations and device.n_grad == host.n_grad
-    assert abs(device.criterion - host.criterion) <= 1e-9 * host.criterion
-    assert _rel(device.weights, host.weights) <= 1e-6
+    for kw in ({"line": ev.line}, {"line": ev.line, "vectors": ev.vectors}):
+        device = conjugate_gradients(ev.criterion, ev.gradient, w, max_iters=8, tol=0.0, **kw)
+        assert device.iterations == host.iterations and device.n_grad == host.n_grad
+        assert abs(device.criterion - host.criterion) <= 1e-9 * host.criterion
+        assert _rel(device.weights, host.weights) <= 1e-6

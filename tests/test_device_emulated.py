@@ -464,6 +464,40 @@ class _Kernels:
             pen, slope = pen + p, slope + s
         self.mem.view(out, np.float64, 3)[:] = (self.mem.view(ll, np.float64, 1)[0], pen, slope)
 
+    # the refinement's vector operations (weights.cu, DeviceVectors)
+    def vec_step(self, grid, block, out, x, t, d, n):
+        assert grid[0] * block[0] >= n
+        v = self.mem.view(x, np.float64, n) + t * self.mem.view(d, np.float64, n)
+        self.mem.view(out, np.float64, n)[:] = v
+
+    def vec_direction(self, grid, block, d, beta, g, n):
+        assert grid[0] * block[0] >= n
+        dv = self.mem.view(d, np.float64, n)
+        dv[:] = beta * dv - self.mem.view(g, np.float64, n)
+
+    def vec_neg(self, grid, block, out, v, n):
+        assert grid[0] * block[0] >= n
+        self.mem.view(out, np.float64, n)[:] = -self.mem.view(v, np.float64, n)
+
+    def vec_sums(self, grid, block, a, b, n, mode, part):
+        av, bv = self.mem.view(a, np.float64, n), self.mem.view(b, np.float64, n)
+        if mode == 0:
+            self.mem.view(part, np.float64, grid[0])[:] = self._line_block_sums(av * bv, n, grid, block)
+        else:
+            out = self.mem.view(part, np.float64, 2 * grid[0])
+            out[:grid[0]] = self._line_block_sums(av * av, n, grid, block)
+            out[grid[0]:] = self._line_block_sums(av * (av - bv), n, grid, block)
+
+    def vec_finish(self, grid, block, part, n_parts, k, out):
+        assert block[0] >= k
+        p = self.mem.view(part, np.float64, k * n_parts).reshape(k, n_parts)
+        res = self.mem.view(out, np.float64, k)
+        for j in range(k):
+            s = 0.0
+            for v in p[j]:
+                s += v
+            res[j] = s
+
     def grad_finish(self, grid, block, acc, w, mask, n, scale, pen2, grad):
         assert grid[0] * block[0] >= n
         a = self.mem.view(acc, np.float64, n)
@@ -963,8 +997,46 @@ def test_emulated_line_search_follows_the_host_search(fake_runtime):
     assert abs(device.criterion - host.criterion) <= 1e-9 * host.criterion
     assert _rel(device.weights, host.weights) <= 1e-7
     assert ev.backend.timer.line_points >= device.n_grad - 1
+    # the refinement's vectors kept on the device as well (DeviceVectors: no numpy arithmetic on
+    # them could run here), and the weights handed to on_iter are host arrays
+    seen = []
+    resident = conjugate_gradients(ev.criterion, ev.gradient, w, max_iters=6, tol=0.0,
+                                   line=ev.line, vectors=ev.vectors,
+                                   on_iter=lambda it, f, step, x: seen.append(np.array(x)))
+    assert resident.iterations == 6 and resident.n_grad == host.n_grad
+    assert abs(resident.criterion - host.criterion) <= 1e-9 * host.criterion
+    assert isinstance(resident.weights, np.ndarray) and _rel(resident.weights, host.weights) <= 1e-7
+    assert len(seen) == 6 and np.array_equal(seen[-1], resident.weights)
     # the host's weights are sent again after the device formed its own
     before = ev.backend.weight_uploads
     f, _ = ev.gradient(device.weights)
     assert ev.backend.weight_uploads == before + 1
     assert abs(f - device.criterion) <= 1e-12 * f
+
+
+def test_emulated_device_vectors_are_the_host_passes(fake_runtime):
+    """DeviceVectors' element operations give the host passes' values bit for bit; their sums
+    agree to rounding (blocks of 4096, then the blocks in order)."""
+    from convnet import vectors as hv
+    ev, w, d = _line_problem(0.0)
+    V = ev.vectors
+    rng = np.random.default_rng(4)
+    g = rng.normal(size=w.size)
+    xv, dv, gv = V.array(w), V.array(d), V.array(g)
+    V.step_into(xv, xv, 0.37, dv)
+    want = w.copy()
+    hv.step_into(want, w, 0.37, d)
+    assert np.array_equal(V.host(xv), want)
+    V.new_direction(dv, 0.6, gv)
+    want_d = d.copy()
+    hv.new_direction(want_d, 0.6, g)
+    assert np.array_equal(V.host(dv), want_d)
+    assert np.array_equal(V.host(V.neg(gv)), -g)
+    assert np.array_equal(V.host(V.copy(gv)), g) and V.array(gv) is gv
+    assert V.dot(gv, dv) == pytest.approx(float(g @ want_d), rel=1e-12)
+    assert V.norm(gv) == pytest.approx(float(np.linalg.norm(g)), rel=1e-12)
+    s0, s1 = V.dot_and_change(gv, dv)
+    h0, h1 = hv.dot_and_change(g, want_d)
+    assert s0 == pytest.approx(h0, rel=1e-12) and s1 == pytest.approx(h1, rel=1e-12)
+    with pytest.raises(ValueError):
+        V.array(np.zeros(3))

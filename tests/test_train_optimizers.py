@@ -225,3 +225,18 @@ def test_slope_search_recovers_from_overflowing_first_step():
 
     r = line_search_slopes(fg, np.zeros(1), np.ones(1), 1.0, -2.0, 1e8, sigma=0.1)
     assert r.step == pytest.approx(1.0, rel=0.1) and r.criterion < 0.01
+
+
+def test_vectors_away_from_the_host_need_their_line():
+    """A home for the vectors other than the host's works only with its own line, the slope search
+    and no preconditioner (the device path's refinement)."""
+    from convnet.vectors import HostVectors
+
+    def fg(w):
+        return float(w @ w), 2.0 * w
+
+    elsewhere = HostVectors()
+    for kw in ({}, {"line": lambda x, d: None, "line_search": "values"},
+               {"line": lambda x, d: None, "preconditioner": np.ones(3)}):
+        with pytest.raises(ValueError):
+            conjugate_gradients(lambda w: fg(w)[0], fg, np.ones(3), vectors=elsewhere, **kw)

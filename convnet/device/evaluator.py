@@ -10,7 +10,7 @@ from . import launches as K
 from .graphs import DriverError
 from .launches import EPI_DERIV, EPI_NONE, EPI_TANH
 from .layout import activations_to_host, image_to_device
-from .line import LINE_POINT, DeviceLine
+from .line import LINE_POINT, DeviceLine, DeviceVectors
 from .plan import CHUNK, split_batches
 from .runtime import NULL, ptr
 from .tuning import Tuner
@@ -49,6 +49,7 @@ class DeviceEvaluator(Evaluator):
         self.use_graphs = backend.graphs and getattr(rt, "can_capture", False)
         self._ran = set()
         self.line_state = None          # the buffers of line searches on the device, made on first use
+        self._vectors = None
         data_bytes = 4 * n * plan.n_inputs + 4 * n + 8 * n * ncls + 8 * n + 8 + 16 * backend.n_weights
         self.allocation = allocation_lines(backend, self.ws, n, self.nb, len(self.batches), data_bytes)
         backend.last_allocation = self.allocation
@@ -99,6 +100,13 @@ class DeviceEvaluator(Evaluator):
         """The line search's trial points x + t * d, formed and evaluated on the device (see
         line.py); the optimizer's ``line`` (convnet.train.conjgrad.HostLine)."""
         return DeviceLine(self, x, d)
+
+    @property
+    def vectors(self):
+        """The refinement's vectors kept on the device (line.py); the optimizer's ``vectors``."""
+        if self._vectors is None:
+            self._vectors = DeviceVectors(self)
+        return self._vectors
 
     # ------------------------------------------------------------------ internals
     def _run(self, kind, upload, launches):

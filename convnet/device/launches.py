@@ -8,7 +8,8 @@ from . import tuning
 from .kernel_args import (CONV_SMALL, CONV_SMALL_POOL, GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN,
                           GRAD_FLATTEN_D, GRAD_SLOT_SUM, LINE_BLOCK, LINE_FINISH, LINE_POINT,
                           LINE_SLOPE, LINE_THREADS, LL_SUM, POOL_BACKWARD, POOL_BACKWARD_TILES,
-                          POOL_FORWARD, SOFTMAX_LL, WEIGHTS_SCATTER)
+                          POOL_FORWARD, SOFTMAX_LL, VEC_DIRECTION, VEC_FINISH, VEC_NEG, VEC_STEP,
+                          VEC_SUMS, WEIGHTS_SCATTER)
 
 EPI_NONE, EPI_TANH, EPI_DERIV = 0, 1, 2     # gemm_nn epilogue: none, tanh, times tanh'(prior)
 
@@ -207,3 +208,27 @@ def line_finish(rt, pen_part, slope_part, n_parts, ll, out):
     rt.launch("line_finish", (1, 1, 1), (32, 1, 1),
               *LINE_FINISH.pack(pen_part=pen_part, slope_part=slope_part, n_parts=n_parts, ll=ll,
                                 out=out))
+
+
+def vec_step(rt, out, x, t, d, n):
+    rt.launch("vec_step", _blocks(n), (ELEMENTWISE_THREADS, 1, 1),
+              *VEC_STEP.pack(out=out, x=x, t=t, d=d, n=n))
+
+
+def vec_direction(rt, d, beta, g, n):
+    rt.launch("vec_direction", _blocks(n), (ELEMENTWISE_THREADS, 1, 1),
+              *VEC_DIRECTION.pack(d=d, beta=beta, g=g, n=n))
+
+
+def vec_neg(rt, out, v, n):
+    rt.launch("vec_neg", _blocks(n), (ELEMENTWISE_THREADS, 1, 1), *VEC_NEG.pack(out=out, v=v, n=n))
+
+
+def vec_sums(rt, a, b, n, mode, part):
+    rt.launch("vec_sums", (line_parts(n), 1, 1), (LINE_THREADS, 1, 1),
+              *VEC_SUMS.pack(a=a, b=b, n=n, mode=mode, part=part))
+
+
+def vec_finish(rt, part, n_parts, k, out):
+    rt.launch("vec_finish", (1, 1, 1), (32, 1, 1),
+              *VEC_FINISH.pack(part=part, n_parts=n_parts, k=k, out=out))

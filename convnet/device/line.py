@@ -14,9 +14,15 @@ sent once per line, and a trial costs the host an 8-byte copy in (t) and a 24-by
 
 The criterion is the same formula as DeviceEvaluator.gradient's; the penalty's sum and the slope
 are added in another order than the host's (blocks of 4096 weights, then the blocks in order), so
-they can differ from it in the last bits, the same way on every run. Only the gradient of the
-point the search accepts is copied back (``gradient``), and the optimizer's own updates stay
-on the host.
+they can differ from it in the last bits, the same way on every run.
+
+The optimizer's own vectors live here too (DeviceVectors, conjugate_gradients' ``vectors``): x,
+the direction and the gradients stay on the device for the whole refinement, their updates and
+sums (the step, the Polak-Ribiere direction and beta's two sums, the slope, the norms) run as
+kernels with the element arithmetic of convnet/vectors.py, and only the weights the trainer
+keeps after each iteration are copied to the host. With host arrays for x and d (a line made
+outside such a refinement) x and d are sent once per line and the accepted point's gradient is
+copied back.
 """
 
 import math
@@ -81,22 +87,123 @@ class LineState:
         b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
 
 
+class DeviceVector:
+    """A float64 vector in device memory: one of the refinement's x, directions or gradients."""
+
+    __slots__ = ("buf", "size")
+
+    def __init__(self, buf, size):
+        self.buf = buf
+        self.size = size
+
+
+class DeviceVectors:
+    """conjugate_gradients' ``vectors`` on the device (the methods of convnet.vectors.HostVectors)
+    for one evaluator's weights."""
+
+    def __init__(self, ev):
+        b = ev.backend
+        self.rt = b.rt
+        self.backend = b
+        self.n = b.n_weights
+        self.parts = line_parts(self.n)
+        with self.rt.active():
+            self.d_part = b.alloc(8 * 2 * self.parts)
+            self.d_out = b.alloc(8 * 2)
+            self.h_out = self.rt.cuda.pagelocked_empty(2, np.float64)
+
+    def _new(self):
+        return DeviceVector(self.backend.alloc(8 * self.n), self.n)
+
+    def array(self, a):
+        if isinstance(a, DeviceVector):
+            return a
+        a = np.ascontiguousarray(a, dtype=np.float64)
+        if a.shape != (self.n,):
+            raise ValueError(f"a vector of {self.n} weights, not of shape {a.shape}")
+        rt = self.rt
+        with rt.active():
+            v = self._new()
+            rt.stream.synchronize()
+            rt.cuda.memcpy_htod(v.buf, a)
+        return v
+
+    def copy(self, a):
+        if not isinstance(a, DeviceVector):
+            return self.array(a)            # the upload is a copy
+        rt = self.rt
+        with rt.active():
+            v = self._new()
+            rt.cuda.memcpy_dtod_async(v.buf, a.buf, 8 * self.n, rt.stream)
+        return v
+
+    def host(self, v):
+        if not isinstance(v, DeviceVector):
+            return v
+        out = np.empty(self.n, np.float64)
+        rt = self.rt
+        with rt.active():
+            rt.stream.synchronize()
+            rt.cuda.memcpy_dtoh(out, v.buf)
+        return out
+
+    def neg(self, v):
+        rt = self.rt
+        with rt.active():
+            out = self._new()
+            K.vec_neg(rt, out=out.buf, v=v.buf, n=self.n)
+        return out
+
+    def step_into(self, out, x, t, d):
+        with self.rt.active():
+            K.vec_step(self.rt, out=out.buf, x=x.buf, t=t, d=d.buf, n=self.n)
+
+    def new_direction(self, d, beta, g):
+        with self.rt.active():
+            K.vec_direction(self.rt, d=d.buf, beta=beta, g=g.buf, n=self.n)
+
+    def _sums(self, a, b, mode):
+        rt = self.rt
+        k = 1 + mode
+        with rt.active():
+            K.vec_sums(rt, a=a.buf, b=b.buf, n=self.n, mode=mode, part=self.d_part)
+            K.vec_finish(rt, part=self.d_part, n_parts=self.parts, k=k, out=self.d_out)
+            rt.cuda.memcpy_dtoh_async(self.h_out, self.d_out, rt.stream)
+            rt.stream.synchronize()
+            return [float(v) for v in self.h_out[:k]]
+
+    def dot(self, a, b):
+        return self._sums(a, b, 0)[0]
+
+    def norm(self, v):
+        return math.sqrt(self.dot(v, v))
+
+    def dot_and_change(self, g_new, g):
+        s0, s1 = self._sums(g_new, g, 1)
+        return s0, s1
+
+
 class DeviceLine:
     """The points x + t * d of one line search on a DeviceEvaluator's data (conjgrad's ``line``).
 
     ``evaluate(t)`` -> (criterion, slope along d, handle); ``gradient(handle)`` -> the float64
     gradient of the latest evaluation or of the lowest one so far (the only two a line search
-    returns). A line is valid until the evaluator's next line is made."""
+    returns): a DeviceVector when x and d are, else a host array. A line is valid until the
+    evaluator's next line is made."""
 
     def __init__(self, ev, x, d):
         ev.need_classes()
         b = ev.backend
         rt = b.rt
         n = b.n_weights
-        x = np.asarray(x, dtype=np.float64)
-        d = np.asarray(d, dtype=np.float64)
-        if x.shape != (n,) or d.shape != (n,):
-            raise ValueError(f"a line of {n} weights needs x and d of shape ({n},)")
+        # the refinement's vectors on the device (DeviceVectors) or host arrays
+        self.on_device = isinstance(x, DeviceVector)
+        if not self.on_device:
+            x = np.asarray(x, dtype=np.float64)
+            d = np.asarray(d, dtype=np.float64)
+        if x.size != n or d.size != n or isinstance(d, DeviceVector) != self.on_device:
+            raise ValueError(f"a line of {n} weights needs x and d of {n} weights, both host arrays "
+                             f"or both device vectors")
         self.ev = ev
         self.count = 0
         self.lowest = (math.inf, None)
@@ -106,6 +213,10 @@ class DeviceLine:
             st = self.state = ev.line_state
             st.generation += 1
             self.generation = st.generation
+            if self.on_device:
+                rt.cuda.memcpy_dtod_async(st.d_x, x.buf, 8 * n, rt.stream)
+                rt.cuda.memcpy_dtod_async(st.d_d, d.buf, 8 * n, rt.stream)
+                return
             rt.stream.synchronize()     # the pinned buffers are free again
             st.h_x[:] = x
             st.h_d[:] = d
@@ -155,6 +266,10 @@ class DeviceLine:
         else:
             raise RuntimeError(f"evaluation {handle} of this line is neither the latest nor the lowest")
         with rt.active():
+            if self.on_device:
+                g = DeviceVector(ev.backend.alloc(8 * st.n), st.n)
+                rt.cuda.memcpy_dtod_async(g.buf, src, 8 * st.n, rt.stream)
+                return g
             rt.cuda.memcpy_dtoh_async(st.h_grad, src, rt.stream)
             rt.stream.synchronize()
             return np.array(st.h_grad)

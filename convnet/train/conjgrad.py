@@ -38,7 +38,7 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
-from ..vectors import dot_and_change, new_direction, step_into
+from ..vectors import HOST_VECTORS, step_into
 
 GOLDEN = 0.3819660112501051          # 2 - golden ratio: the golden-section fraction
 EXPAND_LIMIT = 8.0                   # largest growth of the trial step during bracketing
@@ -377,7 +377,7 @@ class CGResult:
 def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=5e-5, patience=2,
                         stop: Optional[Callable] = None, on_iter: Optional[Callable] = None,
                         first_move=0.05, line_search="slopes", sigma=None, rtol=0.1,
-                        preconditioner=None, line=None):
+                        preconditioner=None, line=None, vectors=None):
     """Minimize from x0 by Polak-Ribiere conjugate gradients (see the module notes).
 
     max_iters: iterations at most (0: only evaluates the start). tol: relative improvement per
@@ -394,8 +394,17 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
     line: optional ``line(x, d)`` giving the slope search's trial points (see :class:`HostLine`),
     e.g. an evaluator's that forms them where the data are; by default they are formed here and
     evaluated with ``grad``.
+    vectors: where x, the directions and the gradients live and how they are combined
+    (convnet.vectors.HostVectors, the default: numpy arrays); another home (an evaluator's, e.g.
+    the device's) needs its ``line`` too, and works with the slope search and no preconditioner.
+    ``grad`` is then asked only for the start, with host weights, and ``on_iter`` gets host
+    weights.
     """
-    x = np.array(x0, dtype=np.float64, copy=True)
+    V = HOST_VECTORS if vectors is None else vectors
+    if V is not HOST_VECTORS and (line is None or line_search != "slopes" or preconditioner is not None):
+        raise ValueError("vectors kept away from the host need their line, the slope search and no "
+                         "preconditioner")
+    x = V.copy(x0)
     if sigma is None:
         sigma = WOLFE_SIGMA
     sc = None if preconditioner is None else np.asarray(preconditioner, dtype=np.float64)
@@ -412,24 +421,24 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
         n_grad += 1
         return grad(w)
 
-    f, g = grad_counted(x)
+    f, g = grad_counted(V.host(x))
     f = _finite(f)
     history = [(0, f, 0.0)]
     if not math.isfinite(f) or max_iters <= 0:
-        return CGResult(x, f, 0, n_func, n_grad, history,
+        return CGResult(V.host(x), f, 0, n_func, n_grad, history,
                         "no progress" if not math.isfinite(f) else "maxiters")
 
     def scaled(vec):
         return vec if sc is None else vec * sc
 
     # In the scaled coordinates the gradient is s * g and a direction dv moves the weights by s * dv.
-    gv = np.ascontiguousarray(scaled(g), dtype=np.float64)
-    dv = -gv
-    gg = float(gv @ gv)
-    # The trial points go to one array allocated once, and the vector updates are single passes
-    # (vectors.py): on large nets fresh arrays and repeated passes every evaluation cost as much
-    # as the arithmetic.
-    trial = np.empty_like(x)
+    gv = V.array(scaled(g))
+    dv = V.neg(gv)
+    gg = V.dot(gv, gv)
+    # The host's trial points go to one array allocated once, and the vector updates are single
+    # passes (vectors.py): on large nets fresh arrays and repeated passes every evaluation cost as
+    # much as the arithmetic.
+    trial = np.empty_like(x) if line is None else None
     steepest = True
     small = 0
     prev_step = prev_slope = None
@@ -442,15 +451,15 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
         if gg == 0.0 or not math.isfinite(gg):
             stop_reason = "zero gradient"
             break
-        slope = float(gv @ dv)
+        slope = V.dot(gv, dv)
         if not (slope < 0.0 and math.isfinite(slope)):
-            dv = -gv                     # not a descent direction: restart along the gradient
+            dv = V.neg(gv)               # not a descent direction: restart along the gradient
             slope = -gg
             steepest = True
         d = scaled(dv)
-        dnorm = float(np.linalg.norm(d))
+        dnorm = V.norm(d)
         if prev_step is None:
-            xnorm = float(np.linalg.norm(x))
+            xnorm = V.norm(x)
             t0 = first_move * (xnorm if xnorm > 0 else 0.01 * math.sqrt(x.size)) / dnorm
         else:
             # The previous step rescaled by the ratio of directional derivatives, within limits.
@@ -468,19 +477,19 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
         if not (res.step > 0.0 and res.criterion < f):
             history.append((it, f, 0.0))
             if on_iter is not None:
-                on_iter(it, f, 0.0, x)
+                on_iter(it, f, 0.0, V.host(x))
             if res.interrupted:
                 stop_reason = "interrupt"
                 break
             if steepest:
                 stop_reason = "no progress"
                 break
-            dv = -gv                     # a conjugate direction that gave nothing: try the gradient
+            dv = V.neg(gv)               # a conjugate direction that gave nothing: try the gradient
             steepest = True
             prev_step = None
             continue
         # x + step * d in place: the very point the line search evaluated, to the last bit
-        step_into(x, x, res.step, d)
+        V.step_into(x, x, res.step, d)
         x_new = x
         step_len = res.step * dnorm
         f_new = res.criterion
@@ -488,7 +497,7 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
             x, f = x_new, f_new
             history.append((it, f, step_len))
             if on_iter is not None:
-                on_iter(it, f, step_len, x)
+                on_iter(it, f, step_len, V.host(x))
             stop_reason = "interrupt"
             break
         if g_new is None:
@@ -499,9 +508,9 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
         x, f = x_new, f_new
         history.append((it, f, step_len))
         if on_iter is not None:
-            on_iter(it, f, step_len, x)
-        gv_new = np.ascontiguousarray(scaled(g_new), dtype=np.float64)
-        gg_new, change = dot_and_change(gv_new, gv)
+            on_iter(it, f, step_len, V.host(x))
+        gv_new = V.array(scaled(g_new))
+        gg_new, change = V.dot_and_change(gv_new, gv)
         prev_step, prev_slope = res.step, slope
         if improvement < tol:
             small += 1
@@ -512,7 +521,7 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
         else:
             small = 0
             beta = max(0.0, change / gg)                          # Polak-Ribiere, clipped
-        new_direction(dv, beta, gv_new)  # dv = -gv_new + beta * dv, in place
+        V.new_direction(dv, beta, gv_new)    # dv = -gv_new + beta * dv, in place
         steepest = beta == 0.0
         gv, gg = gv_new, gg_new
-    return CGResult(x, f, it, n_func, n_grad, history, stop_reason)
+    return CGResult(V.host(x), f, it, n_func, n_grad, history, stop_reason)

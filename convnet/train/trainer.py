@@ -200,9 +200,11 @@ def _train(model, dataset, params, log, interrupt, rng, progress):
         if progress is not None:
             progress("Refinement", it, f, f, total=max_iters)
 
-    # an evaluator that forms the line search's trial points itself (the device path) offers line()
+    # an evaluator that forms the line search's trial points itself and keeps the refinement's
+    # vectors (the device path, one GPU) offers line and vectors
     cres = conjugate_gradients(ev.criterion, ev.gradient, ares.weights, max_iters=max_iters, tol=tol,
-                               stop=stop, on_iter=on_iter, line=getattr(ev, "line", None))
+                               stop=stop, on_iter=on_iter, line=getattr(ev, "line", None),
+                               vectors=getattr(ev, "vectors", None))
     model.weights = cres.weights
     seconds["refinement"] = time.perf_counter() - t0
     refine_interrupted = cres.interrupted

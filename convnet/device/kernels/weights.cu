@@ -94,6 +94,7 @@ extern "C" __global__ void grad_finish(
 __device__ __forceinline__ double line_block_sum(double v)
 {
     __shared__ double s[LINE_THREADS];
+    __syncthreads();                    // a previous call's readers of s[0] are done
     s[threadIdx.x] = v;
     __syncthreads();
 #pragma unroll
@@ -157,4 +158,67 @@ extern "C" __global__ void line_finish(
     out[0] = *ll;
     out[1] = pen;
     out[2] = slope;
+}
+
+// ------------------------------------------------------------------ the refinement's vectors
+// The optimizer's own vector operations when its vectors live on the device (line.py,
+// DeviceVectors): the element operations of convnet/vectors.py's passes, each product and sum
+// rounded as there; sums in LINE_BLOCK blocks, then the blocks in order (vec_finish).
+extern "C" __global__ void vec_step(double* __restrict__ out, const double* __restrict__ x,
+                                    double t, const double* __restrict__ d, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __dadd_rn(x[i], __dmul_rn(t, d[i]));
+}
+
+// d = beta * d - g (the conjugate direction, in place)
+extern "C" __global__ void vec_direction(double* __restrict__ d, double beta,
+                                         const double* __restrict__ g, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) d[i] = __dsub_rn(__dmul_rn(beta, d[i]), g[i]);
+}
+
+extern "C" __global__ void vec_neg(double* __restrict__ out, const double* __restrict__ v, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = -v[i];
+}
+
+// Per block: mode 0, the sum of a * b (part[block]); mode 1, the sums of a * a and of
+// a * (a - b) (part[block] and part[blocks + block]: the Polak-Ribiere beta's two sums).
+extern "C" __global__ void vec_sums(const double* __restrict__ a, const double* __restrict__ b,
+                                    int n, int mode, double* __restrict__ part)
+{
+    const int base = blockIdx.x * LINE_BLOCK + threadIdx.x;
+    double s0 = 0.0, s1 = 0.0;
+#pragma unroll 4
+    for (int j = 0; j < LINE_PER_THREAD; ++j) {
+        const int i = base + j * LINE_THREADS;
+        if (i < n) {
+            const double ai = a[i];
+            if (mode == 0) {
+                s0 = __dadd_rn(s0, __dmul_rn(ai, b[i]));
+            } else {
+                s0 = __dadd_rn(s0, __dmul_rn(ai, ai));
+                s1 = __dadd_rn(s1, __dmul_rn(ai, __dsub_rn(ai, b[i])));
+            }
+        }
+    }
+    const double t0 = line_block_sum(s0);
+    if (threadIdx.x == 0) part[blockIdx.x] = t0;
+    if (mode != 0) {
+        const double t1 = line_block_sum(s1);
+        if (threadIdx.x == 0) part[gridDim.x + blockIdx.x] = t1;
+    }
+}
+
+// out[j] = the sum of part[j * n_parts + b] over the blocks b, in order, for j < k
+extern "C" __global__ void vec_finish(const double* __restrict__ part, int n_parts, int k,
+                                      double* __restrict__ out)
+{
+    if (blockIdx.x != 0 || threadIdx.x >= k) return;
+    double s = 0.0;
+    for (int b = 0; b < n_parts; ++b) s = __dadd_rn(s, part[threadIdx.x * n_parts + b]);
+    out[threadIdx.x] = s;
 }
