@@ -97,7 +97,12 @@ class HostVectors:
         return np.array(a, dtype=np.float64, copy=True)
 
     def host(self, v):
-        """v as a numpy array (here v itself: do not modify it)."""
+        """v's values as a numpy array, to read until v changes or the next call (here v itself:
+        do not modify it)."""
+        return v
+
+    def result(self, v):
+        """v's values as a numpy array the caller keeps (here v itself, no longer used)."""
         return v
 
     def neg(self, v):

@@ -240,3 +240,36 @@ def test_vectors_away_from_the_host_need_their_line():
                {"line": lambda x, d: None, "preconditioner": np.ones(3)}):
         with pytest.raises(ValueError):
             conjugate_gradients(lambda w: fg(w)[0], fg, np.ones(3), vectors=elsewhere, **kw)
+
+
+def test_anneal_trials_are_the_books_formula_to_the_bit():
+    """Each trial is center + temp * scales * uniform(-1, 1), computed in place without changing
+    a bit (the products and the sum commute), with the random draws in the same order."""
+    from convnet.train.anneal import END_TEMPERATURE
+    rng = np.random.default_rng(3)
+    scales = np.abs(rng.normal(size=257))
+    trials = []
+
+    def crit(w):
+        return float(np.sum((w - 0.2) ** 2))
+
+    def f(w):
+        trials.append(w.copy())
+        return crit(w)
+
+    n = 40
+    anneal(f, scales, n, np.random.default_rng(17))
+    assert len(trials) == n
+    draws = np.random.default_rng(17)
+    center, f_center, mean_change, n_changes = np.zeros_like(scales), math.inf, 0.0, 0
+    for k, got in enumerate(trials):
+        temp = END_TEMPERATURE ** (k / (n - 1))
+        want = center + temp * scales * draws.uniform(-1.0, 1.0, size=scales.size)
+        u = draws.random()
+        assert np.array_equal(got, want), k
+        fk = crit(want)
+        if math.isfinite(f_center):
+            n_changes += 1
+            mean_change += (abs(fk - f_center) - mean_change) / n_changes
+        if fk < f_center or (mean_change > 0 and u < math.exp(-(fk - f_center) / (mean_change * temp))):
+            center, f_center = want, fk

@@ -111,6 +111,9 @@ class DeviceVectors:
             self.d_part = b.alloc(8 * 2 * self.parts)
             self.d_out = b.alloc(8 * 2)
             self.h_out = self.rt.cuda.pagelocked_empty(2, np.float64)
+            # host(): the weights the trainer keeps after each iteration come through here (a
+            # page-locked buffer: a fast copy, and no fresh memory to map each time)
+            self.h_vec = self.rt.cuda.pagelocked_empty(self.n, np.float64)
 
     def _new(self):
         return DeviceVector(self.backend.alloc(8 * self.n), self.n)
@@ -140,12 +143,14 @@ class DeviceVectors:
     def host(self, v):
         if not isinstance(v, DeviceVector):
             return v
-        out = np.empty(self.n, np.float64)
         rt = self.rt
         with rt.active():
+            rt.cuda.memcpy_dtoh_async(self.h_vec, v.buf, rt.stream)
             rt.stream.synchronize()
-            rt.cuda.memcpy_dtoh(out, v.buf)
-        return out
+        return self.h_vec
+
+    def result(self, v):
+        return np.array(self.host(v))
 
     def neg(self, v):
         rt = self.rt

@@ -89,12 +89,18 @@ def anneal(func: Callable, scales, n_iters: int, rng: np.random.Generator,
     n_changes = 0
     interrupted = False
     n = 0
+    spread = np.empty_like(scales)      # temp * scales, in one buffer kept for the whole run
     for k in range(n_iters):
         if k > 0 and stop is not None and stop():
             interrupted = True
             break
         temp = END_TEMPERATURE ** (k / (n_iters - 1)) if n_iters > 1 else 1.0
-        trial = center + temp * scales * rng.uniform(-1.0, 1.0, size=scales.size)
+        # trial = center + temp * scales * uniform, the same products and sums (each commutes), in
+        # the array the draw returned: on large nets each fresh temporary cost more than the draw
+        trial = rng.uniform(-1.0, 1.0, size=scales.size)
+        np.multiply(scales, temp, out=spread)
+        np.multiply(trial, spread, out=trial)
+        np.add(center, trial, out=trial)
         u = rng.random()
         f = func(trial)
         n += 1

@@ -384,7 +384,7 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
     iteration below which an iteration counts as small; ``patience`` small ones in a row end it.
     stop(): asked between evaluations; True ends refinement with the best point so far.
     on_iter(iteration, criterion, step_length, weights): called after each iteration (weights: the
-    current best point; do not modify it).
+    current best point, valid during the call; do not modify it, copy it to keep it).
     first_move: the first trial step moves the weights by this fraction of their length (or of
     0.01 * sqrt(n) when they are near zero).
     line_search: "slopes" (line_search_slopes: gradient at every trial, strong Wolfe with ``sigma``)
@@ -398,7 +398,7 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
     (convnet.vectors.HostVectors, the default: numpy arrays); another home (an evaluator's, e.g.
     the device's) needs its ``line`` too, and works with the slope search and no preconditioner.
     ``grad`` is then asked only for the start, with host weights, and ``on_iter`` gets host
-    weights.
+    weights (to read during the call: copy them to keep them).
     """
     V = HOST_VECTORS if vectors is None else vectors
     if V is not HOST_VECTORS and (line is None or line_search != "slopes" or preconditioner is not None):
@@ -425,7 +425,7 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
     f = _finite(f)
     history = [(0, f, 0.0)]
     if not math.isfinite(f) or max_iters <= 0:
-        return CGResult(V.host(x), f, 0, n_func, n_grad, history,
+        return CGResult(V.result(x), f, 0, n_func, n_grad, history,
                         "no progress" if not math.isfinite(f) else "maxiters")
 
     def scaled(vec):
@@ -524,4 +524,4 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
         V.new_direction(dv, beta, gv_new)    # dv = -gv_new + beta * dv, in place
         steepest = beta == 0.0
         gv, gg = gv_new, gg_new
-    return CGResult(V.host(x), f, it, n_func, n_grad, history, stop_reason)
+    return CGResult(V.result(x), f, it, n_func, n_grad, history, stop_reason)
