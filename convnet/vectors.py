@@ -1,5 +1,4 @@
-"""Single passes over a weight vector: the optimizer's updates, the weight penalty's sum, and
-the device path's rounding of the weights to float32.
+"""Single passes over a weight vector: the optimizer's updates and the weight penalty's sum.
 
 On a large net (LeNet: 431,080 weights) every numpy expression such as ``x + t * d`` is two
 passes over memory and a new array; at about a third of a millisecond a pass they added up to a
@@ -68,19 +67,6 @@ def selected_sum_of_squares(w, selected):
         if selected[i]:
             a0 += w[i] * w[i]
     return (a0 + a1) + (a2 + a3)
-
-
-@njit(cache=True, nogil=True)
-def round_and_compare(w, out32, last32, compare):
-    """out32 = w rounded to float32; returns whether any value differs from last32 (always
-    True when not compare)."""
-    changed = not compare
-    for i in range(w.shape[0]):
-        v = np.float32(w[i])
-        out32[i] = v
-        if v != last32[i]:
-            changed = True
-    return changed
 
 
 class HostVectors:

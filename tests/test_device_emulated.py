@@ -1040,3 +1040,32 @@ def test_emulated_device_vectors_are_the_host_passes(fake_runtime):
     assert s0 == pytest.approx(h0, rel=1e-12) and s1 == pytest.approx(h1, rel=1e-12)
     with pytest.raises(ValueError):
         V.array(np.zeros(3))
+
+
+def test_emulated_gpu_training_runs_no_compiled_host_pass(fake_runtime, monkeypatch, tmp_path):
+    """A TRAIN on one GPU keeps the refinement's vectors on the device and rounds and penalises
+    the annealing's weights with numpy: none of convnet/vectors.py's compiled passes runs, so a GPU
+    run never pays for starting the compiler."""
+    import json
+    from convnet import vectors
+    from convnet.session import run
+    from convnet.train import conjgrad
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a compiled host pass ran")
+
+    for name in ("step_into", "new_direction", "dot_and_change"):
+        monkeypatch.setattr(vectors.HostVectors, name, staticmethod(refuse))
+    monkeypatch.setattr(vectors, "selected_sum_of_squares", refuse)
+    monkeypatch.setattr(conjgrad, "step_into", refuse)
+    monkeypatch.setattr("convnet.devices.cuda_status", lambda: (True, "emulated device"))
+    ctl = tmp_path / "gpu.ctl"
+    ctl.write_text("MAKE IMAGE 8 8 1 3 120\nCONVOLUTIONAL LAYER 4 1 1 1 1 1 1\n"
+                   "POOLED MAX LAYER 2 2 2 2\nFULLY CONNECTED LAYER 5\nANNEAL ITERS = 5\n"
+                   "MAXITERS = 4\nWPEN = 0.01\nCUDA = YES\nTRAIN\nTEST\n")
+    out = tmp_path / "out"
+    run([str(ctl)], out=str(out), seed=2)
+    assert json.loads((out / "results.json").read_text())["status"] == "done"
+    assert "Line search trial points formed on the device" in (out / "CUDA.LOG").read_text()
+    with pytest.raises(AssertionError):             # the refusal itself works
+        vectors.HostVectors().step_into(None, None, 0.0, None)

@@ -69,10 +69,10 @@ def test_penalty_spares_the_biases_and_both_sums_agree():
     mask = ARCH.penalty_mask()
     want = 0.5 / ARCH.n_weights * float(np.sum(mask * w * w))
     assert pen.value(w) == pytest.approx(want, rel=1e-14)
-    assert pen.value_of_selected(w) == pytest.approx(want, rel=1e-14)
+    assert pen.value_numpy(w) == pytest.approx(want, rel=1e-14)      # the device path's sum
     assert np.array_equal(pen.gradient(w), 2.0 * 0.5 / ARCH.n_weights * mask * w)
     none = WeightPenalty(ARCH, 0.0)
-    assert none.value(w) == 0.0 and none.value_of_selected(w) == 0.0 and none.gradient(w) is None
+    assert none.value(w) == 0.0 and none.value_numpy(w) == 0.0 and none.gradient(w) is None
 
 
 # ------------------------------------------------------------------ the defaults table

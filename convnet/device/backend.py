@@ -37,7 +37,6 @@ from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS,
 from .plan import CHUNK, ModelPlan
 from .runtime import DeviceUnavailable, Runtime, device_available, device_report  # noqa: F401
 from .timers import EventTimer
-from ..vectors import round_and_compare
 
 # Share of the free device memory an automatic MAX BATCH may take.
 AUTO_BATCH_MEMORY_SHARE = 0.25
@@ -197,17 +196,18 @@ class DeviceBackend:
         or 1) when they must be sent (queue_upload), None when the device has them already.
 
         The device computes in float32, so the weights are rounded to float32 into one of two
-        page-locked buffers, used in turn, and compared with the last float32 copy sent (in slices,
-        so a change is usually found in the first): a change too small to alter any float32 weight
-        changes nothing the device computes and is not sent."""
+        page-locked buffers, used in turn, and compared with the last float32 copy sent: a change
+        too small to alter any float32 weight changes nothing the device computes and is not
+        sent."""
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (self.n_weights,):
             raise ConvnetError(f"this model has {self.n_weights} weights; got an array of shape {w.shape}")
         index = self.weight_uploads % 2
         buf = self.h_w32[index]
         last = self._last_weights
-        w = np.ascontiguousarray(w)
-        if not round_and_compare(w, buf, buf if last is None else last, last is not None):
+        # numpy, not a compiled pass: a GPU run then never starts the compiler (see value_numpy)
+        np.copyto(buf, w, casting="same_kind")          # rounds to the nearest float32
+        if last is not None and np.array_equal(buf, last):
             return None
         self._last_weights = buf
         self.weight_uploads += 1

@@ -64,7 +64,7 @@ class DeviceEvaluator(Evaluator):
             self._run("criterion", b.stage_weights(weights), self._criterion_launches)
             crit = self._read(self.h_crit, 0)
             b.timer.resolve()
-        return crit / (self.n_cases * b.arch.n_classes) + self.penalty.value(weights)
+        return crit / (self.n_cases * b.arch.n_classes) + self.penalty.value_numpy(weights)
 
     def gradient(self, weights):
         b = self.backend
@@ -79,7 +79,7 @@ class DeviceEvaluator(Evaluator):
             crit = self._read(self.h_grad, b.n_weights)
             b.timer.resolve()
             grad = np.array(self.h_grad[:b.n_weights])
-        return crit * self.scale + self.penalty.value(weights), grad
+        return crit * self.scale + self.penalty.value_numpy(weights), grad
 
     def outputs(self, weights):
         b = self.backend
