@@ -98,15 +98,6 @@ class WeightPenalty:
         w = np.ascontiguousarray(w, dtype=np.float64)
         return self.coefficient * float(selected_sum_of_squares(w, self.selected))
 
-    def value_numpy(self, w):
-        """The penalty summed by numpy's dot product: another order than :meth:`value`'s (the
-        last bits can differ), but no compiled code. The device path uses it, so that a GPU run
-        never pays for starting the compiler (about half a second in a fresh process)."""
-        if not self.wpen:
-            return 0.0
-        w = np.asarray(w, dtype=np.float64)
-        return self.coefficient * float(np.dot(w, np.multiply(w, self.mask, out=self._scratch(w.size))))
-
     def gradient(self, w):
         """d penalty / d w, or None when there is no penalty."""
         if self.wpen == 0.0:

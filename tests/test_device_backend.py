@@ -126,19 +126,27 @@ def test_against_host_backend():
         assert np.abs(a - b).max() < 1e-5
 
 
-def test_weights_copied_only_when_changed():
+def test_weights_sent_as_float64_and_rounded_on_the_device():
+    """The device rounds the weights to float32 (the host's rounding, to the bit) and sums their
+    penalty; criterion and gradient agree on it."""
     arch = Architecture.from_lines(["LOCAL LAYER 3 1 1 1 1 1 1", "FULLY CONNECTED LAYER 5"], 6, 6, 2, 3)
     rng = np.random.default_rng(3)
     x, c = rng.random((50, 2, 6, 6)), rng.integers(0, 3, 50)
     be = _backend(arch)
-    ev = be.evaluator(x, c)
+    ev = be.evaluator(x, c, 0.3)
     w = rng.normal(0, 0.3, arch.n_weights)
     c1 = ev.criterion(w)
     c2, _ = ev.gradient(w.copy())
     ev.outputs(w)
-    assert be.weight_uploads == 1 and c1 == c2
+    assert be.weight_uploads == 3 and c1 == c2
+    w32 = np.empty(arch.n_weights, np.float32)
+    with be.rt.active():
+        be.rt.cuda.memcpy_dtoh(w32, be.d_w32)
+    assert np.array_equal(w32, w.astype(np.float32))
+    no_penalty = be.evaluator(x, c, 0.0).criterion(w)
+    assert (c1 - no_penalty) == pytest.approx(ev.penalty.value(w), rel=1e-10)
     w[-1] += 0.5                          # the last output bias: it moves the criterion
-    assert ev.criterion(w) != c1 and be.weight_uploads == 2
+    assert ev.criterion(w) != c1
 
 
 def test_timings_and_cuda_log(tmp_path):

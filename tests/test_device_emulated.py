@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 from convnet.architecture import Architecture
+from convnet.errors import ConvnetError
+from convnet.evaluator import WeightPenalty
 from convnet.device import backend as dbe
 from convnet.device import kernel_args, launches, runtime, tuning
 from convnet.device.plan import ModelPlan, simulate
@@ -446,8 +448,11 @@ class _Kernels:
         return acc[:, 0]
 
     def line_point(self, grid, block, x, d, t, n, mask, w32, pen_part):
-        tt = self.mem.view(t, np.float64, 1)[0]
-        v = self.mem.view(x, np.float64, n) + tt * self.mem.view(d, np.float64, n)
+        if t == 0:                                        # NULL: the weights the host sent
+            v = self.mem.view(x, np.float64, n).copy()
+        else:
+            tt = self.mem.view(t, np.float64, 1)[0]
+            v = self.mem.view(x, np.float64, n) + tt * self.mem.view(d, np.float64, n)
         self.mem.view(w32, np.float32, n)[:] = v.astype(np.float32)
         m = self.mem.view(mask, np.uint8, n) != 0
         self.mem.view(pen_part, np.float64, grid[0])[:] = self._line_block_sums(
@@ -642,7 +647,7 @@ def test_emulated_backend_matches_reference(fake_runtime, reference_case):
                 assert np.array_equal(a[c], z[key])
 
 
-def test_weights_copied_only_when_changed(fake_runtime):
+def test_weights_sent_as_float64_and_rounded_on_the_device(fake_runtime):
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 2 1 1 1 1 1 1"], 5, 5, 1, 3)
     be = dbe.DeviceBackend(arch)
     rng = np.random.default_rng(1)
@@ -650,16 +655,19 @@ def test_weights_copied_only_when_changed(fake_runtime):
     c = rng.integers(0, 3, 7)
     ev = be.evaluator(x, c)
     w = rng.normal(0, 0.3, arch.n_weights)
-    ev.criterion(w)
-    ev.gradient(w)
+    c1 = ev.criterion(w)
+    c2, g2 = ev.gradient(w)
     ev.outputs(w.copy())
-    assert be.weight_uploads == 1
+    assert be.weight_uploads == 3 and c1 == c2       # every evaluation sends its weights
+    assert np.array_equal(be.h_w64, w)               # float64, as given: the device rounds them
+    assert np.array_equal(fake_runtime.mem.view(be.d_w32, np.float32, w.size), w.astype(np.float32))
     w[3] = np.nextafter(w[3], 10.0)       # below float32 resolution: the device weights are the same
-    ev.criterion(w)
-    assert be.weight_uploads == 1
-    w[3] += 1e-3
-    ev.criterion(w)
-    assert be.weight_uploads == 2
+    assert np.array_equal(ev.gradient(w)[1], g2)
+    with pytest.raises(ConvnetError):
+        ev.criterion(w[:-1])
+    # the penalty summed on the device: the host's value to rounding
+    c_pen = be.evaluator(x, c, 0.4).criterion(w)
+    assert (c_pen - ev.criterion(w)) == pytest.approx(WeightPenalty(arch, 0.4).value(w), rel=1e-10)
 
 
 RANDOM_ARCHS = [
@@ -812,8 +820,8 @@ def test_graph_replay_gives_the_eager_results(fake_runtime, spec):
             out.append(ev.gradient(w))
             out.append(ev.criterion(w))
         runs[graphs] = (out, [row[:3] for row in be.timings()], be.timer.evaluations)
-    # gradients upload from staging buffer 0 or 1 (a graph each), criteria reuse those weights
-    assert fake_runtime.captures == 3
+    # a graph for gradients and one for criteria, each sending the staged weights
+    assert fake_runtime.captures == 2
     assert fake_runtime.graph_launches == 8             # evaluations 2-5 of each kind
     (eager, eager_table, eager_n), (graphed, graph_table, graph_n) = runs[False], runs[True]
     for a, b in zip(eager, graphed):

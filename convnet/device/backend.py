@@ -31,11 +31,12 @@ import numpy as np
 from ..control import DEFAULT_PARAMETERS
 from ..errors import ConvnetError
 from .conv_tiled import ConvTiled
-from .evaluator import DeviceEvaluator
-from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, weights_scatter,
+from .evaluator import HOST_WEIGHTS, DeviceEvaluator
+from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, line_parts,
+                       line_point, vec_finish, weights_scatter,
                        windows_tile)
 from .plan import CHUNK, ModelPlan
-from .runtime import DeviceUnavailable, Runtime, device_available, device_report  # noqa: F401
+from .runtime import NULL, DeviceUnavailable, Runtime, device_available, device_report  # noqa: F401
 from .timers import EventTimer
 
 # Share of the free device memory an automatic MAX BATCH may take.
@@ -133,12 +134,15 @@ class DeviceBackend:
             self.d_wbwd = rt.alloc(4 * max(lay.n_bwd, 1))
             rt.cuda.memset_d32(self.d_wfwd, 0, lay.n_fwd)
             rt.cuda.memset_d32(self.d_wbwd, 0, max(lay.n_bwd, 1))
-            # two page-locked float32 staging buffers, used in turn (see _set_weights)
-            self.h_w32 = [rt.cuda.pagelocked_empty(self.n_weights, np.float32) for _ in range(2)]
+            # the weights go up as they are (float64, one page-locked staging buffer); the device
+            # rounds them to float32 and sums their penalty (stage_weights, queue_upload)
+            self.h_w64 = rt.cuda.pagelocked_empty(self.n_weights, np.float64)
+            self.d_w64 = rt.alloc(8 * self.n_weights)
+            self.d_pen_part = rt.alloc(8 * line_parts(self.n_weights))
             self.static_bytes = (desc_arr.nbytes + self.plan.tables.nbytes + 4 * 3 * self.n_weights
-                                 + 4 * lay.n_fwd + self.n_weights + 8 * self.n_weights
+                                 + 4 * lay.n_fwd + self.n_weights + 16 * self.n_weights
+                                 + 8 * line_parts(self.n_weights)
                                  + 4 * lay.n_fwd + 4 * max(lay.n_bwd, 1))
-        self._last_weights = None
         self.weight_uploads = 0
         self.last_allocation = None     # lines for CUDA.LOG section 3, from the last evaluator
 
@@ -184,40 +188,36 @@ class DeviceBackend:
         return 4 * (floats + ints + p.n_inputs + scratch) + 8 * (1 + p.n_classes)
 
     def _set_weights(self, weights):
-        """Copy the weights to the device if they differ from the last copy (returns True if copied)."""
-        buf = self.stage_weights(weights)
-        if buf is None:
-            return False
-        self.queue_upload(buf)
-        return True
+        """Send the weights to the device (asynchronous)."""
+        self.stage_weights(weights)
+        self.queue_upload()
 
     def stage_weights(self, weights):
-        """Round the weights to float32 into a page-locked staging buffer; returns its index (0
-        or 1) when they must be sent (queue_upload), None when the device has them already.
+        """Copy the weights (float64, the book's host order) into the page-locked staging buffer
+        for queue_upload; returns HOST_WEIGHTS, what DeviceEvaluator._run sends.
 
-        The device computes in float32, so the weights are rounded to float32 into one of two
-        page-locked buffers, used in turn, and compared with the last float32 copy sent: a change
-        too small to alter any float32 weight changes nothing the device computes and is not
-        sent."""
+        The device computes in float32, but the rounding and the penalty's sum happen there
+        (queue_upload): the host makes one copy and no compiled pass, so a GPU run never starts
+        the compiler."""
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (self.n_weights,):
             raise ConvnetError(f"this model has {self.n_weights} weights; got an array of shape {w.shape}")
-        index = self.weight_uploads % 2
-        buf = self.h_w32[index]
-        last = self._last_weights
-        # numpy, not a compiled pass: a GPU run then never starts the compiler (see value_numpy)
-        np.copyto(buf, w, casting="same_kind")          # rounds to the nearest float32
-        if last is not None and np.array_equal(buf, last):
-            return None
-        self._last_weights = buf
+        np.copyto(self.h_w64, w)
         self.weight_uploads += 1
-        return index
+        return HOST_WEIGHTS
 
-    def queue_upload(self, index):
-        """Send staging buffer index and scatter it into the device layouts (asynchronous)."""
+    def queue_upload(self, pen_out=NULL):
+        """Send the staged weights, round them to float32 and scatter them into the device layouts
+        (asynchronous); pen_out, a device double, receives the sum of the penalised weights'
+        squares (line_point's blocks of 4096, then the blocks in order) when given."""
         rt = self.rt
-        rt.cuda.memcpy_htod_async(self.d_w32, self.h_w32[index], rt.stream)
+        n = self.n_weights
+        rt.cuda.memcpy_htod_async(self.d_w64, self.h_w64, rt.stream)
+        line_point(rt, x=self.d_w64, d=self.d_w64, t=NULL, n=n, mask=self.d_mask, w32=self.d_w32,
+                   pen_part=self.d_pen_part)
         self.queue_scatter()
+        if int(pen_out):
+            vec_finish(rt, part=self.d_pen_part, n_parts=line_parts(n), k=1, out=pen_out)
 
     def queue_scatter(self):
         """Scatter the float32 weights in d_w32 into the device layouts (asynchronous)."""
@@ -225,11 +225,6 @@ class DeviceBackend:
         weights_scatter(rt, w=self.d_w32, n=self.n_weights, fwd_index=self.d_fwd_index,
                         bwd_index=self.d_bwd_index, fwd=self.d_wfwd, bwd=self.d_wbwd)
         self.timer.mark(rt.stream, "Device", "weight copy", 1)
-
-    def forget_weights(self):
-        """The device's weights were made on the device (a line search's trial point): the next
-        weights from the host are sent whatever they are."""
-        self._last_weights = None
 
     def alloc(self, nbytes):
         """A device buffer for per-evaluator work (NaN-filled when poisoning)."""

@@ -11,6 +11,8 @@ from .graphs import DriverError
 from .launches import EPI_DERIV, EPI_NONE, EPI_TANH
 from .layout import activations_to_host, image_to_device
 from .line import LINE_POINT, DeviceLine, DeviceVectors
+
+HOST_WEIGHTS = "host weights"    # _run's weights: sent from the host (DeviceBackend.stage_weights)
 from .plan import CHUNK, split_batches
 from .runtime import NULL, ptr
 from .tuning import Tuner
@@ -37,20 +39,20 @@ class DeviceEvaluator(Evaluator):
             self.d_classes = rt.upload(cls)
             self.d_probs = backend.alloc(8 * n * ncls)
             self.d_ll = backend.alloc(8 * n)
-            self.d_crit = backend.alloc(8)
+            self.d_crit = backend.alloc(8 * 2)                            # and the penalty
             self.d_acc = backend.alloc(8 * backend.n_weights)
-            self.d_grad = backend.alloc(8 * (backend.n_weights + 1))      # and the criterion
+            self.d_grad = backend.alloc(8 * (backend.n_weights + 2))      # and criterion, penalty
             self.ws = Workspace(backend, self.nb, n)
             self.tuner = Tuner(rt, backend.tune)
-            self.h_crit = rt.cuda.pagelocked_empty(1, np.float64)
-            self.h_grad = rt.cuda.pagelocked_empty(backend.n_weights + 1, np.float64)
+            self.h_crit = rt.cuda.pagelocked_empty(2, np.float64)
+            self.h_grad = rt.cuda.pagelocked_empty(backend.n_weights + 2, np.float64)
         # launch sequences recorded as CUDA graphs, by (kind, timed, upload): see _run
         self.graphs = {}
         self.use_graphs = backend.graphs and getattr(rt, "can_capture", False)
         self._ran = set()
         self.line_state = None          # the buffers of line searches on the device, made on first use
         self._vectors = None
-        data_bytes = 4 * n * plan.n_inputs + 4 * n + 8 * n * ncls + 8 * n + 8 + 16 * backend.n_weights
+        data_bytes = 4 * n * plan.n_inputs + 4 * n + 8 * n * ncls + 8 * n + 32 + 16 * backend.n_weights
         self.allocation = allocation_lines(backend, self.ws, n, self.nb, len(self.batches), data_bytes)
         backend.last_allocation = self.allocation
 
@@ -61,10 +63,12 @@ class DeviceEvaluator(Evaluator):
         with b.rt.active():
             b.timer.start(b.rt.stream)
             b.last_allocation = self.allocation
-            self._run("criterion", b.stage_weights(weights), self._criterion_launches)
+            self._run("criterion", b.stage_weights(weights), self._criterion_launches,
+                      pen_out=ptr(self.d_crit, 1, 8))
             crit = self._read(self.h_crit, 0)
+            pen = float(self.h_crit[1])
             b.timer.resolve()
-        return crit / (self.n_cases * b.arch.n_classes) + self.penalty.value_numpy(weights)
+        return crit / (self.n_cases * b.arch.n_classes) + self._penalty(pen)
 
     def gradient(self, weights):
         b = self.backend
@@ -75,11 +79,13 @@ class DeviceEvaluator(Evaluator):
             b.last_allocation = self.allocation
             if self.line_state is not None:
                 self.line_state.latest = None           # d_grad is about to change
-            self._run("gradient", b.stage_weights(weights), self._gradient_launches)
+            self._run("gradient", b.stage_weights(weights), self._gradient_launches,
+                      pen_out=ptr(self.d_grad, b.n_weights + 1, 8))
             crit = self._read(self.h_grad, b.n_weights)
+            pen = float(self.h_grad[b.n_weights + 1])
             b.timer.resolve()
             grad = np.array(self.h_grad[:b.n_weights])
-        return crit * self.scale + self.penalty.value_numpy(weights), grad
+        return crit * self.scale + self._penalty(pen), grad
 
     def outputs(self, weights):
         b = self.backend
@@ -109,20 +115,24 @@ class DeviceEvaluator(Evaluator):
         return self._vectors
 
     # ------------------------------------------------------------------ internals
-    def _run(self, kind, upload, launches):
-        """Queue one evaluation: the weights (upload: the staging buffer to send, None when the
-        device has them, LINE_POINT to form a line search's trial point there) and the launches.
-        The first time they run as they are (so the tuner can time its candidates); after that
-        each variant (timed or not, which weights) is recorded once as a CUDA graph, and the graph
-        is launched instead."""
+    def _penalty(self, sum_of_squares):
+        """The penalty from the device's sum of the penalised weights' squares."""
+        return self.penalty.coefficient * sum_of_squares if self.wpen else 0.0
+
+    def _run(self, kind, upload, launches, pen_out=NULL):
+        """Queue one evaluation: the weights (upload: HOST_WEIGHTS for the staged ones, whose
+        penalty sum goes to pen_out, or LINE_POINT to form a line search's trial point here) and
+        the launches. The first time they run as they are (so the tuner can time its candidates);
+        after that each variant (timed or not, which weights) is recorded once as a CUDA graph,
+        and the graph is launched instead."""
         b = self.backend
         rt = b.rt
 
         def record():
             if upload == LINE_POINT:
                 self.line_state.queue_point()
-            elif upload is not None:
-                b.queue_upload(upload)
+            else:
+                b.queue_upload(pen_out)
             launches()
 
         timed = b.timer.enabled and b.timer._start is not None

@@ -243,7 +243,6 @@ class DeviceLine:
             b.last_allocation = ev.allocation
             st.h_t[0] = t
             rt.cuda.memcpy_htod_async(st.d_t, st.h_t, rt.stream)
-            b.forget_weights()          # the device's weights are no longer a staged upload
             b.timer.line_points += 1
             ev._run("line gradient", LINE_POINT, st.queue_sums)
             rt.stream.synchronize()
@@ -251,7 +250,7 @@ class DeviceLine:
             b.timer.resolve()
             self.count += 1
             st.latest = (self.generation, self.count)
-            f = ll * ev.scale + (ev.penalty.coefficient * pen if ev.wpen else 0.0)
+            f = ll * ev.scale + ev._penalty(pen)
             if f < self.lowest[0]:
                 # keep this gradient: the search may come back to this point after later trials
                 rt.cuda.memcpy_dtod_async(st.d_lowest, ev.d_grad, 8 * st.n, rt.stream)

@@ -107,20 +107,22 @@ __device__ __forceinline__ double line_block_sum(double v)
 
 // w = x + t * d rounded to float32 (the product and the sum each rounded, as the host's
 // step_into computes them: no fused multiply-add, so the float32 weights are those the host
-// would send), and per block the sum of w^2 over the penalised weights (mask).
+// would send), and per block the sum of w^2 over the penalised weights (mask). With t NULL,
+// w = x: the weights the host sent (float64), rounded here.
 extern "C" __global__ void line_point(
     const double* __restrict__ x, const double* __restrict__ d, const double* __restrict__ t,
     int n, const unsigned char* __restrict__ mask, float* __restrict__ w32,
     double* __restrict__ pen_part)
 {
-    const double tt = *t;
+    const bool step = t != nullptr;
+    const double tt = step ? *t : 0.0;
     const int base = blockIdx.x * LINE_BLOCK + threadIdx.x;
     double acc = 0.0;
 #pragma unroll 4
     for (int j = 0; j < LINE_PER_THREAD; ++j) {
         const int i = base + j * LINE_THREADS;
         if (i < n) {
-            const double v = __dadd_rn(x[i], __dmul_rn(tt, d[i]));
+            const double v = step ? __dadd_rn(x[i], __dmul_rn(tt, d[i])) : x[i];
             w32[i] = __double2float_rn(v);
             if (mask[i]) acc = __dadd_rn(acc, __dmul_rn(v, v));
         }
