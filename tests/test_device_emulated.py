@@ -458,17 +458,6 @@ class _Kernels:
         self.mem.view(pen_part, np.float64, grid[0])[:] = self._line_block_sums(
             np.where(m, v * v, 0.0), n, grid, block)
 
-    def line_slope(self, grid, block, g, d, n, part):
-        terms = self.mem.view(g, np.float64, n) * self.mem.view(d, np.float64, n)
-        self.mem.view(part, np.float64, grid[0])[:] = self._line_block_sums(terms, n, grid, block)
-
-    def line_finish(self, grid, block, pen_part, slope_part, n_parts, ll, out):
-        pen = slope = 0.0
-        for p, s in zip(self.mem.view(pen_part, np.float64, n_parts),
-                        self.mem.view(slope_part, np.float64, n_parts)):
-            pen, slope = pen + p, slope + s
-        self.mem.view(out, np.float64, 3)[:] = (self.mem.view(ll, np.float64, 1)[0], pen, slope)
-
     # the refinement's vector operations (weights.cu, DeviceVectors)
     def vec_step(self, grid, block, out, x, t, d, n):
         assert grid[0] * block[0] >= n

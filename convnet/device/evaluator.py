@@ -41,18 +41,19 @@ class DeviceEvaluator(Evaluator):
             self.d_ll = backend.alloc(8 * n)
             self.d_crit = backend.alloc(8 * 2)                            # and the penalty
             self.d_acc = backend.alloc(8 * backend.n_weights)
-            self.d_grad = backend.alloc(8 * (backend.n_weights + 2))      # and criterion, penalty
+            # the gradient, then the log likelihood, the penalty's sum and a line search's slope
+            self.d_grad = backend.alloc(8 * (backend.n_weights + 3))
             self.ws = Workspace(backend, self.nb, n)
             self.tuner = Tuner(rt, backend.tune)
             self.h_crit = rt.cuda.pagelocked_empty(2, np.float64)
-            self.h_grad = rt.cuda.pagelocked_empty(backend.n_weights + 2, np.float64)
+            self.h_grad = rt.cuda.pagelocked_empty(backend.n_weights + 3, np.float64)
         # launch sequences recorded as CUDA graphs, by (kind, timed, upload): see _run
         self.graphs = {}
         self.use_graphs = backend.graphs and getattr(rt, "can_capture", False)
         self._ran = set()
         self.line_state = None          # the buffers of line searches on the device, made on first use
         self._vectors = None
-        data_bytes = 4 * n * plan.n_inputs + 4 * n + 8 * n * ncls + 8 * n + 32 + 16 * backend.n_weights
+        data_bytes = 4 * n * plan.n_inputs + 4 * n + 8 * n * ncls + 8 * n + 40 + 16 * backend.n_weights
         self.allocation = allocation_lines(backend, self.ws, n, self.nb, len(self.batches), data_bytes)
         backend.last_allocation = self.allocation
 

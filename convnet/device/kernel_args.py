@@ -90,22 +90,19 @@ GRAD_FINISH = KernelParams("grad_finish", "weights.cu", acc=PTR, w=PTR, mask=PTR
 # the line search's trial points formed on the device (line.py)
 LINE_POINT = KernelParams("line_point", "weights.cu", x=PTR, d=PTR, t=PTR, n=INT, mask=PTR, w32=PTR,
                           pen_part=PTR)
-LINE_SLOPE = KernelParams("line_slope", "weights.cu", g=PTR, d=PTR, n=INT, part=PTR)
-LINE_FINISH = KernelParams("line_finish", "weights.cu", pen_part=PTR, slope_part=PTR, n_parts=INT,
-                           ll=PTR, out=PTR)
 # the refinement's vector operations on the device (line.py, DeviceVectors)
 VEC_STEP = KernelParams("vec_step", "weights.cu", out=PTR, x=PTR, t=DOUBLE, d=PTR, n=INT)
 VEC_DIRECTION = KernelParams("vec_direction", "weights.cu", d=PTR, beta=DOUBLE, g=PTR, n=INT)
 VEC_NEG = KernelParams("vec_neg", "weights.cu", out=PTR, v=PTR, n=INT)
 VEC_SUMS = KernelParams("vec_sums", "weights.cu", a=PTR, b=PTR, n=INT, mode=INT, part=PTR)
 VEC_FINISH = KernelParams("vec_finish", "weights.cu", part=PTR, n_parts=INT, k=INT, out=PTR)
-# weights each block of line_point, line_slope and vec_sums covers (LINE_BLOCK in weights.cu)
+# weights each block of line_point and vec_sums covers (LINE_BLOCK in weights.cu)
 LINE_BLOCK = 4096
 LINE_THREADS = 256
 
 FAMILIES = (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BACKWARD,
             POOL_BACKWARD_TILES, SOFTMAX_LL, LL_SUM, WEIGHTS_SCATTER, GRAD_FLATTEN, GRAD_FLATTEN_D,
-            GRAD_SLOT_SUM, GRAD_FINISH, LINE_POINT, LINE_SLOPE, LINE_FINISH, VEC_STEP,
+            GRAD_SLOT_SUM, GRAD_FINISH, LINE_POINT, VEC_STEP,
             VEC_DIRECTION, VEC_NEG, VEC_SUMS, VEC_FINISH)
 
 # conv_small.cu is compiled for these padded slice counts (a function per width).

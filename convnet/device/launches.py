@@ -6,10 +6,9 @@ import numpy as np
 
 from . import tuning
 from .kernel_args import (CONV_SMALL, CONV_SMALL_POOL, GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN,
-                          GRAD_FLATTEN_D, GRAD_SLOT_SUM, LINE_BLOCK, LINE_FINISH, LINE_POINT,
-                          LINE_SLOPE, LINE_THREADS, LL_SUM, POOL_BACKWARD, POOL_BACKWARD_TILES,
-                          POOL_FORWARD, SOFTMAX_LL, VEC_DIRECTION, VEC_FINISH, VEC_NEG, VEC_STEP,
-                          VEC_SUMS, WEIGHTS_SCATTER)
+                          GRAD_FLATTEN_D, GRAD_SLOT_SUM, LINE_BLOCK, LINE_POINT, LINE_THREADS, LL_SUM,
+                          POOL_BACKWARD, POOL_BACKWARD_TILES, POOL_FORWARD, SOFTMAX_LL, VEC_DIRECTION,
+                          VEC_FINISH, VEC_NEG, VEC_STEP, VEC_SUMS, WEIGHTS_SCATTER)
 
 EPI_NONE, EPI_TANH, EPI_DERIV = 0, 1, 2     # gemm_nn epilogue: none, tanh, times tanh'(prior)
 
@@ -190,24 +189,13 @@ def weights_scatter(rt, w, n, fwd_index, bwd_index, fwd, bwd):
 
 
 def line_parts(n):
-    """Partial sums of line_point and line_slope for n weights (a block each)."""
+    """Partial sums of line_point and vec_sums for n weights (a block each)."""
     return -(-n // LINE_BLOCK)
 
 
 def line_point(rt, x, d, t, n, mask, w32, pen_part):
     rt.launch("line_point", (line_parts(n), 1, 1), (LINE_THREADS, 1, 1),
               *LINE_POINT.pack(x=x, d=d, t=t, n=n, mask=mask, w32=w32, pen_part=pen_part))
-
-
-def line_slope(rt, g, d, n, part):
-    rt.launch("line_slope", (line_parts(n), 1, 1), (LINE_THREADS, 1, 1),
-              *LINE_SLOPE.pack(g=g, d=d, n=n, part=part))
-
-
-def line_finish(rt, pen_part, slope_part, n_parts, ll, out):
-    rt.launch("line_finish", (1, 1, 1), (32, 1, 1),
-              *LINE_FINISH.pack(pen_part=pen_part, slope_part=slope_part, n_parts=n_parts, ll=ll,
-                                out=out))
 
 
 def vec_step(rt, out, x, t, d, n):

@@ -9,8 +9,8 @@ sent once per line, and a trial costs the host an 8-byte copy in (t) and a 24-by
     line_point   w = x + t * d, rounded to float32 (the same float32 weights as the host would
                  send: the product and the sum each rounded), and the penalty's sum of squares;
     ...          the gradient launches of DeviceEvaluator, unchanged (the same bits);
-    line_slope   the gradient's dot product with d;
-    line_finish  (log likelihood, penalty sum, slope) in one array, fetched with one copy.
+    vec_sums     the gradient's dot product with d (the slope);
+    vec_finish   both sums, put after the log likelihood: one copy fetches the three.
 
 The criterion is the same formula as DeviceEvaluator.gradient's; the penalty's sum and the slope
 are added in another order than the host's (blocks of 4096 weights, then the blocks in order), so
@@ -38,7 +38,8 @@ LINE_POINT = "line point"       # DeviceEvaluator._run's weights: a trial point 
 
 class LineState:
     """An evaluator's buffers for line searches: x and d (float64), the trial step, the partial
-    sums, the fetched scalars, and the gradient of the lowest point of the current line."""
+    sums (the penalty's, then the slope's), the fetched scalars, and the gradient of the lowest
+    point of the current line."""
 
     def __init__(self, ev):
         b = ev.backend
@@ -50,15 +51,10 @@ class LineState:
         self.d_x = b.alloc(8 * n)
         self.d_d = b.alloc(8 * n)
         self.d_t = b.alloc(8)
-        self.d_pen = b.alloc(8 * self.parts)
-        self.d_slope = b.alloc(8 * self.parts)
-        self.d_out = b.alloc(8 * 3)
+        self.d_part = b.alloc(8 * 2 * self.parts)
         self.d_lowest = b.alloc(8 * n)
-        self.h_x = rt.cuda.pagelocked_empty(n, np.float64)
-        self.h_d = rt.cuda.pagelocked_empty(n, np.float64)
         self.h_t = rt.cuda.pagelocked_empty(1, np.float64)
         self.h_out = rt.cuda.pagelocked_empty(3, np.float64)
-        self.h_grad = rt.cuda.pagelocked_empty(n, np.float64)
         self.generation = 0             # which DeviceLine the buffers hold
         self.latest = None              # (generation, evaluation) whose gradient is in d_grad
         ev.allocation.append(f"Line search on the device: x, d and one gradient, "
@@ -67,23 +63,22 @@ class LineState:
 
     def queue_point(self):
         """Queue the trial point's weights (read from d_t) and their scatter into the layouts."""
-        ev = self.ev
-        b = ev.backend
-        rt = b.rt
-        K.line_point(rt, x=self.d_x, d=self.d_d, t=self.d_t, n=self.n, mask=b.d_mask, w32=b.d_w32,
-                     pen_part=self.d_pen)
+        b = self.ev.backend
+        K.line_point(b.rt, x=self.d_x, d=self.d_d, t=self.d_t, n=self.n, mask=b.d_mask,
+                     w32=b.d_w32, pen_part=self.d_part)
         b.queue_scatter()
 
     def queue_sums(self):
-        """Queue the gradient, its slope along d and the fetch of the three scalars."""
+        """Queue the gradient, its slope along d, and the fetch of (log likelihood, penalty sum,
+        slope): d_grad[n], and the two sums vec_finish puts after it."""
         ev = self.ev
         b = ev.backend
         rt = b.rt
+        n = self.n
         ev._gradient_sums()
-        K.line_slope(rt, g=ev.d_grad, d=self.d_d, n=self.n, part=self.d_slope)
-        K.line_finish(rt, pen_part=self.d_pen, slope_part=self.d_slope, n_parts=self.parts,
-                      ll=ptr(ev.d_grad, self.n, 8), out=self.d_out)
-        rt.cuda.memcpy_dtoh_async(self.h_out, self.d_out, rt.stream)
+        K.vec_sums(rt, a=ev.d_grad, b=self.d_d, n=n, mode=0, part=ptr(self.d_part, self.parts, 8))
+        K.vec_finish(rt, part=self.d_part, n_parts=self.parts, k=2, out=ptr(ev.d_grad, n + 1, 8))
+        rt.cuda.memcpy_dtoh_async(self.h_out, ptr(ev.d_grad, n, 8), rt.stream)
         b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
 
 
@@ -201,14 +196,10 @@ class DeviceLine:
         b = ev.backend
         rt = b.rt
         n = b.n_weights
-        # the refinement's vectors on the device (DeviceVectors) or host arrays
-        self.on_device = isinstance(x, DeviceVector)
-        if not self.on_device:
-            x = np.asarray(x, dtype=np.float64)
-            d = np.asarray(d, dtype=np.float64)
-        if x.size != n or d.size != n or isinstance(d, DeviceVector) != self.on_device:
-            raise ValueError(f"a line of {n} weights needs x and d of {n} weights, both host arrays "
-                             f"or both device vectors")
+        # host arrays go up once (and the accepted gradient comes back as one)
+        self.host_arrays = not isinstance(x, DeviceVector)
+        if self.host_arrays:
+            x, d = ev.vectors.array(x), ev.vectors.array(d)
         self.ev = ev
         self.count = 0
         self.lowest = (math.inf, None)
@@ -218,15 +209,8 @@ class DeviceLine:
             st = self.state = ev.line_state
             st.generation += 1
             self.generation = st.generation
-            if self.on_device:
-                rt.cuda.memcpy_dtod_async(st.d_x, x.buf, 8 * n, rt.stream)
-                rt.cuda.memcpy_dtod_async(st.d_d, d.buf, 8 * n, rt.stream)
-                return
-            rt.stream.synchronize()     # the pinned buffers are free again
-            st.h_x[:] = x
-            st.h_d[:] = d
-            rt.cuda.memcpy_htod_async(st.d_x, st.h_x, rt.stream)
-            rt.cuda.memcpy_htod_async(st.d_d, st.h_d, rt.stream)
+            rt.cuda.memcpy_dtod_async(st.d_x, x.buf, 8 * n, rt.stream)
+            rt.cuda.memcpy_dtod_async(st.d_d, d.buf, 8 * n, rt.stream)
 
     def _check(self):
         if self.state.generation != self.generation:
@@ -270,10 +254,6 @@ class DeviceLine:
         else:
             raise RuntimeError(f"evaluation {handle} of this line is neither the latest nor the lowest")
         with rt.active():
-            if self.on_device:
-                g = DeviceVector(ev.backend.alloc(8 * st.n), st.n)
-                rt.cuda.memcpy_dtod_async(g.buf, src, 8 * st.n, rt.stream)
-                return g
-            rt.cuda.memcpy_dtoh_async(st.h_grad, src, rt.stream)
-            rt.stream.synchronize()
-            return np.array(st.h_grad)
+            g = DeviceVector(ev.backend.alloc(8 * st.n), st.n)
+            rt.cuda.memcpy_dtod_async(g.buf, src, 8 * st.n, rt.stream)
+        return ev.vectors.result(g) if self.host_arrays else g

@@ -85,7 +85,7 @@ extern "C" __global__ void grad_finish(
 // A line search evaluates x + t * d for several t. With x and d kept on the device (float64),
 // each trial point is formed here instead of on the host, so a trial costs the host no pass over
 // the weights. Each block covers LINE_BLOCK weights; its partial sums are added in block order by
-// line_finish, so every sum depends on nothing but the number of weights.
+// vec_finish, so every sum depends on nothing but the number of weights.
 #define LINE_THREADS 256
 #define LINE_PER_THREAD 16
 #define LINE_BLOCK (LINE_THREADS * LINE_PER_THREAD)
@@ -129,37 +129,6 @@ extern "C" __global__ void line_point(
     }
     const double total = line_block_sum(acc);
     if (threadIdx.x == 0) pen_part[blockIdx.x] = total;
-}
-
-// Per block, the sum of g * d (the slope of the criterion along d at the trial point).
-extern "C" __global__ void line_slope(
-    const double* __restrict__ g, const double* __restrict__ d, int n, double* __restrict__ part)
-{
-    const int base = blockIdx.x * LINE_BLOCK + threadIdx.x;
-    double acc = 0.0;
-#pragma unroll 4
-    for (int j = 0; j < LINE_PER_THREAD; ++j) {
-        const int i = base + j * LINE_THREADS;
-        if (i < n) acc = __dadd_rn(acc, __dmul_rn(g[i], d[i]));
-    }
-    const double total = line_block_sum(acc);
-    if (threadIdx.x == 0) part[blockIdx.x] = total;
-}
-
-// out = (summed log likelihood, penalty's sum of squares, slope): one copy fetches all three.
-extern "C" __global__ void line_finish(
-    const double* __restrict__ pen_part, const double* __restrict__ slope_part, int n_parts,
-    const double* __restrict__ ll, double* __restrict__ out)
-{
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    double pen = 0.0, slope = 0.0;
-    for (int b = 0; b < n_parts; ++b) {
-        pen = __dadd_rn(pen, pen_part[b]);
-        slope = __dadd_rn(slope, slope_part[b]);
-    }
-    out[0] = *ll;
-    out[1] = pen;
-    out[2] = slope;
 }
 
 // ------------------------------------------------------------------ the refinement's vectors
