@@ -96,6 +96,14 @@ class _FakeCuda:
         self.recording = None       # a list while a graph is being captured: async work is kept
         self.depth = 0              # Runtime.active() nesting: the real context is current inside
 
+    @staticmethod
+    def device_address(a, what):
+        """Like PyCUDA's copies: a device address is an allocation or a Python int (a numpy
+        integer such as runtime.ptr's is refused there)."""
+        if isinstance(a, np.generic):
+            raise AssertionError(f"{what}: a numpy integer as a device address (PyCUDA wants int())")
+        return a
+
     def need_context(self, what):
         """Like the driver: memory and launches need the device's context (Runtime.active())."""
         if self.depth <= 0:
@@ -110,6 +118,7 @@ class _FakeCuda:
 
     def memcpy_htod(self, dst, src):
         self.need_context("memcpy_htod")
+        self.device_address(dst, "memcpy_htod")
         src = np.ascontiguousarray(src)
         self.mem.view(dst, np.uint8, src.nbytes)[:] = src.view(np.uint8).ravel()
 
@@ -118,6 +127,7 @@ class _FakeCuda:
 
     def memcpy_dtoh(self, dst, src):
         self.need_context("memcpy_dtoh")
+        self.device_address(src, "memcpy_dtoh")
         assert dst.flags.c_contiguous
         dst.view(np.uint8).ravel()[:] = self.mem.view(src, np.uint8, dst.nbytes)
 
@@ -125,12 +135,15 @@ class _FakeCuda:
         self._queue(lambda: self.memcpy_dtoh(dst, src))
 
     def memcpy_dtod_async(self, dst, src, size, stream=None):
+        self.device_address(dst, "memcpy_dtod")
+        self.device_address(src, "memcpy_dtod")
         def copy():
             self.mem.view(dst, np.uint8, size)[:] = self.mem.view(src, np.uint8, size)
         self._queue(copy)
 
     def memset_d32(self, dst, value, count):
         self.need_context("memset_d32")
+        self.device_address(dst, "memset_d32")
         self.mem.view(dst, np.uint32, count)[:] = value
 
     def memset_d32_async(self, dst, value, count, stream=None):

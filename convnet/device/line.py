@@ -78,7 +78,7 @@ class LineState:
         ev._gradient_sums()
         K.vec_sums(rt, a=ev.d_grad, b=self.d_d, n=n, mode=0, part=ptr(self.d_part, self.parts, 8))
         K.vec_finish(rt, part=self.d_part, n_parts=self.parts, k=2, out=ptr(ev.d_grad, n + 1, 8))
-        rt.cuda.memcpy_dtoh_async(self.h_out, ptr(ev.d_grad, n, 8), rt.stream)
+        rt.cuda.memcpy_dtoh_async(self.h_out, int(ptr(ev.d_grad, n, 8)), rt.stream)
         b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
 
 
