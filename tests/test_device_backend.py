@@ -191,6 +191,15 @@ def test_model_cuda_errors_are_user_errors():
         m.gradient(np.zeros((2, 1, 4, 4)), np.zeros(2, int))
 
 
+def _tn_fitting(tile, R, N):
+    """tile, or where a whole-column variant does not fit the launch, the one that does."""
+    from convnet.device import tuning
+    if tile not in tuning.TN_COLS or tuning.tn_cols_shape(tile, R, N) is not None:
+        return tile
+    return next((t for t in tuning.TN_COLS if tuning.tn_cols_shape(t, R, N) is not None),
+                next(iter(tuning.TN_TILES)))
+
+
 @pytest.mark.parametrize("seed", [3, 5])
 def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     from convnet.device import tuning
@@ -201,7 +210,7 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     x = rng.random((900, arch.bands, arch.rows, arch.cols))
     c = rng.integers(0, arch.n_classes, 900)
     w = rng.normal(0, 0.4, arch.n_weights)
-    nns, tns = list(tuning.NN_TILES), list(tuning.TN_TILES)
+    nns, tns = list(tuning.NN_TILES), tuning.tn_tiles()
     # and the tiled variants of the convolutional layers' activations (conv_tiled.cu)
     tiled = sorted({t for ct in _backend(arch).conv_tiled.values() for t in [*ct.fwd, *ct.bwd]}) or [None]
     assert seed != 3 or tiled != [None]
@@ -210,7 +219,7 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
         nn, tn, ct = nns[i % len(nns)], tns[i % len(tns)], tiled[i % len(tiled)]
         monkeypatch.setattr(tuning, "nn_candidates",
                             lambda M, N, conv=(), t=nn, ct=ct: [ct] if ct in conv else [t])
-        monkeypatch.setattr(tuning, "tn_candidates", lambda R, N, t=tn: [t])
+        monkeypatch.setattr(tuning, "tn_candidates", lambda R, N, t=tn: [_tn_fitting(t, R, N)])
         results[(nn, tn, ct)] = _backend(arch).evaluator(x, c, 0.001).gradient(w)
     first = next(iter(results.values()))
     for key, (crit, grad) in results.items():
@@ -379,3 +388,24 @@ def test_line_points_on_the_device_give_the_host_points_gradients():
         assert device.iterations == host.iterations and device.n_grad == host.n_grad
         assert abs(device.criterion - host.criterion) <= 1e-9 * host.criterion
         assert _rel(device.weights, host.weights) <= 1e-6
+
+
+def test_whole_column_gradients_give_the_same_bits(monkeypatch):
+    """The whole-column weight-gradient variants (gemm_tn_cols) against the tile shapes, on
+    LeNet's shapes (26 x 20 and 501 x 50 weight rows x slices) and on a LOCAL layer, MAX BATCH
+    all and 256: the same gradient bit for bit."""
+    from convnet.device import tuning
+    specs = [LENET_SHAPES,
+             (["CONVOLUTIONAL LAYER 37 1 2 1 1 1 1", "LOCAL LAYER 22 1 1 1 0 1 1",
+               "FULLY CONNECTED LAYER 40"], 12, 11, 2, 5)]
+    for spec in specs:
+        arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(*spec)
+        runs = {}
+        for tile in ["32x32_4x4", "128x64_8x4", *tuning.TN_COLS]:
+            monkeypatch.setattr(tuning, "tn_candidates", lambda R, N, t=tile: [_tn_fitting(t, R, N)])
+            for params in ({}, {"MAX BATCH": 256}):
+                runs[tile, len(params)] = _backend(arch, params).evaluator(x, c, 0.01).gradient(w)
+        crit, grad = runs["32x32_4x4", 0]
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+        for key, (cr, gr) in runs.items():
+            assert cr == crit and np.array_equal(gr, grad), key

@@ -212,10 +212,20 @@ class _Kernels:
     # gemm_tn(src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi, n_cases, chunk, groups,
     #         gps, slots, local_cols, part, nz)
     def gemm_tn(self, tile, grid, block, src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi,
-                n_cases, chunk, groups, gps, slots, local_cols, part, nz):
-        BM, BN, nt = tuning.TN_TILES[tile]
-        assert block[0] == nt
+                n_cases, chunk, groups, gps, slots, local_cols, part, nz, shared=0):
         NL = n_hi - n_lo
+        if tile in tuning.TN_COLS:
+            # the kernel derives its rows and columns per block from blockDim.x alone
+            tm, cb, stages = tuning.TN_COLS[tile]
+            width = min(-(-NL // 4) * 4, tuning.TN_COLS_MAX)
+            nc = width // 4
+            assert block[0] % nc == 0 and block[0] <= tuning.TN_COLS_THREADS
+            BM, BN = block[0] // nc * tm, width
+            assert 4 * BN <= 4 * block[0] and BM <= block[0], "a loader would miss rows"
+            assert shared == 4 * stages * cb * (-(-BM // 4) * 4 + BN) <= tuning.SHARED_BYTES
+        else:
+            BM, BN, nt = tuning.TN_TILES[tile]
+            assert block[0] == nt and shared == 0
         _covered(grid, BM, BN, R, NL)
         assert nz == -(-n_cases // chunk) * slots
         d = self.mem.view(desc, np.int32, 5 * groups).reshape(groups, 5).astype(np.int64)
@@ -601,9 +611,10 @@ class FakeRuntime:
             self.kernels.conv_small_pool(int(name[16:]), grid, block, shared, *args)
         elif name.startswith("conv_small_"):
             self.kernels.conv_small(int(name[11:]), grid, block, shared, *args)
-        elif name.startswith("gemm_nn_") or name.startswith("gemm_tn_"):
-            kind, tile = name[:7], name[8:]
-            getattr(self.kernels, kind)(tile, grid, block, *args)
+        elif name.startswith("gemm_nn_"):
+            self.kernels.gemm_nn(name[8:], grid, block, *args)
+        elif name.startswith("gemm_tn_"):
+            self.kernels.gemm_tn(name[8:], grid, block, *args, shared=shared)
         else:
             getattr(self.kernels, name)(grid, block, *args)
 
@@ -905,6 +916,50 @@ def test_tiled_variants_follow_the_limits():
     assert delta_variants(lenet, False) == []                           # no delta into the image
     strided = ConvShape(12, 12, 20, 4, 4, 50, 5, 5, 0, 0, 2, 2, 64)
     assert delta_variants(strided, True) == [] and forward_variants(strided)
+
+
+def test_whole_column_gradient_shapes():
+    """The whole-column gemm_tn blocks: LeNet's first layer (26 weight rows x 20 slices) in one
+    block of 130 threads, its second (501 x 50) in 4 blocks of 128 rows x 52 columns; no block
+    where the loaders would miss rows or the shared stages do not fit."""
+    shape = tuning.tn_cols_shape
+    assert shape("cols_1x4_c32_s3", 26, 20) == (130, 1, 1, 4 * 3 * 32 * (28 + 20))
+    assert shape("cols_8x4_c16_s3", 26, 20) is None                   # 8 rows > 5 column groups
+    assert shape("cols_8x4_c16_s3", 501, 50) == (208, 4, 1, 4 * 3 * 16 * (128 + 52))
+    assert shape("cols_8x4_c16_s3", 3201, 500) == (256, 26, 8, 4 * 3 * 16 * (128 + 64))
+    assert shape("cols_1x4_c32_s3", 10, 3) is None                     # too few threads to load
+    for R, N in [(26, 20), (501, 50), (5, 1), (3201, 500), (61, 7)]:
+        assert set(tuning.tn_candidates(R, N)) & set(tuning.TN_COLS) == {
+            t for t in tuning.TN_COLS if shape(t, R, N) is not None}
+
+
+COLS_ARCHS = [
+    (["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+      "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "FULLY CONNECTED LAYER 30"], 20, 20, 1, 10),
+    (["CONVOLUTIONAL LAYER 37 1 2 1 1 1 1", "LOCAL LAYER 22 1 1 1 0 1 1",
+      "FULLY CONNECTED LAYER 70"], 12, 11, 2, 5),
+]
+
+
+@pytest.mark.parametrize("spec", COLS_ARCHS, ids=range(len(COLS_ARCHS)))
+def test_emulated_whole_column_gradients(fake_runtime, monkeypatch, spec):
+    """Each whole-column gemm_tn variant, forced wherever it fits, gives the float64 model's
+    gradient (the launches' grids, blocks and shared sizes checked by the emulation)."""
+    lines, rows, cols, bands, ncls = spec
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(8)
+    x = rng.uniform(-1, 1, (300, bands, rows, cols))
+    c = rng.integers(0, ncls, 300)
+    w = rng.normal(0, 0.3, arch.n_weights)
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    first = tuning.tn_candidates
+    for tile in tuning.TN_COLS:
+        monkeypatch.setattr(tuning, "tn_candidates",
+                            lambda R, N, t=tile: [t] if t in first(R, N) else first(R, N)[:1])
+        fake_runtime.launches.clear()
+        crit, grad = dbe.DeviceBackend(arch).evaluator(x, c, 0.01).gradient(w)
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+        assert f"gemm_tn_{tile}" in fake_runtime.launches
 
 
 POOL_ARCHS = [

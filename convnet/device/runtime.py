@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import ConvnetError
 from .graphs import DriverAPI, DriverEvent, Graph
 from .kernel_args import compiled_functions
-from .tuning import NN_TILES, TN_TILES, tile_source
+from .tuning import NN_TILES, tile_source, tn_tiles
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 # built when a runtime starts
@@ -124,7 +124,7 @@ class Runtime:
 
     def _build(self):
         self.modules = {name: self._module(name) for name in EAGER_FILES}
-        for source, name, params in compiled_functions(NN_TILES, TN_TILES, tile_source):
+        for source, name, params in compiled_functions(NN_TILES, tn_tiles(), tile_source):
             f = self.modules[source].get_function(name)
             f.prepare(params.signature)
             self.functions[name] = f

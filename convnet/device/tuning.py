@@ -26,6 +26,40 @@ TN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
             "128x64_8x4_k16_s3": (128, 64, 256), "128x32_8x4_k16_s3": (128, 32, 128),
             "32x32_4x4_k16_s4": (32, 32, 64), "32x32_2x4_s4": (32, 32, 128),
             "64x16_4x2_s4": (64, 16, 128)}
+# gemm_tn with every column of a launch in one block (gemm_async.cu, gemm_tn_cols_body):
+# "cols_TMx4_cCB_sSTAGES": (TM rows per thread, CB cases per stage, STAGES); the block's shape
+# is set by the launch's rows and columns (tn_cols_shape)
+TN_COLS = {"cols_1x4_c32_s3": (1, 32, 3), "cols_8x4_c16_s3": (8, 16, 3)}
+TN_COLS_MAX = 64                # columns of one block (TN_COLS_MAX in gemm_async.cu)
+TN_COLS_THREADS = 256           # at most, per block (the kernels' launch bound)
+SHARED_BYTES = 48 * 1024        # dynamic shared memory a block may have without opting in
+
+
+def tn_tiles():
+    """Every gemm_tn variant the runtime builds: the tile shapes, then the whole-column blocks."""
+    return [*TN_TILES, *TN_COLS]
+
+
+def tn_cols_shape(tile, R, N):
+    """(threads, row blocks, column blocks, shared bytes) of a whole-column gemm_tn launch of R
+    weight rows and N columns, or None where the variant does not fit: RG groups of TM rows and
+    NC groups of 4 columns, as many row groups as 256 threads allow, shared out evenly over the
+    fewest row blocks; the loaders need a block of at least BR threads and 4 row groups, and a
+    block of less than a warp is not worth a launch."""
+    tm, cb, stages = TN_COLS[tile]
+    width = min(-(-N // 4) * 4, TN_COLS_MAX)
+    nc = width // 4
+    row_groups = -(-R // tm)
+    most = TN_COLS_THREADS // nc
+    if most < 4:
+        return None
+    row_blocks = -(-row_groups // most)
+    rg = -(-row_groups // row_blocks)
+    threads, br = rg * nc, rg * tm
+    smem = 4 * stages * cb * (-(-br // 4) * 4 + width)
+    if rg < 4 or br > threads or threads < 32 or smem > SHARED_BYTES:
+        return None
+    return threads, row_blocks, -(-N // width), smem
 
 
 def tile_source(tile):
@@ -55,14 +89,17 @@ def nn_candidates(M, N, conv=()):
 
 
 def tn_candidates(R, N):
-    """Tile shapes worth trying for a gemm_tn launch of R weight rows and N columns."""
+    """Tile shapes worth trying for a gemm_tn launch of R weight rows and N columns, best guess
+    first, then the whole-column variants that fit."""
     if R <= 32:
-        return ["32x32_2x4", "32x32_4x4", "32x32_4x4_k16", "32x32_4x4_k16_s4", "32x32_2x4_s4"]
-    if N > 32:
-        return ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16", "128x64_8x4_k16_s3"]
-    if N > 16:
-        return ["128x32_4x4", "128x32_8x4", "64x32_4x4", "128x32_8x4_k16_s3"]
-    return ["64x16_4x2", "64x16_4x2_s4"]
+        tiles = ["32x32_2x4", "32x32_4x4", "32x32_4x4_k16", "32x32_4x4_k16_s4", "32x32_2x4_s4"]
+    elif N > 32:
+        tiles = ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16", "128x64_8x4_k16_s3"]
+    elif N > 16:
+        tiles = ["128x32_4x4", "128x32_8x4", "64x32_4x4", "128x32_8x4_k16_s3"]
+    else:
+        tiles = ["64x16_4x2", "64x16_4x2_s4"]
+    return tiles + [t for t in TN_COLS if tn_cols_shape(t, R, N) is not None]
 
 
 class Tuner:

@@ -242,3 +242,134 @@ GEMM_TN_ASYNC(gemm_tn_128x32_8x4_k16_s3, 128, 32, 16, 8, 4, 3)
 GEMM_TN_ASYNC(gemm_tn_32x32_4x4_k16_s4, 32, 32, 16, 4, 4, 4)
 GEMM_TN_ASYNC(gemm_tn_32x32_2x4_s4, 32, 32, 8, 2, 4, 4)
 GEMM_TN_ASYNC(gemm_tn_64x16_4x2_s4, 64, 16, 8, 4, 2, 4)
+
+// ---------------------------------------------------------- gemm_tn, every column in one block
+// gemm_tn's partial sums with a block that holds all the columns of a launch (up to TN_COLS_MAX),
+// padded only to the next multiple of 4, and RG groups of TM weight rows: the tiled shapes pad
+// 50 columns to 64, and a first layer's 26 rows x 20 slices to a 32 x 32 tile. The launch sets the
+// shape (launches.py, tuning.tn_cols_shape): blockDim.x = RG * NC threads, NC = columns / 4,
+// grid y over blocks of RG * TM rows, grid x over blocks of TN_COLS_MAX columns. Each thread
+// holds TM rows x 4 columns; CB cases of one group per stage, STAGES stages in flight (cp.async),
+// the terms added in gemm_tn's order (groups, then cases), so every variant gives the same bits.
+#define TN_COLS_MAX 64
+
+template <int TM, int CB, int STAGES>
+__device__ __forceinline__ void gemm_tn_cols_body(
+    const float* __restrict__ src, int lda, const int* __restrict__ tab,
+    const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,
+    int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,
+    int local_cols, float* __restrict__ part, int nz)
+{
+    extern __shared__ __align__(16) float smem[];
+    const int NL = n_hi - n_lo;
+    const int BNW = min((NL + 3) & ~3, TN_COLS_MAX);     // columns per block
+    const int NC = BNW >> 2;
+    const int NT = blockDim.x;
+    const int BR = NT / NC * TM;                         // rows per block
+    const int LDA = (BR + 3) & ~3;
+    float* As = smem;                                    // [STAGES][CB][LDA]
+    float* Ds = smem + STAGES * CB * LDA;                // [STAGES][CB][BNW]
+
+    const int tid = threadIdx.x;
+    const int rg = tid / NC;
+    const int cq = tid - rg * NC;
+    const int k0 = blockIdx.y * BR;
+    const int c0 = blockIdx.x * BNW;
+    const int pld = local_cols ? groups * NL : NL;
+    // loaders: row a_k of A for cases a_r, a_r + a_step, ...; column d_n of the deltas likewise
+    // (the launch keeps BR <= NT and BNW <= NT)
+    const int a_k = tid % BR, a_r = tid / BR, a_step = NT / BR;
+    const int d_n = tid % BNW, d_r = tid / BNW, d_step = NT / BNW;
+    const int k = k0 + a_k;
+    const int n = n_lo + c0 + d_n;
+    const bool n_ok = c0 + d_n < NL;
+
+    for (int z = blockIdx.z; z < nz; z += gridDim.z) {
+        const int ch = z / slots;
+        const int slot = z - ch * slots;
+        const int case_lo = ch * chunk;
+        const int case_hi = min(n_cases, case_lo + chunk);
+        const int g_lo = slot * gps;
+        const int g_hi = min(groups, g_lo + gps);
+        const int tiles = (case_hi - case_lo + CB - 1) / CB;
+        const int steps = (g_hi - g_lo) * tiles;
+
+        float acc[TM][4];
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+
+        auto issue = [&](int s) {
+            const int st = s % STAGES;
+            const int gi = s / tiles;
+            const int g = g_lo + gi;
+            const int cb = case_lo + (s - gi * tiles) * CB;
+            if (a_r < a_step) {
+                const int ao = k < R ? tab[desc[g * 5] + k] : A_ZERO;
+                float* as = As + st * CB * LDA + a_k;
+                for (int r = a_r; r < CB; r += a_step) {
+                    const int m = cb + r;
+                    const bool ok = m < case_hi && ao != A_ZERO;
+                    const float* p = ok && ao >= 0 ? src + (i64)m * lda + ao : &k_one;
+                    cp_async4(as + r * LDA, p, ok);
+                }
+            }
+            if (d_r < d_step) {
+                float* ds = Ds + st * CB * BNW + d_n;
+                const float* dg = delta + (i64)g * depth + n;
+                for (int r = d_r; r < CB; r += d_step) {
+                    const int m = cb + r;
+                    const bool ok = m < case_hi && n_ok;
+                    cp_async4(ds + r * BNW, ok ? dg + (i64)m * ldd : delta, ok);
+                }
+            }
+        };
+
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < steps) issue(s);
+            cp_async_commit();
+        }
+        for (int s = 0; s < steps; ++s) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();                 // stage s is in; every thread is done with s - 1
+            if (s + STAGES - 1 < steps) issue(s + STAGES - 1);
+            cp_async_commit();
+            const int st = s % STAGES;
+            const float* as = As + st * CB * LDA + rg * TM;
+            const float* ds = Ds + st * CB * BNW + cq * 4;
+#pragma unroll
+            for (int r = 0; r < CB; ++r) {
+                float a[TM], b[4];
+                load_frag<TM>(a, as + r * LDA);
+                load_frag<4>(b, ds + r * BNW);
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads();
+
+        const i64 p = local_cols ? ch : z;
+        const int col_base = local_cols ? slot * NL : 0;
+        store_partial_tile<TM, 4>(acc, part, p, k0 + rg * TM, c0 + cq * 4, R, NL, pld, col_base);
+    }
+}
+
+#define GEMM_TN_COLS(NAME, TM, CB, STAGES)                                                       \
+    extern "C" __global__ void __launch_bounds__(256)                                             \
+    NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
+         const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,      \
+         int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,      \
+         int local_cols, float* __restrict__ part, int nz)                                       \
+    {                                                                                             \
+        gemm_tn_cols_body<TM, CB, STAGES>(src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi, \
+                                          n_cases, chunk, groups, gps, slots, local_cols, part,  \
+                                          nz);                                                    \
+    }
+
+GEMM_TN_COLS(gemm_tn_cols_1x4_c32_s3, 1, 32, 3)
+GEMM_TN_COLS(gemm_tn_cols_8x4_c16_s3, 8, 16, 3)
