@@ -920,13 +920,12 @@ def test_tiled_variants_follow_the_limits():
 
 def test_whole_column_gradient_shapes():
     """The whole-column gemm_tn blocks: LeNet's first layer (26 weight rows x 20 slices) in one
-    block of 130 threads, its second (501 x 50) in 4 blocks of 128 rows x 52 columns; no block
+    block of 130 threads, its second (501 x 50) in 27 blocks of 19 rows x 52 columns; no block
     where the loaders would miss rows or the shared stages do not fit."""
     shape = tuning.tn_cols_shape
     assert shape("cols_1x4_c32_s3", 26, 20) == (130, 1, 1, 4 * 3 * 32 * (28 + 20))
-    assert shape("cols_8x4_c16_s3", 26, 20) is None                   # 8 rows > 5 column groups
-    assert shape("cols_8x4_c16_s3", 501, 50) == (208, 4, 1, 4 * 3 * 16 * (128 + 52))
-    assert shape("cols_8x4_c16_s3", 3201, 500) == (256, 26, 8, 4 * 3 * 16 * (128 + 64))
+    assert shape("cols_1x4_c32_s3", 501, 50) == (247, 27, 1, 4 * 3 * 32 * (20 + 52))
+    assert shape("cols_1x4_c32_s3", 3201, 500) == (256, 201, 8, 4 * 3 * 32 * (16 + 64))
     assert shape("cols_1x4_c32_s3", 10, 3) is None                     # too few threads to load
     for R, N in [(26, 20), (501, 50), (5, 1), (3201, 500), (61, 7)]:
         assert set(tuning.tn_candidates(R, N)) & set(tuning.TN_COLS) == {
