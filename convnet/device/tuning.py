@@ -12,7 +12,6 @@ NN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
             "64x16_4x2": (64, 16, 128), "128x16_8x2": (128, 16, 128),
             "128x64_8x4_k16": (128, 64, 256), "256x32_8x4_k16": (256, 32, 256),
             "128x32_8x4_k16": (128, 32, 128),
-            "128x128_8x8": (128, 128, 256), "128x128_8x8_k16": (128, 128, 256),
             # cp.async variants, _sN: N tiles in flight
             "128x64_8x4_k16_s3": (128, 64, 256), "128x64_8x8_k16_s3": (128, 64, 128),
             "128x32_8x4_k16_s3": (128, 32, 128), "256x32_8x4_s4": (256, 32, 256),
@@ -26,8 +25,7 @@ TN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
             "128x64_8x4_k16": (128, 64, 256), "32x32_4x4_k16": (32, 32, 64),
             "128x64_8x4_k16_s3": (128, 64, 256), "128x32_8x4_k16_s3": (128, 32, 128),
             "32x32_4x4_k16_s4": (32, 32, 64), "32x32_2x4_s4": (32, 32, 128),
-            "64x16_4x2_s4": (64, 16, 128),
-            "128x128_8x8": (128, 128, 256)}
+            "64x16_4x2_s4": (64, 16, 128)}
 # gemm_tn with every column of a launch in one block (gemm_async.cu, gemm_tn_cols_body):
 # "cols_TMx4_cCB_sSTAGES": (TM rows per thread, CB cases per stage, STAGES); the block's shape
 # is set by the launch's rows and columns (tn_cols_shape)
@@ -73,17 +71,13 @@ def tile_source(tile):
 TUNE_MIN_WORK = 2e8
 
 
-# gemm_nn tiles for products more than 64 columns wide
-WIDE = ["128x128_8x8", "128x128_8x8_k16"]
-
-
 def nn_candidates(M, N, conv=()):
     """Tile shapes worth trying for a gemm_nn launch of M cases and N columns, best guess first;
     conv: a convolutional layer's tiled variants (conv_tiled.py), timed after the gather tiles
     (the first of which serves launches too small to time)."""
     if N > 32:
         tiles = ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16", "128x64_8x4_k16_s3",
-                 "128x64_8x8_k16_s3"] + (WIDE if N > 64 else [])
+                 "128x64_8x8_k16_s3"]
     elif N > 16:
         big = ["256x32_8x4", "256x32_8x8", "256x32_8x4_k16", "256x32_8x4_s4"]
         small = ["128x32_4x4", "128x32_8x4", "128x32_8x4_k16", "128x32_8x4_k16_s3"]
@@ -96,17 +90,23 @@ def nn_candidates(M, N, conv=()):
 
 def tn_candidates(R, N):
     """Tile shapes worth trying for a gemm_tn launch of R weight rows and N columns, best guess
-    first, then the whole-column variants that fit."""
+    first, then the whole-column variants that fit in few row blocks."""
     if R <= 32:
         tiles = ["32x32_2x4", "32x32_4x4", "32x32_4x4_k16", "32x32_4x4_k16_s4", "32x32_2x4_s4"]
     elif N > 32:
-        tiles = ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16", "128x64_8x4_k16_s3"] + (
-            ["128x128_8x8"] if N > 64 and R > 64 else [])
+        tiles = ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16", "128x64_8x4_k16_s3"]
     elif N > 16:
         tiles = ["128x32_4x4", "128x32_8x4", "64x32_4x4", "128x32_8x4_k16_s3"]
     else:
         tiles = ["64x16_4x2", "64x16_4x2_s4"]
-    return tiles + [t for t in TN_COLS if tn_cols_shape(t, R, N) is not None]
+    return tiles + [t for t in TN_COLS if _few_row_blocks(tn_cols_shape(t, R, N))]
+
+
+def _few_row_blocks(shape):
+    """A whole-column launch worth timing: it fits, in at most two blocks of rows (with more, each
+    block loads the deltas of every column for a few rows; LeNet's second layer, 27 blocks of 19
+    rows, took 3x the tile shapes' time)."""
+    return shape is not None and shape[1] <= 2
 
 
 class Tuner:

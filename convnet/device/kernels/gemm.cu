@@ -110,9 +110,8 @@ __device__ __forceinline__ void gemm_nn_body(
 
 // Tile shapes (BM x BN per block, TM x TN per thread); the backend times the candidates for each
 // launch once, on the real data, and keeps the fastest (they all give the same bits).
-// BOUNDS: the kernel's __launch_bounds__ (GEMM_NN: the block's threads alone)
-#define GEMM_NN_B(NAME, BM, BN, BK, TM, TN, BOUNDS)                                              \
-    extern "C" __global__ void BOUNDS                                                             \
+#define GEMM_NN(NAME, BM, BN, BK, TM, TN)                                                        \
+    extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))                           \
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
          const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,      \
          float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)      \
@@ -120,9 +119,6 @@ __device__ __forceinline__ void gemm_nn_body(
         gemm_nn_body<BM, BN, BK, TM, TN>(src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior,    \
                                          epi, G);                                                 \
     }
-
-#define GEMM_NN(NAME, BM, BN, BK, TM, TN)                                                        \
-    GEMM_NN_B(NAME, BM, BN, BK, TM, TN, __launch_bounds__((BM / TM) * (BN / TN)))
 
 GEMM_NN(gemm_nn_128x64_8x4, 128, 64, 8, 8, 4)
 GEMM_NN(gemm_nn_128x64_8x8, 128, 64, 8, 8, 8)
@@ -135,11 +131,6 @@ GEMM_NN(gemm_nn_128x16_8x2, 128, 16, 8, 8, 2)
 GEMM_NN(gemm_nn_128x64_8x4_k16, 128, 64, 16, 8, 4)
 GEMM_NN(gemm_nn_256x32_8x4_k16, 256, 32, 16, 8, 4)
 GEMM_NN(gemm_nn_128x32_8x4_k16, 128, 32, 16, 8, 4)
-// wide layers (a fully connected layer of hundreds of neurons): 128 x 128 with 8 x 8 per thread,
-// held to two blocks per multiprocessor (left alone, the compiler takes 137-141 registers and a
-// multiprocessor holds one block)
-GEMM_NN_B(gemm_nn_128x128_8x8, 128, 128, 8, 8, 8, __launch_bounds__(256, 2))
-GEMM_NN_B(gemm_nn_128x128_8x8_k16, 128, 128, 16, 8, 8, __launch_bounds__(256, 2))
 // 20 columns exactly (a 20-slice prior layer's delta), 200 threads, BK 10
 GEMM_NN(gemm_nn_320x20_8x4_k10, 320, 20, 10, 8, 4)
 
@@ -244,8 +235,8 @@ __device__ __forceinline__ void gemm_tn_body(
     }
 }
 
-#define GEMM_TN_B(NAME, BM, BN, BK, TM, TN, BOUNDS)                                              \
-    extern "C" __global__ void BOUNDS                                                             \
+#define GEMM_TN(NAME, BM, BN, BK, TM, TN)                                                        \
+    extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))                           \
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
          const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,      \
          int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,      \
@@ -255,9 +246,6 @@ __device__ __forceinline__ void gemm_tn_body(
                                          n_cases, chunk, groups, gps, slots, local_cols, part,   \
                                          nz);                                                     \
     }
-
-#define GEMM_TN(NAME, BM, BN, BK, TM, TN)                                                        \
-    GEMM_TN_B(NAME, BM, BN, BK, TM, TN, __launch_bounds__((BM / TM) * (BN / TN)))
 
 GEMM_TN(gemm_tn_128x64_8x4, 128, 64, 8, 8, 4)
 GEMM_TN(gemm_tn_128x64_8x8, 128, 64, 8, 8, 8)
@@ -269,5 +257,3 @@ GEMM_TN(gemm_tn_32x32_2x4, 32, 32, 8, 2, 4)
 GEMM_TN(gemm_tn_32x32_4x4, 32, 32, 8, 4, 4)
 GEMM_TN(gemm_tn_128x64_8x4_k16, 128, 64, 16, 8, 4)
 GEMM_TN(gemm_tn_32x32_4x4_k16, 32, 32, 16, 4, 4)
-// (two blocks per multiprocessor, as gemm_nn's; with BK 16 that would spill)
-GEMM_TN_B(gemm_tn_128x128_8x8, 128, 128, 8, 8, 8, __launch_bounds__(256, 2))
