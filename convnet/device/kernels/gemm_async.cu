@@ -245,9 +245,9 @@ GEMM_TN_ASYNC(gemm_tn_64x16_4x2_s4, 64, 16, 8, 4, 2, 4)
 
 // ---------------------------------------------------------- gemm_tn, every column in one block
 // gemm_tn's partial sums with a block that holds all the columns of a launch (up to TN_COLS_MAX),
-// padded only to the next multiple of 4, and RG groups of TM weight rows: for layers with few
-// weights per slice (a first convolutional layer of 8 slices and 26 rows is one block of 52
-// threads' worth of work where the tile shapes pad it to 32 x 32 or 64 x 16). The launch sets
+// padded only to the next multiple of 4, and RG groups of TM weight rows: for layers of few
+// slices (a first convolutional layer of 26 weight rows and 8 slices is one block of 52 threads,
+// where the tile shapes pad it to 32 x 32, three quarters of it padding). The launch sets
 // the shape (launches.py, tuning.tn_cols_shape): blockDim.x = RG * NC threads, NC = columns / 4,
 // grid y over blocks of RG * TM rows, grid x over blocks of TN_COLS_MAX columns. Each thread
 // holds TM rows x 4 columns; CB cases of one group per stage, STAGES stages in flight (cp.async),
