@@ -83,6 +83,28 @@ __device__ __forceinline__ void store_tile(const float (&acc)[TM][TN], float* __
     }
 }
 
+// What partial sum z of a weight-gradient product covers (the TN products, gemm.cu and
+// gemm_async.cu): grid z enumerates chunk * slots + slot; the partial adds the cases
+// [case_lo, case_hi) of its chunk over the groups [g_lo, g_hi) of its slot.
+struct PartialShare {
+    int ch, slot, case_lo, case_hi, g_lo, g_hi;
+    __device__ __forceinline__ PartialShare(int z, int slots, int chunk, int n_cases, int gps,
+                                            int groups)
+    {
+        ch = z / slots;
+        slot = z - ch * slots;
+        case_lo = ch * chunk;
+        case_hi = min(n_cases, case_lo + chunk);
+        g_lo = slot * gps;
+        g_hi = min(groups, g_lo + gps);
+    }
+    // steps of `cases` cases per group
+    __device__ __forceinline__ int tiles(int cases) const
+    {
+        return (case_hi - case_lo + cases - 1) / cases;
+    }
+};
+
 // The TN products' partial gradients: part[(p*R + k)*pld + col_base + c] for the thread's rows
 // k < R and columns c < NL.
 template <int TM, int TN>

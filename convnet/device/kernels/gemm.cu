@@ -167,14 +167,11 @@ __device__ __forceinline__ void gemm_tn_body(
     const int pld = local_cols ? groups * NL : NL;
 
     for (int z = blockIdx.z; z < nz; z += gridDim.z) {
-        const int ch = z / slots;
-        const int slot = z - ch * slots;
-        const int case_lo = ch * chunk;
-        const int case_hi = min(n_cases, case_lo + chunk);
-        const int g_lo = slot * gps;
-        const int g_hi = min(groups, g_lo + gps);
-        const int tiles = (case_hi - case_lo + BK - 1) / BK;
-        const int steps = (g_hi - g_lo) * tiles;
+        const PartialShare sh(z, slots, chunk, n_cases, gps, groups);
+        const int ch = sh.ch, slot = sh.slot, case_lo = sh.case_lo, case_hi = sh.case_hi;
+        const int g_lo = sh.g_lo;
+        const int tiles = sh.tiles(BK);
+        const int steps = (sh.g_hi - g_lo) * tiles;
 
         float acc[TM][TN];
 #pragma unroll

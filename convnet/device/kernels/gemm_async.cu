@@ -28,6 +28,29 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// The stage loop of every product here: issue(s) starts the copies of step s into stage
+// s % STAGES, STAGES - 1 steps ahead; multiply(stage) runs once step s has landed and every
+// thread is done with step s - 1 (whose stage the copies of step s + STAGES - 1 then reuse).
+// On return every copy has landed and every thread is done with the stages.
+template <int STAGES, typename Issue, typename Multiply>
+__device__ __forceinline__ void cp_async_stages(int steps, Issue&& issue, Multiply&& multiply)
+{
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < steps) issue(s);
+        cp_async_commit();
+    }
+    for (int s = 0; s < steps; ++s) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (s + STAGES - 1 < steps) issue(s + STAGES - 1);
+        cp_async_commit();
+        multiply(s % STAGES);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+}
+
 template <int BM, int BN, int BK, int TM, int TN, int STAGES>
 __device__ __forceinline__ void gemm_nn_async_body(
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
@@ -96,22 +119,10 @@ __device__ __forceinline__ void gemm_nn_async_body(
             }
         };
 
-#pragma unroll
-        for (int t = 0; t < STAGES - 1; ++t) {
-            if (t < nk) issue(t);
-            cp_async_commit();
-        }
-        for (int t = 0; t < nk; ++t) {
-            cp_async_wait<STAGES - 2>();
-            __syncthreads();                 // tile t is in; every thread is done with tile t-1
-            if (t + STAGES - 1 < nk) issue(t + STAGES - 1);
-            cp_async_commit();
-            const int st = t % STAGES;
+        cp_async_stages<STAGES>(nk, issue, [&](int st) {
             tile_multiply_add<BK, TM, TN, BM + 4, BN>(acc, &As[st][0][0], &Bs[st][0][0],
                                                 tm * TM, tn * TN);
-        }
-        cp_async_wait<0>();
-        __syncthreads();                     // the next group reuses the stages
+        });
 
         store_tile<TM, TN>(acc, out, prior, epi, m0 + tm * TM, n0 + tn * TN, M, N, ldo, o_add);
     }
@@ -166,14 +177,11 @@ __device__ __forceinline__ void gemm_tn_async_body(
     const int n = n_lo + c0 + d_n;
 
     for (int z = blockIdx.z; z < nz; z += gridDim.z) {
-        const int ch = z / slots;
-        const int slot = z - ch * slots;
-        const int case_lo = ch * chunk;
-        const int case_hi = min(n_cases, case_lo + chunk);
-        const int g_lo = slot * gps;
-        const int g_hi = min(groups, g_lo + gps);
-        const int tiles = (case_hi - case_lo + BK - 1) / BK;
-        const int steps = (g_hi - g_lo) * tiles;
+        const PartialShare sh(z, slots, chunk, n_cases, gps, groups);
+        const int ch = sh.ch, slot = sh.slot, case_lo = sh.case_lo, case_hi = sh.case_hi;
+        const int g_lo = sh.g_lo;
+        const int tiles = sh.tiles(BK);
+        const int steps = (sh.g_hi - g_lo) * tiles;
 
         float acc[TM][TN];
 #pragma unroll
@@ -202,22 +210,10 @@ __device__ __forceinline__ void gemm_tn_async_body(
             }
         };
 
-#pragma unroll
-        for (int s = 0; s < STAGES - 1; ++s) {
-            if (s < steps) issue(s);
-            cp_async_commit();
-        }
-        for (int s = 0; s < steps; ++s) {
-            cp_async_wait<STAGES - 2>();
-            __syncthreads();
-            if (s + STAGES - 1 < steps) issue(s + STAGES - 1);
-            cp_async_commit();
-            const int st = s % STAGES;
+        cp_async_stages<STAGES>(steps, issue, [&](int st) {
             tile_multiply_add<BK, TM, TN, BM, BN>(acc, &As[st][0][0], &Ds[st][0][0],
                                                 tm * TM, tn * TN);
-        }
-        cp_async_wait<0>();
-        __syncthreads();
+        });
 
         const i64 p = local_cols ? ch : z;
         const int col_base = local_cols ? slot * NL : 0;
@@ -286,14 +282,11 @@ __device__ __forceinline__ void gemm_tn_cols_body(
     const bool n_ok = c0 + d_n < NL;
 
     for (int z = blockIdx.z; z < nz; z += gridDim.z) {
-        const int ch = z / slots;
-        const int slot = z - ch * slots;
-        const int case_lo = ch * chunk;
-        const int case_hi = min(n_cases, case_lo + chunk);
-        const int g_lo = slot * gps;
-        const int g_hi = min(groups, g_lo + gps);
-        const int tiles = (case_hi - case_lo + CB - 1) / CB;
-        const int steps = (g_hi - g_lo) * tiles;
+        const PartialShare sh(z, slots, chunk, n_cases, gps, groups);
+        const int ch = sh.ch, slot = sh.slot, case_lo = sh.case_lo, case_hi = sh.case_hi;
+        const int g_lo = sh.g_lo;
+        const int tiles = sh.tiles(CB);
+        const int steps = (sh.g_hi - g_lo) * tiles;
 
         float acc[TM][4];
 #pragma unroll
@@ -327,17 +320,7 @@ __device__ __forceinline__ void gemm_tn_cols_body(
             }
         };
 
-#pragma unroll
-        for (int s = 0; s < STAGES - 1; ++s) {
-            if (s < steps) issue(s);
-            cp_async_commit();
-        }
-        for (int s = 0; s < steps; ++s) {
-            cp_async_wait<STAGES - 2>();
-            __syncthreads();                 // stage s is in; every thread is done with s - 1
-            if (s + STAGES - 1 < steps) issue(s + STAGES - 1);
-            cp_async_commit();
-            const int st = s % STAGES;
+        cp_async_stages<STAGES>(steps, issue, [&](int st) {
             const float* as = As + st * CB * LDA + rg * TM;
             const float* ds = Ds + st * CB * BNW + cq * 4;
 #pragma unroll
@@ -350,9 +333,7 @@ __device__ __forceinline__ void gemm_tn_cols_body(
 #pragma unroll
                     for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
             }
-        }
-        cp_async_wait<0>();
-        __syncthreads();
+        });
 
         const i64 p = local_cols ? ch : z;
         const int col_base = local_cols ? slot * NL : 0;
