@@ -11,12 +11,12 @@ from .graphs import DriverError
 from .launches import EPI_DERIV, EPI_NONE, EPI_TANH
 from .layout import activations_to_host, image_to_device
 from .line import LINE_POINT, DeviceLine, DeviceVectors
-
-HOST_WEIGHTS = "host weights"    # _run's weights: sent from the host (DeviceBackend.stage_weights)
 from .plan import CHUNK, split_batches
 from .runtime import NULL, ptr
 from .tuning import Tuner
 from .workspace import Workspace, allocation_lines
+
+HOST_WEIGHTS = "host weights"    # _run's weights: sent from the host (DeviceBackend.stage_weights)
 
 
 class DeviceEvaluator(Evaluator):

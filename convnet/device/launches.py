@@ -140,14 +140,8 @@ def gemm_tn(rt, tuner, site, *, src, lda, tables, desc, delta, ldd, depth, rows,
     NL = n_hi - n_lo
 
     def launch(tile):
-        shared = 0
-        if tile in tuning.TN_COLS:
-            nt, row_blocks, col_blocks, shared = tuning.tn_cols_shape(tile, rows, NL)
-            grid = (col_blocks, row_blocks, min(nz, MAX_GRID_Z))
-        else:
-            BM, BN, nt = tuning.TN_TILES[tile]
-            grid = ((NL + BN - 1) // BN, (rows + BM - 1) // BM, min(nz, MAX_GRID_Z))
-        rt.launch(f"gemm_tn_{tile}", grid, (nt, 1, 1),
+        nt, col_blocks, row_blocks, shared = tuning.tn_launch_shape(tile, rows, NL)
+        rt.launch(f"gemm_tn_{tile}", (col_blocks, row_blocks, min(nz, MAX_GRID_Z)), (nt, 1, 1),
                   *GEMM_TN.pack(src=src, lda=lda, tables=tables, desc=desc, delta=delta, ldd=ldd,
                                 depth=depth, rows=rows, n_lo=n_lo, n_hi=n_hi, n_cases=n_cases,
                                 chunk=chunk, groups=groups, gps=gps, slots=slots,

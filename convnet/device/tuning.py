@@ -62,6 +62,16 @@ def tn_cols_shape(tile, R, N):
     return threads, row_blocks, -(-N // width), smem
 
 
+def tn_launch_shape(tile, R, N):
+    """(threads, column blocks, row blocks, dynamic shared bytes) of a gemm_tn launch of R weight
+    rows and N columns with variant `tile` (a tile shape or a whole-column variant that fits)."""
+    if tile in TN_COLS:
+        threads, row_blocks, col_blocks, shared = tn_cols_shape(tile, R, N)
+        return threads, col_blocks, row_blocks, shared
+    BM, BN, threads = TN_TILES[tile]
+    return threads, -(-N // BN), -(-R // BM), 0
+
+
 def tile_source(tile):
     """The kernel file of a tile shape: the cp.async variants (named ..._sN) are in gemm_async.cu."""
     return "gemm_async.cu" if tile.rsplit("_", 1)[-1].startswith("s") else "gemm.cu"
