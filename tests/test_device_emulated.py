@@ -362,16 +362,17 @@ class _Kernels:
     # conv_fwd (conv_tiled.cu) for the layer shape `d` (its CT_* constants without the prefix)
     # and tile variant (cases, tm, tn): conv_fwd(src, lda, weights, M, out, ldo)
     def conv_fwd(self, d, variant, grid, block, shared, src, lda, Wf, M, out, ldo):
-        cases, tm, tn, _ = variant
+        cases, tm, tn, _, tps = variant
         hw = d["H"] * d["W"]
         assert block[0] == -(-cases * hw // tm) * -(-d["D"] // tn) <= 1024
-        assert grid[0] == -(-M // cases) and shared == 0
+        assert grid[0] == -(-M // cases)
         pd4 = -(-d["PD"] // 4) * 4
         rin, cin = (d["H"] - 1) * d["SV"] + d["FV"], (d["W"] - 1) * d["SH"] + d["FH"]
         row = cin * pd4 + (4 if (cin * pd4 // 4) % 2 == 0 else 0)
         nc = -(-d["D"] // tn) * tn
-        assert nc <= d["LDW"]
-        assert 4 * (cases * max(rin * row, hw * d["D"]) + 2 * pd4 * nc) <= 48 * 1024
+        assert nc <= d["LDW"] and tps in (1, d["FH"])
+        xs = -(-cases * max(rin * row, hw * d["D"]) // 4) * 4    # the weights 16-byte aligned
+        assert shared == 4 * (xs + 2 * tps * pd4 * nc)
         K = d["FV"] * d["FH"] * d["PD"]
         Bm = self.f32(Wf, K * d["LDW"] + d["D"]).astype(np.float64)
         Bm = np.stack([Bm[k * d["LDW"]:k * d["LDW"] + d["D"]] for k in range(K + 1)])
@@ -395,15 +396,18 @@ class _Kernels:
     # conv_bwd (conv_tiled.cu): the prior layer's delta, for strides of 1;
     # conv_bwd(delta, ldd, weights, M, out, ldo, prior, epi), weights in [tap][slice][prior slice]
     def conv_bwd(self, d, variant, grid, block, shared, delta, ldd, Wb, M, out, ldo, prior, epi):
-        (cases,) = variant
+        cases, pad, tps, minb = variant
         PH, PW, PD, H, W, D = (d[k] for k in ("PH", "PW", "PD", "H", "W", "D"))
-        assert d["SV"] == d["SH"] == 1 and PD % 4 == 0 and shared == 0
-        assert block[0] == PD // 4 * cases * PH and grid[0] == -(-M // cases)
+        assert d["SV"] == d["SH"] == 1 and PD % 4 == 0 and tps in (1, d["FH"]) and minb >= 1
+        lanes = PD // 4 * cases
+        if pad:         # a prior row's threads: a power of two up to 16, then whole warps
+            lanes = -(-lanes // 32) * 32 if lanes > 16 else 1 << (lanes - 1).bit_length()
+        assert block[0] == lanes * PH <= 512 and grid[0] == -(-M // cases)
         jd4 = -(-D // 4) * 4
         u = W * jd4 // 4
         u = H * (u + (9 - u % 8) % 8)
-        dcase = 4 * (u + ((cases % 8) - u % 8 + 8) % 8)
-        assert 4 * (cases * dcase + 2 * jd4 * PD) <= 48 * 1024
+        dcase = 4 * (u + (((1 if pad else cases % 8)) - u % 8 + 8) % 8)
+        assert shared == 4 * (cases * dcase + 2 * tps * jd4 * PD)
         taps = d["FV"] * d["FH"]
         Wt = self.f32(Wb, taps * D * PD).reshape(taps, D, PD).astype(np.float64)
         dl = self.f32(delta, (M - 1) * ldd + H * W * D).astype(np.float64)
@@ -546,6 +550,7 @@ class FakeRuntime:
         self.captures = 0
         self.graph_launches = 0
         self.specialized = {}       # function name -> (family, CT_* constants, tile variant)
+        self.shared_allowed = {}    # function name -> dynamic shared bytes it opted in to
 
     @contextlib.contextmanager
     def active(self):
@@ -577,6 +582,12 @@ class FakeRuntime:
             assert line.startswith(params.family.upper() + "(") and args[0] == fname
             self.specialized[fname] = (params.family, d, tuple(int(a) for a in args[1:]))
 
+    shared_optin = 227 * 1024     # Hopper's
+
+    def allow_shared(self, name, nbytes):
+        assert name in self.specialized and 48 * 1024 < nbytes <= self.shared_optin
+        self.shared_allowed[name] = nbytes
+
     can_capture = True
 
     def capture(self, record):
@@ -604,6 +615,7 @@ class FakeRuntime:
             return
         self.launches.append(name)
         args = [_arg(a) for a in args]
+        assert shared <= max(48 * 1024, self.shared_allowed.get(name, 0)), name
         if name in self.specialized:
             family, d, variant = self.specialized[name]
             getattr(self.kernels, family)(d, variant, grid, block, shared, *args)
@@ -891,10 +903,15 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
         for k in kinds:
             assert any(name.startswith(f"conv_{k}_") for name in fake_runtime.launches), tile
     for ct in be.conv_tiled.values():
+        optin = fake_runtime.shared_optin
         for v in ct.fwd.values():
-            assert v.fits(ct.shape) and v in conv_tiled.forward_variants(ct.shape)
+            assert v.fits(ct.shape, optin) and v in conv_tiled.forward_variants(ct.shape, optin)
         for v in ct.bwd.values():
-            assert v.fits(ct.shape) and v in conv_tiled.delta_variants(ct.shape, True)
+            assert v.fits(ct.shape, optin) and v in conv_tiled.delta_variants(ct.shape, True, optin)
+    # kernels above 48 KB of shared memory opted in before their launch (FakeRuntime.launch)
+    large = {ct.function(t, k) for ct in be.conv_tiled.values() for k in ("fwd", "bwd")
+             for t, v in getattr(ct, k).items() if v.smem(ct.shape) > 48 * 1024}
+    assert set(fake_runtime.shared_allowed) == large and (large or spec == TILED_ARCHS[2])
     assert any(ct.bwd for ct in be.conv_tiled.values()) == (spec in (TILED_ARCHS[0], TILED_ARCHS[3]))
 
 
@@ -916,6 +933,20 @@ def test_tiled_variants_follow_the_limits():
     assert delta_variants(lenet, False) == []                           # no delta into the image
     strided = ConvShape(12, 12, 20, 4, 4, 50, 5, 5, 0, 0, 2, 2, 64)
     assert delta_variants(strided, True) == [] and forward_variants(strided)
+    # with Hopper's opt-in to 227 KB: each forward variant again with a filter row of taps per
+    # stage, and delta variants whose prior rows take whole warps (6 cases x 5 slice groups
+    # in 32 threads) or half warps (3 x 5 in 16), capped at two blocks per multiprocessor
+    optin = 227 * 1024
+    staged = [v for v in forward_variants(lenet, optin) if v.tps == 5]
+    assert [(v.cases, v.tm, v.tn) for v in staged] == [(v.cases, v.tm, v.tn) for v in got]
+    assert ForwardVariant(2, 8, 4, 1, 5).smem(lenet) == 33920 + 4 * 2 * 4 * 20 * 52
+    assert [(v.cases, v.pad, v.tps) for v in delta_variants(lenet, True, optin)] == [
+        (3, False, 1), (2, False, 1), (6, True, 1), (3, True, 1), (3, True, 5)]
+    assert DeltaVariant(6, True).threads(lenet) == 12 * 32 and DeltaVariant(3, True).threads(lenet) == 12 * 16
+    assert DeltaVariant(6, True, 5).smem(lenet) > 114 * 1024         # one block per multiprocessor
+    assert [DeltaVariant(c).minb(lenet) for c in (2, 3)] == [5, 2]
+    deep = ConvShape(8, 8, 160, 8, 8, 16, 3, 3, 1, 1, 1, 1, 32)      # 40 slice groups: 64 threads a row
+    assert DeltaVariant(1, True).threads(deep) == 64 * 8
 
 
 def test_whole_column_gradient_shapes():

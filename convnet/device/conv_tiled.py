@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from .kernel_args import CONV_BWD, CONV_FWD
 
 SOURCE = "conv_tiled.cu"
-SMEM_BYTES = 48 * 1024          # static shared memory of one block
+SMEM_BYTES = 48 * 1024          # shared memory of a block that needs no opt-in
+SMEM_SHARE = 114 * 1024         # at most this much when opted in: two blocks per multiprocessor
+                                # (of Hopper's 228 KB)
 MAX_THREADS = 256               # threads of a conv_fwd block
 DELTA_THREADS = 512             # threads of a conv_bwd block
 REGISTERS = 65536               # per multiprocessor
@@ -26,6 +28,9 @@ REGISTERS = 65536               # per multiprocessor
 # held to (see forward_variants)
 THREAD_TILES = ((8, 8), (4, 8), (8, 4))
 TILE_REGISTERS = {(8, 8): 128}
+# conv_bwd: the registers a thread is budgeted (4 x 16 accumulators and a tap row of weights fit
+# without spilling on LeNet's second layer)
+DELTA_REGISTERS = 96
 
 
 def _ceil(a, b):
@@ -86,20 +91,22 @@ class ConvShape:
     def jd4(self):
         return _ceil(self.D, 4) * 4
 
-    def delta_case_floats(self, cases):
+    def delta_case_floats(self, cases, pad=False):
         u = self.W * self.jd4 // 4
         drow = u + (9 - u % 8) % 8
         u = self.H * drow
-        return 4 * (u + ((cases % 8) - u % 8 + 8) % 8)
+        return 4 * (u + (((1 if pad else cases % 8)) - u % 8 + 8) % 8)
 
 
 @dataclass(frozen=True)
 class ForwardVariant:
-    """CASES cases per block, TM positions x TN slices per thread, MINB blocks per multiprocessor."""
+    """CASES cases per block, TM positions x TN slices per thread, MINB blocks per multiprocessor,
+    TPS filter taps per stage of weights (one block-wide synchronisation per stage)."""
     cases: int
     tm: int
     tn: int
     minb: int
+    tps: int = 1
 
     def ncol(self, shape):
         return _ceil(shape.D, self.tn)
@@ -108,51 +115,83 @@ class ForwardVariant:
         return _ceil(self.cases * shape.H * shape.W, self.tm) * self.ncol(shape)
 
     def smem(self, shape):
-        xs = self.cases * max(shape.case_floats, shape.out_floats)
-        return 4 * (xs + 2 * shape.pd4 * self.ncol(shape) * self.tn)
+        xs = _ceil(self.cases * max(shape.case_floats, shape.out_floats), 4) * 4
+        return 4 * (xs + 2 * self.tps * shape.pd4 * self.ncol(shape) * self.tn)
 
     @property
     def suffix(self):
-        return f"c{self.cases}_m{self.tm}_n{self.tn}_b{self.minb}"
+        return f"c{self.cases}_m{self.tm}_n{self.tn}_b{self.minb}" + (f"_t{self.tps}" if self.tps > 1 else "")
 
-    def fits(self, shape):
-        return (self.ncol(shape) * self.tn <= shape.LDW and self.smem(shape) <= SMEM_BYTES
+    def fits(self, shape, smem_limit=SMEM_BYTES):
+        return (self.ncol(shape) * self.tn <= shape.LDW and self.smem(shape) <= smem_limit
                 and 32 <= self.threads(shape) <= MAX_THREADS)
+
+
+def _lanes_padded(lanes):
+    """The threads conv_bwd gives one prior row when PAD: a power of two up to 16, then whole
+    warps (ConvBwdTile::LP)."""
+    if lanes > 16:
+        return _ceil(lanes, 32) * 32
+    return next(p for p in (1, 2, 4, 8, 16) if p >= lanes)
 
 
 @dataclass(frozen=True)
 class DeltaVariant:
-    """CASES cases per block; a thread owns one prior row of one case and 4 prior slices."""
+    """CASES cases per block; a thread owns one prior row of one case and 4 prior slices. PAD:
+    the threads of a prior row are padded to whole warps (or a power of two), so a warp's threads
+    share their prior row and take the same taps; TPS taps per stage of weights (1 or a filter
+    row)."""
     cases: int
+    pad: bool = False
+    tps: int = 1
 
     def threads(self, shape):
-        return shape.PD // 4 * self.cases * shape.PH
+        lanes = shape.PD // 4 * self.cases
+        return (_lanes_padded(lanes) if self.pad else lanes) * shape.PH
 
     def smem(self, shape):
-        return 4 * (self.cases * shape.delta_case_floats(self.cases) + 2 * shape.jd4 * shape.PD)
+        return 4 * (self.cases * shape.delta_case_floats(self.cases, self.pad)
+                    + 2 * self.tps * shape.jd4 * shape.PD)
 
     @property
     def suffix(self):
-        return f"c{self.cases}"
+        return f"c{self.cases}" + ("_w" if self.pad else "") + (f"_t{self.tps}" if self.tps > 1 else "")
 
-    def fits(self, shape):
-        return self.smem(shape) <= SMEM_BYTES and 32 <= self.threads(shape) <= DELTA_THREADS
+    def fits(self, shape, smem_limit=SMEM_BYTES):
+        return self.smem(shape) <= smem_limit and 32 <= self.threads(shape) <= DELTA_THREADS
+
+    def minb(self, shape):
+        """Blocks per multiprocessor the register allocation must allow: those of
+        DELTA_REGISTERS per thread (ptxas budgets blocks rounded up to 128 threads)."""
+        return max(1, REGISTERS // (_ceil(self.threads(shape), 128) * 128 * DELTA_REGISTERS))
 
 
-def delta_variants(shape, has_delta):
+def delta_variants(shape, has_delta, smem_limit=SMEM_BYTES):
     """The delta kernel's variants for this shape (empty: the gather product alone): strides of
-    1, prior depth a multiple of 4, a prior row of at most 16 columns (4 x 16 accumulators);
-    the most cases per block that fit, and one fewer."""
+    1, prior depth a multiple of 4, a prior row of at most 16 columns (4 x 16 accumulators).
+    Threads of a prior row next to each other: the most cases per block that fit, and one
+    fewer. Prior rows padded to warps (smem_limit above 48 KB: the device lets a block opt in):
+    the most cases that fill a warp and half a warp, with a tap or a filter row per stage."""
     if (not has_delta or shape.SV != 1 or shape.SH != 1 or shape.PD % 4 or shape.PW > 16):
         return []
     fitting = [c for c in range(1, 9) if DeltaVariant(c).fits(shape)]
-    return [DeltaVariant(c) for c in fitting[::-1][:2]]
+    out = [DeltaVariant(c) for c in fitting[::-1][:2]]
+    if smem_limit > SMEM_BYTES:
+        ncol = shape.PD // 4
+        for lanes in (32, 16):
+            cases = max(1, lanes // ncol)
+            for tps in (1, shape.FH):
+                v = DeltaVariant(cases, True, tps)
+                if v.fits(shape, min(smem_limit, SMEM_SHARE)) and v not in out:
+                    out.append(v)
+    return out
 
 
-def forward_variants(shape):
+def forward_variants(shape, smem_limit=SMEM_BYTES):
     """The tile variants worth timing for this shape (empty: the layer stays with gemm_nn).
     For each thread tile, the most cases per block that fit (and, for the largest tile, one
-    fewer, leaving room for more blocks per multiprocessor)."""
+    fewer, leaving room for more blocks per multiprocessor); where the device lets a block opt in
+    to more shared memory (smem_limit), each of these also with a filter row of taps per stage."""
     out = []
     for tm, tn in THREAD_TILES:
         if tm > shape.H * shape.W:
@@ -176,6 +215,9 @@ def forward_variants(shape):
                 block = _ceil(v.threads(shape), 128) * 128
                 minb = max(1, REGISTERS // (block * TILE_REGISTERS[tm, tn]))
             out.append(ForwardVariant(cases, tm, tn, minb))
+    if smem_limit > SMEM_BYTES and shape.FH > 1:
+        staged = [ForwardVariant(v.cases, v.tm, v.tn, v.minb, shape.FH) for v in out]
+        out += [v for v in staged if v.fits(shape, min(smem_limit, SMEM_SHARE))]
     return out
 
 
@@ -186,8 +228,9 @@ class ConvTiled:
     def __init__(self, rt, layer, ldw):
         self.rt = rt
         self.shape = ConvShape.of(layer, ldw)
-        self.fwd = {f"tiled_{v.suffix}": v for v in forward_variants(self.shape)}
-        self.bwd = {f"tiled_{v.suffix}": v for v in delta_variants(self.shape, layer.index > 0)}
+        limit = getattr(rt, "shared_optin", SMEM_BYTES)
+        self.fwd = {f"tiled_{v.suffix}": v for v in forward_variants(self.shape, limit)}
+        self.bwd = {f"tiled_{v.suffix}": v for v in delta_variants(self.shape, layer.index > 0, limit)}
         self._built = False
 
     def function(self, tile, kind="fwd"):
@@ -197,14 +240,18 @@ class ConvTiled:
     def kernels(self):
         """(function name, instantiation line, KernelParams) of every variant."""
         out = [(self.function(t), f"CONV_FWD({self.function(t)}, {v.cases}, {v.tm}, {v.tn}, "
-                f"{v.minb})", CONV_FWD) for t, v in self.fwd.items()]
-        out += [(self.function(t, "bwd"), f"CONV_BWD({self.function(t, 'bwd')}, {v.cases})",
-                 CONV_BWD) for t, v in self.bwd.items()]
+                f"{v.minb}, {v.tps})", CONV_FWD) for t, v in self.fwd.items()]
+        out += [(self.function(t, "bwd"), f"CONV_BWD({self.function(t, 'bwd')}, {v.cases}, "
+                 f"{int(v.pad)}, {v.tps}, {v.minb(self.shape)})", CONV_BWD) for t, v in self.bwd.items()]
         return out
 
     def _build(self):
         if not self._built:
             self.rt.specialize(SOURCE, self.shape.defines(), self.kernels())
+            for kind, variants in (("fwd", self.fwd), ("bwd", self.bwd)):
+                for tile, v in variants.items():
+                    if v.smem(self.shape) > SMEM_BYTES:
+                        self.rt.allow_shared(self.function(tile, kind), v.smem(self.shape))
             self._built = True
 
     def forward(self, tile, *, src, lda, weights, M, out, ldo):
@@ -212,7 +259,8 @@ class ConvTiled:
         self._build()
         v = self.fwd[tile]
         self.rt.launch(self.function(tile), (_ceil(M, v.cases), 1, 1), (v.threads(self.shape), 1, 1),
-                       *CONV_FWD.pack(src=src, lda=lda, weights=weights, M=M, out=out, ldo=ldo))
+                       *CONV_FWD.pack(src=src, lda=lda, weights=weights, M=M, out=out, ldo=ldo),
+                       shared=v.smem(self.shape))
 
     def delta(self, tile, *, delta, ldd, weights, M, out, ldo, prior, epi):
         """out = epi(the prior layer's delta) for M cases, with delta variant `tile`
@@ -222,4 +270,5 @@ class ConvTiled:
         self.rt.launch(self.function(tile, "bwd"), (_ceil(M, v.cases), 1, 1),
                        (v.threads(self.shape), 1, 1),
                        *CONV_BWD.pack(delta=delta, ldd=ldd, weights=weights, M=M, out=out, ldo=ldo,
-                                      prior=prior, epi=epi))
+                                      prior=prior, epi=epi),
+                       shared=v.smem(self.shape))

@@ -96,6 +96,9 @@ class Runtime:
         self.ctx = self.device.retain_primary_context()
         self.lock = threading.RLock()
         self.trace = None
+        # the most shared memory one block may have once its kernel opts in (Volta and later)
+        self.shared_optin = self.device.get_attribute(
+            cuda.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         with self.active():
             self.stream = cuda.Stream()
             self.functions = {}
@@ -144,6 +147,12 @@ class Runtime:
             f.prepare(params.signature)
             self.functions[fname] = f
         self.modules[key] = module
+
+    def allow_shared(self, name, nbytes):
+        """Lets kernel `name` start with nbytes of dynamic shared memory (above 48 KB a kernel
+        has to opt in; at most shared_optin)."""
+        self.functions[name].set_attribute(
+            self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
 
     # ------------------------------------------------------------------ helpers
     def alloc(self, nbytes):

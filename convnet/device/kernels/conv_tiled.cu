@@ -103,42 +103,53 @@ __device__ __forceinline__ void ct_load_cases(float* Xs, const float* __restrict
     }
 }
 
-// The weights of one filter tap, PD4 rows (zero rows past PD) of NC columns, into Bs.
+// The weights of filter taps [tap, tap + taps), each PD4 rows (zero rows past PD) of NC columns,
+// into Bs (consecutive taps are consecutive rows of the forward layout).
 template <int NC, int NT>
-__device__ __forceinline__ void ct_load_tap(float* Bs, const float* __restrict__ Wf, int tap)
+__device__ __forceinline__ void ct_load_taps(float* Bs, const float* __restrict__ Wf, int tap,
+                                             int taps)
 {
     using namespace ct;
-    constexpr int UNITS = PD4 * NC / 4;
-    for (int u = threadIdx.x; u < UNITS; u += NT) {
-        const int s = u / (NC / 4);
-        const int c = (u - s * (NC / 4)) * 4;
+    constexpr int TAP_UNITS = PD4 * NC / 4;
+    for (int u = threadIdx.x; u < taps * TAP_UNITS; u += NT) {
+        const int t = u / TAP_UNITS;
+        const int v = u - t * TAP_UNITS;
+        const int s = v / (NC / 4);
+        const int c = (v - s * (NC / 4)) * 4;
         const bool ok = s < CT_PD;
-        ct_cp_async16(Bs + s * NC + c, ok ? Wf + (i64)(tap * CT_PD + s) * CT_LDW + c : Wf, ok);
+        ct_cp_async16(Bs + t * PD4 * NC + s * NC + c,
+                      ok ? Wf + (i64)((tap + t) * CT_PD + s) * CT_LDW + c : Wf, ok);
     }
 }
 
-template <int CASES, int TM, int TN>
+// The block's shared memory (dynamic: its size is the variant's, opted in above 48 KB).
+extern __shared__ __align__(16) float ct_smem[];
+
+template <int CASES, int TM, int TN, int TPS>
 struct ConvFwdTile {
     static constexpr int NCOL = (CT_D + TN - 1) / TN;      // threads across the slices
     static constexpr int NC = NCOL * TN;                    // slices computed (>= CT_D)
     static constexpr int ROWS = CASES * ct::HW;             // (case, position) rows of a block
     static constexpr int TR = (ROWS + TM - 1) / TM;         // threads across the rows
     static constexpr int NT = TR * NCOL;
-    static constexpr int XS = CASES * (ct::CASE > ct::OUT ? ct::CASE : ct::OUT);
+    // the cases' copies, then (16-byte aligned) the weights
+    static constexpr int XS = (CASES * (ct::CASE > ct::OUT ? ct::CASE : ct::OUT) + 3) / 4 * 4;
+    static constexpr int STAGE = TPS * ct::PD4 * NC;        // floats of one stage of weights
+    static constexpr int SMEM = 4 * (XS + 2 * STAGE);       // bytes
 };
 
-template <int CASES, int TM, int TN>
+template <int CASES, int TM, int TN, int TPS>
 __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int lda,
                                               const float* __restrict__ Wf, int M,
                                               float* __restrict__ out, int ldo)
 {
     using namespace ct;
-    using T = ConvFwdTile<CASES, TM, TN>;
+    using T = ConvFwdTile<CASES, TM, TN, TPS>;
     constexpr int NC = T::NC, NT = T::NT, TR = T::TR, ROWS = T::ROWS;
+    constexpr int STEPS = (TAPS + TPS - 1) / TPS;
     static_assert(TN % 4 == 0 && NC <= CT_LDW, "slice tile");
-    static_assert(4 * (T::XS + 2 * PD4 * NC) <= 48 * 1024, "shared memory");
-    __shared__ __align__(16) float Xs[T::XS];
-    __shared__ __align__(16) float Bs[2][PD4 * NC];
+    float* Xs = ct_smem;
+    float* Bs = ct_smem + T::XS;            // two stages of TPS taps' weights
 
     const int tid = threadIdx.x;
     const int tr = tid % TR;
@@ -146,7 +157,7 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
     const int m0 = blockIdx.x * CASES;
 
     ct_load_cases<CASES, NT>(Xs, src, lda, m0, M);
-    ct_load_tap<NC, NT>(Bs[0], Wf, 0);
+    ct_load_taps<NC, NT>(Bs, Wf, 0, min(TPS, TAPS));
     ct_cp_commit();
 
     // shared-memory offset of each of this thread's windows (rows past the block's: row 0);
@@ -172,15 +183,21 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
 
     ct_cp_wait_all();
     __syncthreads();
-    for (int tap = 0; tap < TAPS; ++tap) {
-        if (tap + 1 < TAPS) {
-            ct_load_tap<NC, NT>(Bs[(tap + 1) & 1], Wf, tap + 1);
+    // a stage holds TPS taps' weights: one block-wide synchronisation per stage, not per tap
+    for (int step = 0; step < STEPS; ++step) {
+        if (step + 1 < STEPS) {
+            const int next = (step + 1) * TPS;
+            ct_load_taps<NC, NT>(Bs + ((step + 1) & 1) * T::STAGE, Wf, next, min(TPS, TAPS - next));
             ct_cp_commit();
         }
+#pragma unroll 1
+        for (int k = 0; k < TPS; ++k) {
+        const int tap = step * TPS + k;
+        if (TPS > 1 && tap >= TAPS) break;
         const int fr = tap / CT_FH;
         const int fc = tap - fr * CT_FH;
         const float* xs = Xs + fr * ROW + fc * PD4;
-        const float* bs = Bs[tap & 1] + tn * TN;
+        const float* bs = Bs + (step & 1) * T::STAGE + k * PD4 * NC + tn * TN;
 #pragma unroll
         for (int s4 = 0; s4 < PD4 / 4; ++s4) {
             float4 a[TM];
@@ -200,6 +217,7 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
                     for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(x, b[j], acc[i][j]);
                 }
             }
+        }
         }
         ct_cp_wait_all();
         __syncthreads();
@@ -235,15 +253,16 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
     }
 }
 
-// One tile variant: CASES cases per block, TM positions x TN slices per thread;
-// blockDim.x = ConvFwdTile<CASES, TM, TN>::NT, gridDim.x = ceil(M / CASES). MINB: blocks per
-// multiprocessor the register allocation must allow.
-#define CONV_FWD(NAME, CASES, TM, TN, MINB)                                                      \
-    extern "C" __global__ void __launch_bounds__(ConvFwdTile<CASES, TM, TN>::NT, MINB)            \
+// One tile variant: CASES cases per block, TM positions x TN slices per thread, TPS filter taps
+// per stage of weights; blockDim.x = ConvFwdTile<...>::NT, gridDim.x = ceil(M / CASES), dynamic
+// shared memory ConvFwdTile<...>::SMEM bytes. MINB: blocks per multiprocessor the register
+// allocation must allow.
+#define CONV_FWD(NAME, CASES, TM, TN, MINB, TPS)                                                 \
+    extern "C" __global__ void __launch_bounds__(ConvFwdTile<CASES, TM, TN, TPS>::NT, MINB)       \
     NAME(const float* __restrict__ src, int lda, const float* __restrict__ weights, int M,        \
          float* __restrict__ out, int ldo)                                                        \
     {                                                                                             \
-        conv_fwd_body<CASES, TM, TN>(src, lda, weights, M, out, ldo);                             \
+        conv_fwd_body<CASES, TM, TN, TPS>(src, lda, weights, M, out, ldo);                        \
     }
 
 // ------------------------------------------------------------------ delta backpropagation
@@ -267,50 +286,69 @@ constexpr int JD4 = (CT_D + 3) / 4 * 4;             // this layer's slices, padd
 constexpr int DROW = (CT_W * JD4 / 4 + (9 - (CT_W * JD4 / 4) % 8) % 8) * 4;
 }  // namespace ctb
 
-template <int CASES>
+template <int CASES, int PAD, int TPS>
 struct ConvBwdTile {
     static constexpr int NCOL = CT_PD / 4;                  // threads across the prior slices
-    static constexpr int NT = NCOL * CASES * CT_PH;
-    // a case's copy: a number of 16-byte units that is CASES modulo 8, so the (case, row) pairs
-    // of a quarter warp fall in different bank groups
+    static constexpr int LANES = NCOL * CASES;              // threads of one prior row
+    // threads given to one prior row: LANES, or with PAD a power of two up to a warp, then whole
+    // warps, so that the threads of a warp share their prior row and so their tap rows
+    static constexpr int LP = !PAD ? LANES
+                              : LANES > 16 ? (LANES + 31) / 32 * 32
+                              : LANES > 8 ? 16 : LANES > 4 ? 8 : LANES > 2 ? 4 : LANES;
+    static constexpr int NT = LP * CT_PH;
+    // a case's copy: a number of 16-byte units that is CASES modulo 8 (PAD: 1 modulo 8), so the
+    // (case, row) pairs of a quarter warp fall in different bank groups
     static constexpr int U = CT_H * ctb::DROW / 4;
-    static constexpr int DCASE = (U + ((CASES % 8) - U % 8 + 8) % 8) * 4;
+    static constexpr int DCASE = (U + (((PAD ? 1 : CASES % 8)) - U % 8 + 8) % 8) * 4;
+    static constexpr int TAP = ctb::JD4 * CT_PD;            // floats of one tap's weights
+    static constexpr int SMEM = 4 * (CASES * DCASE + 2 * TPS * TAP);   // bytes
 };
 
-// The backward weights of one tap ([tap][slice][prior slice]), JD4 rows of CT_PD, into Bs.
+// The backward weights of taps [tap, tap + taps) ([tap][slice][prior slice]), each JD4 rows of
+// CT_PD (zero rows past CT_D), into Bs.
 template <int NT>
-__device__ __forceinline__ void ctb_load_tap(float* Bs, const float* __restrict__ Wb, int tap)
+__device__ __forceinline__ void ctb_load_taps(float* Bs, const float* __restrict__ Wb, int tap,
+                                              int taps)
 {
     using namespace ctb;
+    constexpr int TAP_UNITS = JD4 * CT_PD / 4;
     const float* w = Wb + (i64)tap * CT_D * CT_PD;
     if (((size_t)Wb & 15) == 0) {
-        for (int u = threadIdx.x; u < JD4 * CT_PD / 4; u += NT) {
-            const bool ok = u * 4 < CT_D * CT_PD;
-            ct_cp_async16(Bs + 4 * u, ok ? w + 4 * u : Wb, ok);
+        for (int u = threadIdx.x; u < taps * TAP_UNITS; u += NT) {
+            const int t = u / TAP_UNITS;
+            const int v = u - t * TAP_UNITS;
+            const bool ok = v * 4 < CT_D * CT_PD;
+            ct_cp_async16(Bs + 4 * u, ok ? w + t * CT_D * CT_PD + 4 * v : Wb, ok);
         }
     } else {
-        for (int u = threadIdx.x; u < JD4 * CT_PD; u += NT) Bs[u] = u < CT_D * CT_PD ? w[u] : 0.f;
+        for (int u = threadIdx.x; u < taps * 4 * TAP_UNITS; u += NT) {
+            const int t = u / (4 * TAP_UNITS);
+            const int v = u - t * (4 * TAP_UNITS);
+            Bs[u] = v < CT_D * CT_PD ? w[t * CT_D * CT_PD + v] : 0.f;
+        }
     }
 }
 
-template <int CASES>
+template <int CASES, int PAD, int TPS>
 __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, int ldd,
                                               const float* __restrict__ Wb, int M,
                                               float* __restrict__ out, int ldo,
                                               const float* __restrict__ prior, int epi)
 {
     using namespace ctb;
-    using T = ConvBwdTile<CASES>;
-    constexpr int NT = T::NT, NCOL = T::NCOL, DCASE = T::DCASE;
+    using T = ConvBwdTile<CASES, PAD, TPS>;
+    constexpr int NT = T::NT, NCOL = T::NCOL, DCASE = T::DCASE, TAP = T::TAP;
     static_assert(CT_SV == 1 && CT_SH == 1 && CT_PD % 4 == 0, "delta shape");
-    static_assert(4 * (CASES * DCASE + 2 * JD4 * CT_PD) <= 48 * 1024, "shared memory");
-    __shared__ __align__(16) float Ds[CASES * DCASE];
-    __shared__ __align__(16) float Bs[2][JD4 * CT_PD];
+    static_assert(TPS == 1 || TPS == CT_FH, "a stage is one tap or one filter row");
+    float* Ds = ct_smem;
+    float* Bs = ct_smem + CASES * DCASE;    // two stages of TPS taps' weights
 
     const int tid = threadIdx.x;
-    const int tn = tid % NCOL;
-    const int cs = (tid / NCOL) % CASES;
-    const int r = tid / (NCOL * CASES);
+    const int lane = tid % T::LP;
+    const bool active = lane < T::LANES;   // PAD: the lanes past LANES only help with the copies
+    const int tn = lane % NCOL;
+    const int cs = active ? lane / NCOL : 0;
+    const int r = tid / T::LP;
     const int m0 = blockIdx.x * CASES;
 
     for (int u = tid; u < CASES * ct::HW * JD4; u += NT) {
@@ -326,7 +364,8 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
         else
             *d = 0.f;
     }
-    ctb_load_tap<NT>(Bs[0], Wb, ct::TAPS - 1);
+    // taps are taken in descending order; a stage of a filter row holds its taps ascending
+    ctb_load_taps<NT>(Bs, Wb, ct::TAPS - TPS, TPS);
     ct_cp_commit();
 
     float acc[CT_PW][4];
@@ -340,16 +379,22 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
     int t = 0;                                              // taps done
     for (int fr = CT_FV - 1; fr >= 0; --fr) {
         const int oh = r + CT_PV - fr;
-        const bool row_in = oh >= 0 && oh < CT_H;
+        const bool row_in = active && oh >= 0 && oh < CT_H;
         const float* ds = Ds + cs * DCASE + oh * DROW;
+        const int row_stage = CT_FV - 1 - fr;
+        if (TPS > 1 && fr > 0) {                            // the next filter row's taps
+            ctb_load_taps<NT>(Bs + ((row_stage + 1) & 1) * TPS * TAP, Wb, (fr - 1) * CT_FH, CT_FH);
+            ct_cp_commit();
+        }
 #pragma unroll
         for (int k = 0; k < CT_FH; ++k, ++t) {
             const int fc = CT_FH - 1 - k;
-            if (t + 1 < ct::TAPS) {
-                ctb_load_tap<NT>(Bs[(t + 1) & 1], Wb, ct::TAPS - 2 - t);
+            if (TPS == 1 && t + 1 < ct::TAPS) {
+                ctb_load_taps<NT>(Bs + ((t + 1) & 1) * TAP, Wb, ct::TAPS - 2 - t, 1);
                 ct_cp_commit();
             }
-            const float* bs = Bs[t & 1] + tn * 4;
+            const float* bs = (TPS == 1 ? Bs + (t & 1) * TAP
+                                        : Bs + (row_stage & 1) * TPS * TAP + fc * TAP) + tn * 4;
             if (row_in) {
 #pragma unroll 1
                 for (int s4 = 0; s4 < JD4 / 4; ++s4) {
@@ -373,12 +418,18 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
                     }
                 }
             }
+            if (TPS == 1) {
+                ct_cp_wait_all();
+                __syncthreads();
+            }
+        }
+        if (TPS > 1) {
             ct_cp_wait_all();
             __syncthreads();
         }
     }
 
-    if (m0 + cs >= M) return;
+    if (!active || m0 + cs >= M) return;
 #pragma unroll
     for (int c = 0; c < CT_PW; ++c) {
 #pragma unroll
@@ -394,21 +445,27 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
     }
 }
 
-// CASES cases per block; blockDim.x = ConvBwdTile<CASES>::NT, gridDim.x = ceil(M / CASES).
-#define CONV_BWD(NAME, CASES)                                                                     \
-    extern "C" __global__ void __launch_bounds__(ConvBwdTile<CASES>::NT)                          \
+// CASES cases per block; PAD: a prior row's threads padded to whole warps (or a power of two);
+// TPS: taps per stage of weights (1 or a filter row). blockDim.x = ConvBwdTile<...>::NT,
+// gridDim.x = ceil(M / CASES), dynamic shared memory ConvBwdTile<...>::SMEM bytes. MINB: blocks
+// per multiprocessor the register allocation must allow.
+#define CONV_BWD(NAME, CASES, PAD, TPS, MINB)                                                     \
+    extern "C" __global__ void __launch_bounds__(ConvBwdTile<CASES, PAD, TPS>::NT, MINB)          \
     NAME(const float* __restrict__ delta, int ldd, const float* __restrict__ weights, int M,      \
          float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi)              \
     {                                                                                             \
-        conv_bwd_body<CASES>(delta, ldd, weights, M, out, ldo, prior, epi);                       \
+        conv_bwd_body<CASES, PAD, TPS>(delta, ldd, weights, M, out, ldo, prior, epi);             \
     }
 
 #ifndef SPECIALIZED     // the runtime defines it when it appends the variants conv_tiled.py launches
-CONV_FWD(conv_fwd_c2_m8_n8_b3, 2, 8, 8, 3)
-CONV_FWD(conv_fwd_c2_m8_n8_b4, 2, 8, 8, 4)
-CONV_FWD(conv_fwd_c3_m8_n8_b3, 3, 8, 8, 3)
-CONV_FWD(conv_fwd_c2_m4_n8_b3, 2, 4, 8, 3)
-CONV_FWD(conv_fwd_c2_m8_n4_b4, 2, 8, 4, 4)
-CONV_BWD(conv_bwd_c2, 2)
-CONV_BWD(conv_bwd_c3, 3)
+CONV_FWD(conv_fwd_c2_m8_n8_b3, 2, 8, 8, 3, 1)
+CONV_FWD(conv_fwd_c2_m8_n8_b4, 2, 8, 8, 4, 1)
+CONV_FWD(conv_fwd_c3_m8_n8_b3, 3, 8, 8, 3, 1)
+CONV_FWD(conv_fwd_c2_m4_n8_b3, 2, 4, 8, 3, 1)
+CONV_FWD(conv_fwd_c2_m8_n4_b4, 2, 8, 4, 4, 1)
+CONV_FWD(conv_fwd_c2_m8_n4_b4_t5, 2, 8, 4, 4, 5)
+CONV_BWD(conv_bwd_c2, 2, 0, 1, 5)
+CONV_BWD(conv_bwd_c3, 3, 0, 1, 2)
+CONV_BWD(conv_bwd_c6_w, 6, 1, 1, 1)
+CONV_BWD(conv_bwd_c3_w_t5, 3, 1, 5, 2)
 #endif
