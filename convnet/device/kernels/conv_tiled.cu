@@ -192,32 +192,32 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
         }
 #pragma unroll 1
         for (int k = 0; k < TPS; ++k) {
-        const int tap = step * TPS + k;
-        if (TPS > 1 && tap >= TAPS) break;
-        const int fr = tap / CT_FH;
-        const int fc = tap - fr * CT_FH;
-        const float* xs = Xs + fr * ROW + fc * PD4;
-        const float* bs = Bs + (step & 1) * T::STAGE + k * PD4 * NC + tn * TN;
+            const int tap = step * TPS + k;
+            if (TPS > 1 && tap >= TAPS) break;
+            const int fr = tap / CT_FH;
+            const int fc = tap - fr * CT_FH;
+            const float* xs = Xs + fr * ROW + fc * PD4;
+            const float* bs = Bs + (step & 1) * T::STAGE + k * PD4 * NC + tn * TN;
 #pragma unroll
-        for (int s4 = 0; s4 < PD4 / 4; ++s4) {
-            float4 a[TM];
-#pragma unroll
-            for (int i = 0; i < TM; ++i) {
-                const int off = IN_ROW ? aoff[0] + i * CT_SH * PD4 : aoff[i];
-                a[i] = *reinterpret_cast<const float4*>(xs + off + 4 * s4);
-            }
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                float b[TN];
-                load_frag<TN>(b, bs + (4 * s4 + q) * NC);
+            for (int s4 = 0; s4 < PD4 / 4; ++s4) {
+                float4 a[TM];
 #pragma unroll
                 for (int i = 0; i < TM; ++i) {
-                    const float x = ct_lane(a[i], q);
+                    const int off = IN_ROW ? aoff[0] + i * CT_SH * PD4 : aoff[i];
+                    a[i] = *reinterpret_cast<const float4*>(xs + off + 4 * s4);
+                }
 #pragma unroll
-                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(x, b[j], acc[i][j]);
+                for (int q = 0; q < 4; ++q) {
+                    float b[TN];
+                    load_frag<TN>(b, bs + (4 * s4 + q) * NC);
+#pragma unroll
+                    for (int i = 0; i < TM; ++i) {
+                        const float x = ct_lane(a[i], q);
+#pragma unroll
+                        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(x, b[j], acc[i][j]);
+                    }
                 }
             }
-        }
         }
         ct_cp_wait_all();
         __syncthreads();
@@ -279,6 +279,11 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
 // the row oh = r + pad - fr is either inside the layer for the whole thread or not at all, and
 // since fc is known at compile time (the tap columns are unrolled) so is which of the thread's
 // columns each delta column reaches: only real terms are computed, none of the zero padding.
+// Two choices make the variants: whether the threads of one prior row are padded to whole warps
+// (PAD; then a warp's threads share their row and so whether a tap row applies, where without it
+// a warp spans several rows and the threads of the rows outside wait), and whether a stage of
+// weights holds one tap or a whole filter row (TPS; five times fewer block-wide syncs, five
+// times the shared memory). The order of additions is the same in every variant.
 namespace ctb {
 constexpr int JD4 = (CT_D + 3) / 4 * 4;             // this layer's slices, padded to 4
 // a row of the shared copy: a number of 16-byte units that is 1 modulo 8 (neighbouring rows in
