@@ -17,9 +17,11 @@ For each net of the benchmark control files (the data and layers up to the first
      in one CUDA graph, and torch.compile(mode="reduce-overhead"); we are compared with the best;
   4. the floor: the net's multiply-adds over the float32 rate measured here (a large cuBLAS
      SGEMM, TF32 off), and the fewest bytes (cases in, gradient out) over the copy bandwidth.
-A CUDA.LOG per net goes to --out, with the per-layer timing table. The table printed last:
+A CUDA.LOG per net goes to --out, with the per-layer timing table. The tables printed last:
 device ms, cases/s, speed-up over the host path, PyTorch ms (each way) and our time over the
-best of them, floor ms.
+best of them, floor ms; then, per net and launch site, the tuner's steady-state time of every
+candidate kernel (fastest first, the chosen one marked), which is how kernel variants are
+compared with each other.
 """
 
 import argparse
@@ -419,6 +421,18 @@ def diagnose(args):
         print(f"first {n} cases: gradient {rel(dg, hg):.2e}, by layer {' '.join(errs)}")
 
 
+def candidate_lines(name, choice, tile_ms, most=8):
+    """Lines of the candidate table of one net: per launch site (the JSON record's "tiles" and
+    "tile_ms"), its candidates' times in ms, fastest first, the tuner's choice marked *."""
+    out = []
+    for site, times in tile_ms.items():
+        ranked = sorted(times.items(), key=lambda kv: kv[1])
+        cells = [f"{t}{'*' if t == choice.get(site) else ''} {ms:.3f}" for t, ms in ranked[:most]]
+        more = f"  (+{len(ranked) - most} more)" if len(ranked) > most else ""
+        out.append(f"{name:<18}{site:<24}" + "  ".join(cells) + more)
+    return out
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.profile:
@@ -537,6 +551,11 @@ def main(argv=None):
               f"{modes_s}{ratio_s:>10}{floor_s:>9}{i['vs_float64'][1]:>9.1e}{i['vs_host'][1]:>9.1e}")
     print("ours/best: our gradient time over the best of PyTorch eager, CUDA graph and "
           "torch.compile(reduce-overhead), float32, TF32 off, same run")
+    print()
+    print(f"{'net':<18}{'launch site':<24}candidates, steady-state ms (* the tuner's choice)")
+    for name, i in rows:
+        for line in candidate_lines(name, i["tiles"], i["tile_ms"]):
+            print(line)
 
 
 if __name__ == "__main__":
