@@ -228,7 +228,7 @@ class ConvTiled:
     def __init__(self, rt, layer, ldw):
         self.rt = rt
         self.shape = ConvShape.of(layer, ldw)
-        limit = getattr(rt, "shared_optin", SMEM_BYTES)
+        limit = rt.shared_optin      # the most shared memory a kernel may opt in to
         self.fwd = {f"tiled_{v.suffix}": v for v in forward_variants(self.shape, limit)}
         self.bwd = {f"tiled_{v.suffix}": v for v in delta_variants(self.shape, layer.index > 0, limit)}
         self._built = False
