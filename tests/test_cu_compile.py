@@ -95,7 +95,7 @@ def test_specialized_kernels_compile(lines, rows, cols, bands, tmp_path):
             assert name in res.stderr, name
         if ct.shape.tag.startswith("12x12x20_5x5"):        # LeNet's second layer: no spills
             spills = [ln for ln in res.stderr.splitlines() if "spill stores" in ln]
-            assert len(spills) == len(ct.fwd) + len(ct.bwd) and ct.bwd
+            assert len(spills) == len(ct.fwd) + len(ct.bwd) + len(ct.grad) and ct.bwd and ct.grad
             assert all(" 0 bytes spill stores" in ln for ln in spills), spills
         built += 1
     assert built

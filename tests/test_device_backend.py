@@ -212,7 +212,8 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     w = rng.normal(0, 0.4, arch.n_weights)
     nns, tns = list(tuning.NN_TILES), tuning.tn_tiles()
     # and the tiled variants of the convolutional layers' activations (conv_tiled.cu)
-    tiled = sorted({t for ct in _backend(arch).conv_tiled.values() for t in [*ct.fwd, *ct.bwd]}) or [None]
+    tiled = sorted({t for ct in _backend(arch).conv_tiled.values()
+                    for t in [*ct.fwd, *ct.bwd, *ct.grad]}) or [None]
     assert seed != 3 or tiled != [None]
     results = {}
     for i in range(max(len(nns), len(tns), len(tiled))):       # every shape at least once
@@ -220,6 +221,8 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
         monkeypatch.setattr(tuning, "nn_candidates",
                             lambda M, N, conv=(), t=nn, ct=ct: [ct] if ct in conv else [t])
         monkeypatch.setattr(tuning, "tn_candidates", lambda R, N, t=tn: [_tn_fitting(t, R, N)])
+        monkeypatch.setattr(tuning, "grad_candidates",
+                            lambda grad, ct=ct: [ct] if ct in grad else list(grad)[:1])
         results[(nn, tn, ct)] = _backend(arch).evaluator(x, c, 0.001).gradient(w)
     first = next(iter(results.values()))
     for key, (crit, grad) in results.items():
@@ -334,7 +337,8 @@ def test_pool_backward_tiles_gives_the_same_bits():
 
 def test_tiled_convolution_gives_the_same_bits(monkeypatch):
     """conv_tiled.cu's variants against the gather product, each forced as the only candidate of
-    the convolutional layers' activations and delta backpropagations: the same criterion,
+    the convolutional layers' activations and delta backpropagations (and conv_grad's variants
+    against each other, where conv_grad takes a layer's weight gradient): the same criterion,
     gradient, outputs and activations, bit for bit, on LeNet's shapes and on padded, strided,
     odd-depth layers (and the float64 model within the usual tolerances)."""
     from convnet.device import tuning
@@ -343,12 +347,15 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
     specs = [LENET_SHAPES] + TILED_ARCHS[1:]
     for lines, rows, cols, bands, ncls in specs:
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
-        variants = sorted({t for ct in _backend(arch).conv_tiled.values() for t in [*ct.fwd, *ct.bwd]})
+        variants = sorted({t for ct in _backend(arch).conv_tiled.values()
+                           for t in [*ct.fwd, *ct.bwd, *ct.grad]})
         assert variants, lines
         runs = {}
         for tile in [None] + variants:
             monkeypatch.setattr(tuning, "nn_candidates",
                                 lambda M, N, conv=(), t=tile: [t] if t in conv else gather(M, N)[:1])
+            monkeypatch.setattr(tuning, "grad_candidates",
+                                lambda grad, t=tile: [t] if t in grad else list(grad)[:1])
             for params in ({}, {"MAX BATCH": 256}):
                 be = _backend(arch, params)
                 ev = be.evaluator(x, c, 0.01)

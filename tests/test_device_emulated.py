@@ -429,6 +429,46 @@ class _Kernels:
         for m in range(M):
             o[m * ldo:m * ldo + n] = res[m].astype(np.float32)
 
+    # conv_grad (conv_tiled.cu): partial z of the weight gradient covers the sub-chunk z % subs of
+    # chunk z // subs (chunk / subs cases) over every position; rows in the forward order
+    # ((fr * FH + fc) * PD + prior slice), then the bias row
+    def conv_grad(self, d, variant, grid, block, shared, src, lda, delta, ldd, n_lo, n_hi,
+                  n_cases, chunk, subs, part):
+        tn, taprow = variant
+        PH, PW, PD, H, W, D, fv, fh = (d[k] for k in ("PH", "PW", "PD", "H", "W", "D", "FV", "FH"))
+        ncolg = -(-D // tn)
+        assert PD % 4 == 0 and chunk % subs == 0 and (not taprow or fh * 4 * tn <= 80)
+        groups = PD // 4 * (1 if taprow else fh)
+        assert grid[:2] == (fv, -(-n_cases // chunk) * subs) and block[0] == (groups + 1) * ncolg
+        rin, cin = (H - 1) * d["SV"] + fv, (W - 1) * d["SH"] + fh
+        row = cin * PD + (4 if (cin * PD // 4) % 2 == 0 else 0)
+        assert shared == 4 * 2 * (rin * row + H * W * ncolg * tn)
+        prior = PH * PW * PD
+        x = self.f32(src, (n_cases - 1) * lda + prior).astype(np.float64)
+        x = np.stack([x[m * lda:m * lda + prior] for m in range(n_cases)]).reshape(n_cases, PH, PW, PD)
+        pad = np.zeros((n_cases, rin + PH, cin + PW, PD))
+        pad[:, d["PV"]:d["PV"] + PH, d["PZ"]:d["PZ"] + PW] = x
+        dl = self.f32(delta, (n_cases - 1) * ldd + H * W * D).astype(np.float64)
+        dl = np.stack([dl[m * ldd:m * ldd + H * W * D] for m in range(n_cases)]).reshape(n_cases, H * W, D)
+        dl = dl[:, :, n_lo:n_hi]
+        K = fv * fh * PD
+        NL = n_hi - n_lo
+        nz = grid[1]
+        o = self.f32(part, nz * (K + 1) * NL).reshape(nz, K + 1, NL)
+        per = chunk // subs
+        for z in range(nz):
+            lo = (z // subs) * chunk + (z % subs) * per
+            hi = min(n_cases, lo + per)
+            g = np.zeros((K + 1, NL))
+            for fr in range(fv):
+                for fc in range(fh):
+                    win = pad[lo:hi, fr:fr + (H - 1) * d["SV"] + 1:d["SV"],
+                              fc:fc + (W - 1) * d["SH"] + 1:d["SH"]].reshape(hi - lo, H * W, PD)
+                    k0 = (fr * fh + fc) * PD
+                    g[k0:k0 + PD] = np.einsum("mpk,mpn->kn", win, dl[lo:hi])
+            g[K] = dl[lo:hi].sum(axis=(0, 1))
+            o[z] = g.astype(np.float32)
+
     def softmax_ll(self, grid, block, logits, ncls, nb, classes, probs, ll, delta):
         assert grid[0] * block[0] >= nb
         z = self.f32(logits, nb * ncls).reshape(nb, ncls).astype(np.float64)
@@ -868,6 +908,8 @@ TILED_ARCHS = [
     # the delta into a tanh layer (times 1 - a^2), through padding, 37 slices (padded to 40)
     (["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 37 2 1 2 1 1 1",
       "FULLY CONNECTED LAYER 5"], 9, 7, 2, 3),
+    # conv_grad through padding with strides 2 x 3 (which window columns serve which taps)
+    (["CONVOLUTIONAL LAYER 16 1 1 0 0 1 1", "CONVOLUTIONAL LAYER 30 1 2 1 1 2 3"], 13, 16, 1, 3),
 ]
 
 
@@ -887,19 +929,21 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
     be = dbe.DeviceBackend(arch)
     assert be.conv_tiled
     assert not any(be.conv_tiled[i].fwd for i in be.conv_small if i in be.conv_tiled)
-    variants = sorted({t for ct in be.conv_tiled.values() for t in [*ct.fwd, *ct.bwd]})
+    variants = sorted({t for ct in be.conv_tiled.values() for t in [*ct.fwd, *ct.bwd, *ct.grad]})
     assert not fake_runtime.specialized
     gather_first = tuning.nn_candidates
     for tile in variants:
         monkeypatch.setattr(tuning, "nn_candidates",
                             lambda M, N, conv=(), t=tile: [t] if t in conv else gather_first(M, N)[:1])
+        monkeypatch.setattr(tuning, "grad_candidates",
+                            lambda grad, t=tile: [t] if t in grad else list(grad)[:1])
         fake_runtime.launches.clear()
         ev = dbe.DeviceBackend(arch).evaluator(x, c, 0.01)
         crit, grad = ev.gradient(w)
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         assert abs(ev.criterion(w) - crit_ref) <= 1e-6 * crit_ref
         assert np.abs(ev.outputs(w) - p_ref).max() < 1e-6
-        kinds = [k for k in ("fwd", "bwd") if any(tile in getattr(ct, k) for ct in be.conv_tiled.values())]
+        kinds = [k for k in ("fwd", "bwd", "grad") if any(tile in getattr(ct, k) for ct in be.conv_tiled.values())]
         for k in kinds:
             assert any(name.startswith(f"conv_{k}_") for name in fake_runtime.launches), tile
     for ct in be.conv_tiled.values():
@@ -908,10 +952,11 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
             assert v.fits(ct.shape, optin) and v in conv_tiled.forward_variants(ct.shape, optin)
         for v in ct.bwd.values():
             assert v.fits(ct.shape, optin) and v in conv_tiled.delta_variants(ct.shape, True, optin)
+        assert list(ct.grad.values()) == conv_tiled.grad_variants(ct.shape, optin)
     # kernels above 48 KB of shared memory opted in before their launch (FakeRuntime.launch)
-    large = {ct.function(t, k) for ct in be.conv_tiled.values() for k in ("fwd", "bwd")
+    large = {ct.function(t, k) for ct in be.conv_tiled.values() for k in ("fwd", "bwd", "grad")
              for t, v in getattr(ct, k).items() if v.smem(ct.shape) > 48 * 1024}
-    assert set(fake_runtime.shared_allowed) == large and (large or spec == TILED_ARCHS[2])
+    assert set(fake_runtime.shared_allowed) == large and (large or spec in TILED_ARCHS[2:5:2])
     assert any(ct.bwd for ct in be.conv_tiled.values()) == (spec in (TILED_ARCHS[0], TILED_ARCHS[3]))
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..control import DEFAULT_PARAMETERS
 from ..errors import ConvnetError
-from .conv_tiled import ConvTiled
+from .conv_tiled import GRAD_SUBS, ConvTiled
 from .evaluator import HOST_WEIGHTS, DeviceEvaluator
 from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, line_parts,
                        line_point, vec_finish, weights_scatter,
@@ -74,14 +74,15 @@ class DeviceBackend:
                     self.conv_small[lp.index] = width
         # Convolutional layers whose activation or delta backpropagation conv_tiled.cu can also
         # compute (the tuner chooses; tiled=False keeps them with the gather product alone). A
-        # conv_small layer's activation stays with conv_small.
+        # conv_small layer's activation stays with conv_small. A layer conv_grad fits takes its
+        # weight gradient from conv_grad alone (its own order of additions; grad_slots).
         self.conv_tiled = {}
         for lp in self.plan.hidden:
             if tiled and lp.kind.shares_weights:
                 ct = ConvTiled(self.rt, lp.layer, lp.lay.cols)
                 if lp.index in self.conv_small:
                     ct.fwd = {}
-                if ct.fwd or ct.bwd:
+                if ct.fwd or ct.bwd or ct.grad:
                     self.conv_tiled[lp.index] = ct
         # A conv_small first layer followed by max pooling with stride = width is computed
         # together with the pooling in forward-only evaluations (criterion, outputs): only the
@@ -178,12 +179,20 @@ class DeviceBackend:
             return n_cases
         return max(CHUNK, fit // CHUNK * CHUNK)
 
+    def grad_slots(self, lp, n_total):
+        """(positions per partial sum, partial sums per chunk of cases) of a layer's weight
+        gradient: conv_grad's sub-chunks over every position, or gemm_tn's position ranges."""
+        ct = self.conv_tiled.get(lp.index)
+        if ct is not None and ct.grad:
+            return lp.grad.groups, GRAD_SUBS
+        return lp.grad.slots_for(n_total)
+
     def bytes_per_case(self):
         """Device bytes per case of a batch: activations, max-pooling winners, delta, scratch."""
         p = self.plan
         floats = sum(lp.nhid for lp in p.layers) + 2 * p.max_nhid + p.n_classes
         ints = sum(lp.nhid for lp in p.layers if lp.kind.keeps_winners)
-        scratch = max([lp.grad.scratch_floats(CHUNK, lp.depth, lp.grad.slots_for(CHUNK)[1]) / CHUNK
+        scratch = max([lp.grad.scratch_floats(CHUNK, lp.depth, self.grad_slots(lp, CHUNK)[1]) / CHUNK
                        for lp in p.layers if lp.grad is not None] + [0])
         return 4 * (floats + ints + p.n_inputs + scratch) + 8 * (1 + p.n_classes)
 

@@ -15,10 +15,13 @@ runtime compiles and caches the modules.
 
 from dataclasses import dataclass
 
-from .kernel_args import CONV_BWD, CONV_FWD
+from .kernel_args import CONV_BWD, CONV_FWD, CONV_GRAD
 
 SOURCE = "conv_tiled.cu"
 SMEM_BYTES = 48 * 1024          # shared memory of a block that needs no opt-in
+GRAD_SUBS = 8                   # conv_grad: partial sums per chunk of cases (each 32 cases)
+GRAD_THREADS = 1024             # threads of a conv_grad block
+GRAD_TAPROW_FLOATS = 80         # accumulators of a conv_grad thread that takes a filter row
 SMEM_SHARE = 114 * 1024         # at most this much when opted in: two blocks per multiprocessor
                                 # (of Hopper's 228 KB)
 MAX_THREADS = 256               # threads of a conv_fwd block
@@ -221,6 +224,45 @@ def forward_variants(shape, smem_limit=SMEM_BYTES):
     return out
 
 
+@dataclass(frozen=True)
+class GradVariant:
+    """conv_grad: a block takes one filter row; a thread keeps TN columns of 4 weight rows (4
+    prior slices) of one tap, or with TAPROW of every tap of the filter row (each window column
+    it loads then serves every tap that reaches it)."""
+    tn: int
+    taprow: bool = False
+
+    def ncolg(self, shape):
+        return _ceil(shape.D, self.tn)
+
+    def threads(self, shape):
+        groups = shape.pd4 // 4 * (1 if self.taprow else shape.FH)
+        return (groups + 1) * self.ncolg(shape)
+
+    def smem(self, shape):
+        return 4 * 2 * (shape.case_floats + shape.H * shape.W * self.ncolg(shape) * self.tn)
+
+    @property
+    def suffix(self):
+        return f"n{self.tn}" + ("_r" if self.taprow else "")
+
+    def fits(self, shape, smem_limit):
+        # TAPROW: at most 80 accumulators (a 5-tap filter row of 4 x 4)
+        return (self.smem(shape) <= smem_limit and 32 <= self.threads(shape) <= GRAD_THREADS
+                and (not self.taprow or shape.FH * 4 * self.tn <= GRAD_TAPROW_FLOATS))
+
+
+def grad_variants(shape, smem_limit=SMEM_BYTES):
+    """conv_grad's variants for this shape (empty: the layer's gradient stays with gemm_tn):
+    prior depth a multiple of 4 (a thread's 4 weight rows are one 16-byte load of a window).
+    They add in their own order, not gemm_tn's (see conv_tiled.cu), so a layer takes either
+    these or gemm_tn's tiles, never a choice between the two."""
+    if shape.PD % 4:
+        return []
+    return [v for v in (GradVariant(4, True), GradVariant(8), GradVariant(4))
+            if v.fits(shape, min(smem_limit, SMEM_SHARE))]
+
+
 class ConvTiled:
     """The tiled kernels of one convolutional layer: candidate names for the tuner and launches.
     fwd and bwd map a candidate name to its variant (activation, delta backpropagation)."""
@@ -231,10 +273,14 @@ class ConvTiled:
         limit = rt.shared_optin      # the most shared memory a kernel may opt in to
         self.fwd = {f"tiled_{v.suffix}": v for v in forward_variants(self.shape, limit)}
         self.bwd = {f"tiled_{v.suffix}": v for v in delta_variants(self.shape, layer.index > 0, limit)}
+        self.grad = {f"tiled_{v.suffix}": v for v in grad_variants(self.shape, limit)}
         self._built = False
 
+    def variants(self, kind):
+        return {"fwd": self.fwd, "bwd": self.bwd, "grad": self.grad}[kind]
+
     def function(self, tile, kind="fwd"):
-        v = (self.fwd if kind == "fwd" else self.bwd)[tile]
+        v = self.variants(kind)[tile]
         return f"conv_{kind}_{self.shape.tag}_{v.suffix}"
 
     def kernels(self):
@@ -243,13 +289,15 @@ class ConvTiled:
                 f"{v.minb}, {v.tps})", CONV_FWD) for t, v in self.fwd.items()]
         out += [(self.function(t, "bwd"), f"CONV_BWD({self.function(t, 'bwd')}, {v.cases}, "
                  f"{int(v.pad)}, {v.tps}, {v.minb(self.shape)})", CONV_BWD) for t, v in self.bwd.items()]
+        out += [(self.function(t, "grad"), f"CONV_GRAD({self.function(t, 'grad')}, {v.tn}, {int(v.taprow)})", CONV_GRAD)
+                for t, v in self.grad.items()]
         return out
 
     def _build(self):
         if not self._built:
             self.rt.specialize(SOURCE, self.shape.defines(), self.kernels())
-            for kind, variants in (("fwd", self.fwd), ("bwd", self.bwd)):
-                for tile, v in variants.items():
+            for kind in ("fwd", "bwd", "grad"):
+                for tile, v in self.variants(kind).items():
                     if v.smem(self.shape) > SMEM_BYTES:
                         self.rt.allow_shared(self.function(tile, kind), v.smem(self.shape))
             self._built = True
@@ -271,4 +319,15 @@ class ConvTiled:
                        (v.threads(self.shape), 1, 1),
                        *CONV_BWD.pack(delta=delta, ldd=ldd, weights=weights, M=M, out=out, ldo=ldo,
                                       prior=prior, epi=epi),
+                       shared=v.smem(self.shape))
+
+    def gradient(self, tile, *, src, lda, delta, ldd, n_lo, n_hi, n_cases, chunk, subs, part):
+        """The weight gradient's partial sums (subs per chunk of cases) of the slices
+        [n_lo, n_hi) into part, with gradient variant `tile`."""
+        self._build()
+        v = self.grad[tile]
+        self.rt.launch(self.function(tile, "grad"), (self.shape.FV, _ceil(n_cases, chunk) * subs, 1),
+                       (v.threads(self.shape), 1, 1),
+                       *CONV_GRAD.pack(src=src, lda=lda, delta=delta, ldd=ldd, n_lo=n_lo, n_hi=n_hi,
+                                       n_cases=n_cases, chunk=chunk, subs=subs, part=part),
                        shared=v.smem(self.shape))

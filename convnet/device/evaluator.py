@@ -288,16 +288,22 @@ class DeviceEvaluator(Evaluator):
         for n_lo in range(0, lp.depth, per):
             n_hi = min(lp.depth, n_lo + per)
             NL = n_hi - n_lo
-            K.gemm_tn(rt, self.tuner, ("gradient", lp.index, NL, nb), src=src, lda=lda,
-                      tables=b.d_tables, desc=ptr(b.d_desc, b.fwd_desc[lp.index]), delta=delta,
-                      ldd=lp.nhid, depth=0 if lp.kind.whole_prior else lp.depth, rows=R, n_lo=n_lo,
-                      n_hi=n_hi, n_cases=nb, chunk=CHUNK, groups=gp.groups, gps=gps, slots=slots,
-                      local_cols=gp.local_cols, part=self.ws.scratch, nz=nz)
+            tiled = b.conv_tiled.get(lp.index)
+            if tiled is not None and tiled.grad:
+                K.conv_grad(self.tuner, ("gradient", lp.index, NL, nb), tiled, src=src, lda=lda,
+                            delta=delta, ldd=lp.nhid, rows=R, n_lo=n_lo, n_hi=n_hi, n_cases=nb,
+                            chunk=CHUNK, subs=slots, part=self.ws.scratch, groups=gp.groups)
+            else:
+                K.gemm_tn(rt, self.tuner, ("gradient", lp.index, NL, nb), src=src, lda=lda,
+                          tables=b.d_tables, desc=ptr(b.d_desc, b.fwd_desc[lp.index]), delta=delta,
+                          ldd=lp.nhid, depth=0 if lp.kind.whole_prior else lp.depth, rows=R, n_lo=n_lo,
+                          n_hi=n_hi, n_cases=nb, chunk=CHUNK, groups=gp.groups, gps=gps, slots=slots,
+                          local_cols=gp.local_cols, part=self.ws.scratch, nz=nz)
             pld = gp.groups * NL if gp.local_cols else NL
             total = R * pld
             part, n_sum, double_parts = self.ws.scratch, n_part, False
             if slots > 1 and not gp.local_cols:
-                # a convolutional layer: add each chunk's position ranges first
+                # a convolutional layer: add each chunk's position ranges (conv_grad: sub-chunks) first
                 K.grad_slot_sum(rt, part=self.ws.scratch, slots=slots, chunks=chunks, pstride=total,
                                 tot=self.ws.chunk_tot)
                 part, n_sum, double_parts = self.ws.chunk_tot, chunks, True

@@ -66,6 +66,8 @@ CONV_FWD = KernelParams("conv_fwd", "conv_tiled.cu", src=PTR, lda=INT, weights=P
                         ldo=INT)
 CONV_BWD = KernelParams("conv_bwd", "conv_tiled.cu", delta=PTR, ldd=INT, weights=PTR, M=INT, out=PTR,
                         ldo=INT, prior=PTR, epi=INT)
+CONV_GRAD = KernelParams("conv_grad", "conv_tiled.cu", src=PTR, lda=INT, delta=PTR, ldd=INT,
+                         n_lo=INT, n_hi=INT, n_cases=INT, chunk=INT, subs=INT, part=PTR)
 CONV_SMALL_POOL = KernelParams(
     "conv_small_pool", "conv_small.cu", **_CONV_SHAPE, pool_height=INT, pool_width=INT,
     pool_width_v=INT, pool_width_h=INT, out=PTR, ids=PTR, total=INT)

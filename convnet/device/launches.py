@@ -152,6 +152,18 @@ def gemm_tn(rt, tuner, site, *, src, lda, tables, desc, delta, ldd, depth, rows,
     tuner.run(site, tuning.tn_candidates(rows, NL), work, launch)
 
 
+def conv_grad(tuner, site, tiled, *, src, lda, delta, ldd, rows, n_lo, n_hi, n_cases, chunk, subs,
+              part, groups):
+    """Weight-gradient partial sums of a convolutional layer by conv_tiled.cu's conv_grad: `subs`
+    partials per chunk of cases, each over every position."""
+    def launch(tile):
+        tiled.gradient(tile, src=src, lda=lda, delta=delta, ldd=ldd, n_lo=n_lo, n_hi=n_hi,
+                       n_cases=n_cases, chunk=chunk, subs=subs, part=part)
+
+    work = float(rows) * (n_hi - n_lo) * n_cases * groups
+    tuner.run(site, tuning.grad_candidates(tiled.grad), work, launch)
+
+
 def grad_slot_sum(rt, part, slots, chunks, pstride, tot):
     rt.launch("grad_slot_sum", _blocks(chunks * pstride), (256, 1, 1),
               *GRAD_SLOT_SUM.pack(part=part, slots=slots, chunks=chunks, pstride=pstride, tot=tot))

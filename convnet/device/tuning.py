@@ -81,6 +81,12 @@ def tile_source(tile):
 TUNE_MIN_WORK = 2e8
 
 
+def grad_candidates(variants):
+    """conv_grad's variants for a convolutional layer's weight gradient (conv_tiled.py), in the
+    order given; all of them add in one order, so any of them gives the same bits."""
+    return list(variants)
+
+
 def nn_candidates(M, N, conv=()):
     """Tile shapes worth trying for a gemm_nn launch of M cases and N columns, best guess first;
     conv: a convolutional layer's tiled variants (conv_tiled.py), timed after the gather tiles

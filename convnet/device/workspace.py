@@ -27,7 +27,7 @@ class Workspace:
         for lp in plan.layers:
             if lp.grad is None:
                 continue
-            gps, slots = lp.grad.slots_for(n_total)
+            gps, slots = backend.grad_slots(lp, n_total)
             per = gradient_launch_slices(lp.grad, nb, backend.max_hid_grad, backend.max_mem_grad, slots)
             launches = -(-lp.depth // per)
             floats = lp.grad.scratch_floats(nb, per, slots)

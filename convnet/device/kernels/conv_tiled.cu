@@ -56,8 +56,16 @@ __device__ __forceinline__ void ct_cp_async16(float* smem, const float* gmem, bo
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(size));
 }
 
+__device__ __forceinline__ void ct_cp_async4(float* smem, const float* gmem, bool valid)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    const int size = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(size));
+}
+
 __device__ __forceinline__ void ct_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void ct_cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+__device__ __forceinline__ void ct_cp_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
 __device__ __forceinline__ float ct_lane(const float4& v, int q)
 {
@@ -462,6 +470,181 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
         conv_bwd_body<CASES, PAD, TPS>(delta, ldd, weights, M, out, ldo, prior, epi);             \
     }
 
+// ------------------------------------------------------------------ weight gradient
+// The weight gradient of the layer as partial sums over sub-chunks of cases: partial z (chunk
+// z / SUBS, sub-chunk z % SUBS, the cases [chunk * CHUNK + sub * CHUNK / SUBS, ...) up to n_cases)
+// of weight row k and column c (the slice n_lo + c) is
+//     part[(z * R + k) * NL + c] = sum over its cases m ascending, then positions oh, ow ascending,
+//                                  of x(m, window(oh, ow) + k) * delta(m, oh, ow, n_lo + c)
+// with the bias row k = TAPS * PD reading 1. That order is the kernel's own (not gemm_tn's, whose
+// sums run over positions outermost); it depends only on the architecture and the number of
+// cases, so any MAX BATCH that is a multiple of CHUNK gives the same bits, and the tile variants
+// below all add in it. The partials of a chunk are then added in float64 (grad_slot_sum) and the
+// chunks after one another (grad_flatten), as for gemm_tn's position ranges.
+// A block takes one filter row fr (its FH * PD weight rows; the last filter row's block also the
+// bias row) and one partial; it copies one case at a time (the padded prior activations as
+// conv_fwd does, and the case's deltas of columns n_lo .. n_hi, padded to NCP with zeros) into
+// shared memory, the next case's copy in flight while one is multiplied. A thread keeps 4 weight
+// rows (4 prior slices of one tap, one 16-byte load of a window) x TN columns in registers: each
+// position is 1 + TN / 4 shared loads for 4 x TN multiply-adds, with offsets known at compile time.
+template <int TN, int TAPROW>
+struct ConvGradTile {
+    static constexpr int NCOLG = (CT_D + TN - 1) / TN;     // threads across the columns
+    static constexpr int NCP = NCOLG * TN;                  // columns of a case's delta copy
+    static constexpr int RG = CT_FH * ct::PD4 / 4;          // groups of 4 weight rows of a filter row
+    static constexpr int K = ct::TAPS * CT_PD;              // the bias row
+    // groups of weight rows a thread can take: 4 prior slices of one tap, or (TAPROW) of every
+    // tap of the filter row; the last group: the bias row
+    static constexpr int GROUPS = TAPROW ? ct::PD4 / 4 : RG;
+    static constexpr int NT = (GROUPS + 1) * NCOLG;
+    static constexpr int DS = ct::HW * NCP;                 // floats of a case's delta copy
+    static constexpr int STAGE = ct::CASE + DS;
+    static constexpr int SMEM = 4 * 2 * STAGE;              // bytes: two cases in turn
+};
+
+template <int TN, int TAPROW>
+__device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, int lda,
+                                               const float* __restrict__ delta, int ldd, int n_lo,
+                                               int n_hi, int n_cases, int chunk, int subs,
+                                               float* __restrict__ part)
+{
+    using namespace ct;
+    using T = ConvGradTile<TN, TAPROW>;
+    constexpr int NT = T::NT, NCOLG = T::NCOLG, NCP = T::NCP;
+    constexpr int FT = TAPROW ? CT_FH : 1;                  // taps a thread keeps
+    static_assert(CT_PD % 4 == 0 && TN % 4 == 0, "gradient shape");
+    const int fr = blockIdx.x;
+    const int z = blockIdx.y;
+    const int ch = z / subs;
+    const int per = chunk / subs;
+    const int lo = ch * chunk + (z - ch * subs) * per;
+    const int hi = min(n_cases, lo + per);
+    const int NL = n_hi - n_lo;
+
+    const int tid = threadIdx.x;
+    const int tn = tid % NCOLG;
+    const int g = tid / NCOLG;
+    const bool bias = g == T::GROUPS;
+    const int fc = TAPROW ? 0 : g / (PD4 / 4);
+    const int s4 = (g - fc * (PD4 / 4)) * 4;
+    const int aoff = fr * ROW + fc * PD4 + s4;
+
+    auto issue = [&](int m, int st) {
+        float* Xs = ct_smem + st * T::STAGE;
+        float* Ds = Xs + CASE;
+        ct_load_cases<1, NT>(Xs, src, lda, m, hi);
+        const float* d = delta + (i64)m * ldd + n_lo;
+        for (int u = tid; u < T::DS; u += NT) {
+            const int p = u / NCP;
+            const int c = u - p * NCP;
+            const bool ok = c < NL;
+            ct_cp_async4(Ds + u, ok ? d + p * CT_D + c : delta, ok);
+        }
+    };
+
+    float acc[FT][4][TN];
+#pragma unroll
+    for (int t = 0; t < FT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[t][i][j] = 0.f;
+
+    if (lo < hi) issue(lo, 0);
+    ct_cp_commit();
+    for (int m = lo; m < hi; ++m) {
+        const int st = (m - lo) & 1;
+        if (m + 1 < hi) issue(m + 1, st ^ 1);
+        ct_cp_commit();
+        ct_cp_wait_one();                                   // case m has landed
+        __syncthreads();
+        const float* Xs = ct_smem + st * T::STAGE;
+        const float* Ds = Xs + CASE + tn * TN;
+        if (!bias && !TAPROW) {
+#pragma unroll 1
+            for (int oh = 0; oh < CT_H; ++oh) {
+                const float* xs = Xs + aoff + oh * CT_SV * ROW;
+                const float* ds = Ds + oh * CT_W * NCP;
+#pragma unroll
+                for (int ow = 0; ow < CT_W; ++ow) {
+                    const float4 a = *reinterpret_cast<const float4*>(xs + ow * CT_SH * PD4);
+                    float b[TN];
+                    load_frag<TN>(b, ds + ow * NCP);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const float x = ct_lane(a, i);
+#pragma unroll
+                        for (int j = 0; j < TN; ++j) acc[0][i][j] = fmaf(x, b[j], acc[0][i][j]);
+                    }
+                }
+            }
+        } else if (!bias) {
+            // every tap of the filter row: a window column, loaded once, serves each tap whose
+            // window reaches it (positions still ascend for every weight)
+#pragma unroll 1
+            for (int oh = 0; oh < CT_H; ++oh) {
+                const float* xs = Xs + aoff + oh * CT_SV * ROW;
+                const float* ds = Ds + oh * CT_W * NCP;
+                float b[CT_W][TN];
+#pragma unroll
+                for (int ow = 0; ow < CT_W; ++ow) load_frag<TN>(b[ow], ds + ow * NCP);
+#pragma unroll
+                for (int col = 0; col < CIN; ++col) {
+                    const float4 a = *reinterpret_cast<const float4*>(xs + col * PD4);
+#pragma unroll
+                    for (int t = 0; t < FT; ++t) {
+                        const int ow = (col - t) / CT_SH;           // known at compile time
+                        if (col < t || (col - t) % CT_SH || ow >= CT_W) continue;
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const float x = ct_lane(a, i);
+#pragma unroll
+                            for (int j = 0; j < TN; ++j) acc[t][i][j] = fmaf(x, b[ow][j], acc[t][i][j]);
+                        }
+                    }
+                }
+            }
+        } else if (fr == CT_FV - 1) {
+#pragma unroll 4
+            for (int p = 0; p < HW; ++p) {
+                float b[TN];
+                load_frag<TN>(b, Ds + p * NCP);
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[0][0][j] = fmaf(1.f, b[j], acc[0][0][j]);
+            }
+        }
+        __syncthreads();                                    // stage st free for case m + 2
+    }
+    ct_cp_wait_all();
+
+    if (bias && fr != CT_FV - 1) return;
+    constexpr int R = T::K + 1;
+#pragma unroll
+    for (int t = 0; t < FT; ++t) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            if (bias && (t > 0 || i > 0)) break;
+            const int k = bias ? T::K : (fr * CT_FH + fc + t) * CT_PD + s4 + i;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int c = tn * TN + j;
+                if (c < NL) part[((i64)z * R + k) * NL + c] = acc[t][i][j];
+            }
+        }
+    }
+}
+
+// TN columns per thread, TAPROW: a thread takes every tap of the filter row (else one);
+// blockDim.x = ConvGradTile<TN, TAPROW>::NT, gridDim = (CT_FV, chunks * subs), dynamic shared
+// memory ConvGradTile<TN, TAPROW>::SMEM bytes.
+#define CONV_GRAD(NAME, TN, TAPROW)                                                               \
+    extern "C" __global__ void __launch_bounds__(ConvGradTile<TN, TAPROW>::NT, TAPROW ? 1 : 3)    \
+    NAME(const float* __restrict__ src, int lda, const float* __restrict__ delta, int ldd,        \
+         int n_lo, int n_hi, int n_cases, int chunk, int subs, float* __restrict__ part)          \
+    {                                                                                             \
+        conv_grad_body<TN, TAPROW>(src, lda, delta, ldd, n_lo, n_hi, n_cases, chunk, subs, part); \
+    }
+
 #ifndef SPECIALIZED     // the runtime defines it when it appends the variants conv_tiled.py launches
 CONV_FWD(conv_fwd_c2_m8_n8_b3, 2, 8, 8, 3, 1)
 CONV_FWD(conv_fwd_c2_m8_n8_b4, 2, 8, 8, 4, 1)
@@ -473,4 +656,7 @@ CONV_BWD(conv_bwd_c2, 2, 0, 1, 5)
 CONV_BWD(conv_bwd_c3, 3, 0, 1, 2)
 CONV_BWD(conv_bwd_c6_w, 6, 1, 1, 1)
 CONV_BWD(conv_bwd_c3_w_t5, 3, 1, 5, 2)
+CONV_GRAD(conv_grad_n8, 8, 0)
+CONV_GRAD(conv_grad_n4, 4, 0)
+CONV_GRAD(conv_grad_n4_r, 4, 1)
 #endif
