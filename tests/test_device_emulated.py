@@ -434,15 +434,16 @@ class _Kernels:
     # ((fr * FH + fc) * PD + prior slice), then the bias row
     def conv_grad(self, d, variant, grid, block, shared, src, lda, delta, ldd, n_lo, n_hi,
                   n_cases, chunk, subs, part):
-        tn, taprow = variant
+        tn, taprow, rows = variant
         PH, PW, PD, H, W, D, fv, fh = (d[k] for k in ("PH", "PW", "PD", "H", "W", "D", "FV", "FH"))
         ncolg = -(-D // tn)
         assert PD % 4 == 0 and chunk % subs == 0 and (not taprow or fh * 4 * tn <= 80)
-        groups = PD // 4 * (1 if taprow else fh)
-        assert grid[:2] == (fv, -(-n_cases // chunk) * subs) and block[0] == (groups + 1) * ncolg
+        assert taprow or rows == 1
+        groups = PD // 4 * rows if taprow else PD // 4 * fh + 1
+        assert grid[:2] == (-(-fv // rows), -(-n_cases // chunk) * subs) and block[0] == groups * ncolg
         rin, cin = (H - 1) * d["SV"] + fv, (W - 1) * d["SH"] + fh
         row = cin * PD + (4 if (cin * PD // 4) % 2 == 0 else 0)
-        assert shared == 4 * 2 * (rin * row + H * W * ncolg * tn)
+        assert shared == 4 * 2 * (-(-(rin * row + H * W * ncolg * tn) // 4) * 4)
         prior = PH * PW * PD
         x = self.f32(src, (n_cases - 1) * lda + prior).astype(np.float64)
         x = np.stack([x[m * lda:m * lda + prior] for m in range(n_cases)]).reshape(n_cases, PH, PW, PD)
@@ -908,7 +909,8 @@ TILED_ARCHS = [
     # the delta into a tanh layer (times 1 - a^2), through padding, 37 slices (padded to 40)
     (["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 37 2 1 2 1 1 1",
       "FULLY CONNECTED LAYER 5"], 9, 7, 2, 3),
-    # conv_grad through padding with strides 2 x 3 (which window columns serve which taps)
+    # conv_grad through padding with strides 2 x 3 (which window columns serve which taps), 30
+    # columns (15 threads of 2, 8 of 4 with 2 padded), 3 filter rows (every row in one block)
     (["CONVOLUTIONAL LAYER 16 1 1 0 0 1 1", "CONVOLUTIONAL LAYER 30 1 2 1 1 2 3"], 13, 16, 1, 3),
 ]
 

@@ -226,29 +226,37 @@ def forward_variants(shape, smem_limit=SMEM_BYTES):
 
 @dataclass(frozen=True)
 class GradVariant:
-    """conv_grad: a block takes one filter row; a thread keeps TN columns of 4 weight rows (4
-    prior slices) of one tap, or with TAPROW of every tap of the filter row (each window column
-    it loads then serves every tap that reaches it)."""
+    """conv_grad: a block takes `rows` filter rows; a thread keeps TN columns of 4 weight rows (4
+    prior slices) of one tap (and a group of threads the bias row), or with TAPROW of every tap
+    of its filter row (each window column it loads then serves every tap that reaches it; the
+    last filter row's first slices also keep the bias row)."""
     tn: int
     taprow: bool = False
+    rows: int = 1
 
     def ncolg(self, shape):
         return _ceil(shape.D, self.tn)
 
     def threads(self, shape):
-        groups = shape.pd4 // 4 * (1 if self.taprow else shape.FH)
-        return (groups + 1) * self.ncolg(shape)
+        groups = shape.pd4 // 4 * (self.rows if self.taprow else shape.FH) + (0 if self.taprow else 1)
+        return groups * self.ncolg(shape)
+
+    def blocks(self, shape):
+        """Blocks across the filter rows."""
+        return _ceil(shape.FV, self.rows)
 
     def smem(self, shape):
-        return 4 * 2 * (shape.case_floats + shape.H * shape.W * self.ncolg(shape) * self.tn)
+        stage = shape.case_floats + shape.H * shape.W * self.ncolg(shape) * self.tn
+        return 4 * 2 * (_ceil(stage, 4) * 4)
 
     @property
     def suffix(self):
-        return f"n{self.tn}" + ("_r" if self.taprow else "")
+        return f"n{self.tn}" + (f"_r{self.rows if self.rows > 1 else ''}" if self.taprow else "")
 
     def fits(self, shape, smem_limit):
         # TAPROW: at most 80 accumulators (a 5-tap filter row of 4 x 4)
         return (self.smem(shape) <= smem_limit and 32 <= self.threads(shape) <= GRAD_THREADS
+                and (self.rows == 1 or self.taprow) and self.rows <= shape.FV
                 and (not self.taprow or shape.FH * 4 * self.tn <= GRAD_TAPROW_FLOATS))
 
 
@@ -259,8 +267,10 @@ def grad_variants(shape, smem_limit=SMEM_BYTES):
     these or gemm_tn's tiles, never a choice between the two."""
     if shape.PD % 4:
         return []
-    return [v for v in (GradVariant(4, True), GradVariant(8), GradVariant(4))
-            if v.fits(shape, min(smem_limit, SMEM_SHARE))]
+    every = shape.FV
+    candidates = (GradVariant(4, True), GradVariant(2, True), GradVariant(4, True, every),
+                  GradVariant(4))
+    return [v for v in dict.fromkeys(candidates) if v.fits(shape, min(smem_limit, SMEM_SHARE))]
 
 
 class ConvTiled:
@@ -289,8 +299,8 @@ class ConvTiled:
                 f"{v.minb}, {v.tps})", CONV_FWD) for t, v in self.fwd.items()]
         out += [(self.function(t, "bwd"), f"CONV_BWD({self.function(t, 'bwd')}, {v.cases}, "
                  f"{int(v.pad)}, {v.tps}, {v.minb(self.shape)})", CONV_BWD) for t, v in self.bwd.items()]
-        out += [(self.function(t, "grad"), f"CONV_GRAD({self.function(t, 'grad')}, {v.tn}, {int(v.taprow)})", CONV_GRAD)
-                for t, v in self.grad.items()]
+        out += [(self.function(t, "grad"), f"CONV_GRAD({self.function(t, 'grad')}, {v.tn}, "
+                 f"{int(v.taprow)}, {v.rows})", CONV_GRAD) for t, v in self.grad.items()]
         return out
 
     def _build(self):
@@ -326,7 +336,7 @@ class ConvTiled:
         [n_lo, n_hi) into part, with gradient variant `tile`."""
         self._build()
         v = self.grad[tile]
-        self.rt.launch(self.function(tile, "grad"), (self.shape.FV, _ceil(n_cases, chunk) * subs, 1),
+        self.rt.launch(self.function(tile, "grad"), (v.blocks(self.shape), _ceil(n_cases, chunk) * subs, 1),
                        (v.threads(self.shape), 1, 1),
                        *CONV_GRAD.pack(src=src, lda=lda, delta=delta, ldd=ldd, n_lo=n_lo, n_hi=n_hi,
                                        n_cases=n_cases, chunk=chunk, subs=subs, part=part),

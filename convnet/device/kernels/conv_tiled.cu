@@ -481,39 +481,41 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
 // cases, so any MAX BATCH that is a multiple of CHUNK gives the same bits, and the tile variants
 // below all add in it. The partials of a chunk are then added in float64 (grad_slot_sum) and the
 // chunks after one another (grad_flatten), as for gemm_tn's position ranges.
-// A block takes one filter row fr (its FH * PD weight rows; the last filter row's block also the
-// bias row) and one partial; it copies one case at a time (the padded prior activations as
-// conv_fwd does, and the case's deltas of columns n_lo .. n_hi, padded to NCP with zeros) into
-// shared memory, the next case's copy in flight while one is multiplied. A thread keeps 4 weight
-// rows (4 prior slices of one tap, one 16-byte load of a window) x TN columns in registers: each
-// position is 1 + TN / 4 shared loads for 4 x TN multiply-adds, with offsets known at compile time.
-template <int TN, int TAPROW>
+// A block takes FRB filter rows (each FH * PD weight rows) and one partial; it copies one case at
+// a time (the padded prior activations as conv_fwd does, and the case's deltas of columns
+// n_lo .. n_hi, padded to NCP with zeros) into shared memory, the next case's copy in flight
+// while one is multiplied. A thread keeps TN columns of 4 weight rows (4 prior slices, one
+// 16-byte load of a window) of one tap, or with TAPROW of every tap of its filter row: then a
+// window column, loaded once, serves every tap whose window reaches it. The bias row (it reads 1)
+// is a group of threads of its own, or with TAPROW kept by the threads of the last filter row's
+// first slices, which add the deltas they load anyway.
+template <int TN, int TAPROW, int FRB>
 struct ConvGradTile {
+    static_assert(TAPROW || FRB == 1, "several filter rows per block need TAPROW");
     static constexpr int NCOLG = (CT_D + TN - 1) / TN;     // threads across the columns
     static constexpr int NCP = NCOLG * TN;                  // columns of a case's delta copy
-    static constexpr int RG = CT_FH * ct::PD4 / 4;          // groups of 4 weight rows of a filter row
+    static constexpr int SG = ct::PD4 / 4;                  // groups of 4 prior slices
     static constexpr int K = ct::TAPS * CT_PD;              // the bias row
-    // groups of weight rows a thread can take: 4 prior slices of one tap, or (TAPROW) of every
-    // tap of the filter row; the last group: the bias row
-    static constexpr int GROUPS = TAPROW ? ct::PD4 / 4 : RG;
-    static constexpr int NT = (GROUPS + 1) * NCOLG;
+    // groups of weight rows a thread can take: 4 prior slices of one tap (the last group: the
+    // bias row), or with TAPROW 4 prior slices of every tap of a filter row
+    static constexpr int GROUPS = TAPROW ? FRB * SG : CT_FH * SG + 1;
+    static constexpr int NT = GROUPS * NCOLG;
     static constexpr int DS = ct::HW * NCP;                 // floats of a case's delta copy
-    static constexpr int STAGE = ct::CASE + DS;
+    static constexpr int STAGE = (ct::CASE + DS + 3) / 4 * 4;  // (each stage 16-byte aligned)
     static constexpr int SMEM = 4 * 2 * STAGE;              // bytes: two cases in turn
 };
 
-template <int TN, int TAPROW>
+template <int TN, int TAPROW, int FRB>
 __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, int lda,
                                                const float* __restrict__ delta, int ldd, int n_lo,
                                                int n_hi, int n_cases, int chunk, int subs,
                                                float* __restrict__ part)
 {
     using namespace ct;
-    using T = ConvGradTile<TN, TAPROW>;
-    constexpr int NT = T::NT, NCOLG = T::NCOLG, NCP = T::NCP;
+    using T = ConvGradTile<TN, TAPROW, FRB>;
+    constexpr int NT = T::NT, NCOLG = T::NCOLG, NCP = T::NCP, SG = T::SG;
     constexpr int FT = TAPROW ? CT_FH : 1;                  // taps a thread keeps
-    static_assert(CT_PD % 4 == 0 && TN % 4 == 0, "gradient shape");
-    const int fr = blockIdx.x;
+    static_assert(CT_PD % 4 == 0 && TN % 2 == 0, "gradient shape");
     const int z = blockIdx.y;
     const int ch = z / subs;
     const int per = chunk / subs;
@@ -524,10 +526,14 @@ __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, in
     const int tid = threadIdx.x;
     const int tn = tid % NCOLG;
     const int g = tid / NCOLG;
-    const bool bias = g == T::GROUPS;
-    const int fc = TAPROW ? 0 : g / (PD4 / 4);
-    const int s4 = (g - fc * (PD4 / 4)) * 4;
-    const int aoff = fr * ROW + fc * PD4 + s4;
+    const bool bias = !TAPROW && g == T::GROUPS - 1;        // the bias group
+    const int fr = TAPROW ? blockIdx.x * FRB + g / SG : blockIdx.x;
+    const bool live = fr < CT_FV;                           // (the last block's rows past FV idle)
+    const int fc = TAPROW ? 0 : g / SG;
+    const int s4 = (TAPROW ? g % SG : g - fc * SG) * 4;
+    const int aoff = (live ? fr : 0) * ROW + fc * PD4 + s4;
+    // TAPROW: the threads that also keep the bias row
+    const bool bias_row = TAPROW && fr == CT_FV - 1 && s4 == 0;
 
     auto issue = [&](int m, int st) {
         float* Xs = ct_smem + st * T::STAGE;
@@ -543,12 +549,15 @@ __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, in
     };
 
     float acc[FT][4][TN];
+    float accb[TN];                                         // TAPROW: the bias row
 #pragma unroll
-    for (int t = 0; t < FT; ++t)
+    for (int j = 0; j < TN; ++j) {
+        accb[j] = 0.f;
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int t = 0; t < FT; ++t)
 #pragma unroll
-            for (int j = 0; j < TN; ++j) acc[t][i][j] = 0.f;
+            for (int i = 0; i < 4; ++i) acc[t][i][j] = 0.f;
+    }
 
     if (lo < hi) issue(lo, 0);
     ct_cp_commit();
@@ -578,7 +587,7 @@ __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, in
                     }
                 }
             }
-        } else if (!bias) {
+        } else if (TAPROW && live) {
             // every tap of the filter row: a window column, loaded once, serves each tap whose
             // window reaches it (positions still ascend for every weight)
 #pragma unroll 1
@@ -588,6 +597,12 @@ __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, in
                 float b[CT_W][TN];
 #pragma unroll
                 for (int ow = 0; ow < CT_W; ++ow) load_frag<TN>(b[ow], ds + ow * NCP);
+                if (bias_row) {                             // positions ascending, as every weight
+#pragma unroll
+                    for (int ow = 0; ow < CT_W; ++ow)
+#pragma unroll
+                        for (int j = 0; j < TN; ++j) accb[j] += b[ow][j];
+                }
 #pragma unroll
                 for (int col = 0; col < CIN; ++col) {
                     const float4 a = *reinterpret_cast<const float4*>(xs + col * PD4);
@@ -604,45 +619,54 @@ __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, in
                     }
                 }
             }
-        } else if (fr == CT_FV - 1) {
+        } else if (bias && blockIdx.x == CT_FV - 1) {
 #pragma unroll 4
             for (int p = 0; p < HW; ++p) {
                 float b[TN];
                 load_frag<TN>(b, Ds + p * NCP);
 #pragma unroll
-                for (int j = 0; j < TN; ++j) acc[0][0][j] = fmaf(1.f, b[j], acc[0][0][j]);
+                for (int j = 0; j < TN; ++j) accb[j] += b[j];
             }
         }
         __syncthreads();                                    // stage st free for case m + 2
     }
     ct_cp_wait_all();
 
-    if (bias && fr != CT_FV - 1) return;
     constexpr int R = T::K + 1;
+    float* out = part + (i64)z * R * NL;
+    if (bias ? blockIdx.x == CT_FV - 1 : bias_row) {
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int c = tn * TN + j;
+            if (c < NL) out[(i64)T::K * NL + c] = accb[j];
+        }
+    }
+    if (bias || !live) return;
 #pragma unroll
     for (int t = 0; t < FT; ++t) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            if (bias && (t > 0 || i > 0)) break;
-            const int k = bias ? T::K : (fr * CT_FH + fc + t) * CT_PD + s4 + i;
+            const int k = (fr * CT_FH + fc + t) * CT_PD + s4 + i;
 #pragma unroll
             for (int j = 0; j < TN; ++j) {
                 const int c = tn * TN + j;
-                if (c < NL) part[((i64)z * R + k) * NL + c] = acc[t][i][j];
+                if (c < NL) out[(i64)k * NL + c] = acc[t][i][j];
             }
         }
     }
 }
 
-// TN columns per thread, TAPROW: a thread takes every tap of the filter row (else one);
-// blockDim.x = ConvGradTile<TN, TAPROW>::NT, gridDim = (CT_FV, chunks * subs), dynamic shared
-// memory ConvGradTile<TN, TAPROW>::SMEM bytes.
-#define CONV_GRAD(NAME, TN, TAPROW)                                                               \
-    extern "C" __global__ void __launch_bounds__(ConvGradTile<TN, TAPROW>::NT, TAPROW ? 1 : 3)    \
+// TN columns per thread, TAPROW: a thread takes every tap of the filter row (else one), FRB
+// filter rows per block; blockDim.x = ConvGradTile<TN, TAPROW, FRB>::NT, gridDim =
+// (ceil(CT_FV / FRB), chunks * subs), dynamic shared memory ConvGradTile<...>::SMEM bytes.
+#define CONV_GRAD(NAME, TN, TAPROW, FRB)                                                          \
+    extern "C" __global__ void __launch_bounds__(ConvGradTile<TN, TAPROW, FRB>::NT,               \
+                                                 TAPROW ? 1 : 2)                                  \
     NAME(const float* __restrict__ src, int lda, const float* __restrict__ delta, int ldd,        \
          int n_lo, int n_hi, int n_cases, int chunk, int subs, float* __restrict__ part)          \
     {                                                                                             \
-        conv_grad_body<TN, TAPROW>(src, lda, delta, ldd, n_lo, n_hi, n_cases, chunk, subs, part); \
+        conv_grad_body<TN, TAPROW, FRB>(src, lda, delta, ldd, n_lo, n_hi, n_cases, chunk, subs,   \
+                                        part);                                                    \
     }
 
 #ifndef SPECIALIZED     // the runtime defines it when it appends the variants conv_tiled.py launches
@@ -656,7 +680,8 @@ CONV_BWD(conv_bwd_c2, 2, 0, 1, 5)
 CONV_BWD(conv_bwd_c3, 3, 0, 1, 2)
 CONV_BWD(conv_bwd_c6_w, 6, 1, 1, 1)
 CONV_BWD(conv_bwd_c3_w_t5, 3, 1, 5, 2)
-CONV_GRAD(conv_grad_n8, 8, 0)
-CONV_GRAD(conv_grad_n4, 4, 0)
-CONV_GRAD(conv_grad_n4_r, 4, 1)
+CONV_GRAD(conv_grad_n4, 4, 0, 1)
+CONV_GRAD(conv_grad_n4_r, 4, 1, 1)
+CONV_GRAD(conv_grad_n2_r, 2, 1, 1)
+CONV_GRAD(conv_grad_n4_r5, 4, 1, 5)
 #endif
