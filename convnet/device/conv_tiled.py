@@ -5,7 +5,8 @@ product of gemm.cu (general, driven by index tables) or by conv_tiled.cu's kerne
 the layer's dimensions as compile-time constants and copy each case's prior activations (conv_fwd)
 or deltas (conv_bwd) into shared memory once, forming the windows there. Both are candidates of
 the same launch site: the tuner times them on the real data and keeps the faster, and they give
-the same bits (same multiply-add order; tested). The weight gradient stays with gemm_tn.
+the same bits (same multiply-add order; tested). A layer's weight gradient is conv_grad's alone
+where a variant fits (it adds in its own order, cases then positions), else gemm_tn's.
 
 The module of a layer shape is built the first time one of its kernels is launched (a layer the
 tuner never times, because its launches are small, costs no compilation). This module knows
