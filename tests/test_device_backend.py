@@ -243,14 +243,16 @@ def test_fused_first_layer_gives_the_same_bits(lines):
     rng = np.random.default_rng(11)
     x, c = rng.random((700, 2, 15, 14)), rng.integers(0, 4, 700)
     w = rng.normal(0, 0.4, arch.n_weights)
-    fused, plain = _backend(arch), _backend(arch, fuse=False)
+    # (conv_grad_pooled adds the first layer's gradient in its own order: held to the same bits in
+    # test_first_layer_gradient_from_pooled_deltas)
+    fused, plain = _backend(arch, pooled_grad=False), _backend(arch, fuse=False)
     assert fused.fused_pool and not plain.fused_pool
     assert fused.fused_pool_gradient == ("POOLED MAX LAYER 3 2 3 2" in lines)
     ef, ep = fused.evaluator(x, c, 0.01), plain.evaluator(x, c, 0.01)
     cf, gf = ef.gradient(w)
     cp, gp = ep.gradient(w)
     assert cf == cp and np.array_equal(gf, gp)
-    cb, gb = _backend(arch, {"MAX BATCH": 256}).evaluator(x, c, 0.01).gradient(w)
+    cb, gb = _backend(arch, {"MAX BATCH": 256}, pooled_grad=False).evaluator(x, c, 0.01).gradient(w)
     assert cb == cp and np.array_equal(gb, gp)
     assert ef.criterion(w) == ep.criterion(w)
     assert np.array_equal(ef.outputs(w), ep.outputs(w))
@@ -306,7 +308,7 @@ def test_fused_first_layer_in_lenet_gradients_gives_the_same_bits():
     runs = []
     for fuse in (True, False):
         for params in ({}, {"MAX BATCH": 256}):
-            be = _backend(arch, params, fuse=fuse)
+            be = _backend(arch, params, fuse=fuse, pooled_grad=False)
             assert be.fused_pool_gradient == fuse
             runs.append(be.evaluator(x, c, 0.01).gradient(w))
     crit, grad = runs[0]
@@ -326,13 +328,38 @@ def test_pool_backward_tiles_gives_the_same_bits():
         runs = []
         for tiles in (True, False):
             for params in ({}, {"MAX BATCH": 256}):
-                be = _backend(arch, params, pool_tiles=tiles)
+                be = _backend(arch, params, pool_tiles=tiles, pooled_grad=False)
                 assert be.pool_tiles == (want if tiles else set())
                 runs.append(be.evaluator(x, c, 0.01).gradient(w))
         crit, grad = runs[0]
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         for other in runs[1:]:
             assert other[0] == crit and np.array_equal(other[1], grad), lines
+
+
+def test_first_layer_gradient_from_pooled_deltas():
+    """conv_grad_pooled (the first layer's weight gradient from its max pooling's deltas and
+    winners) on LeNet's shapes and the emulated tests' architectures: the same bits for MAX BATCH
+    all and 256, the float64 model within the usual tolerances, and the layer by layer path
+    (pool_backward_tiles and gemm_tn, which add in another order) to float32 rounding."""
+    from test_device_emulated import POOLED_GRAD_ARCHS
+    for lines, rows, cols, bands, ncls in [LENET_SHAPES] + POOLED_GRAD_ARCHS:
+        arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
+        first = arch.layers[0].weight_slice
+        runs = []
+        for params in ({}, {"MAX BATCH": 256}):
+            be = _backend(arch, params)
+            assert be.pooled_grad, lines
+            runs.append(be.evaluator(x, c, 0.01).gradient(w))
+        crit, grad = runs[0]
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+        assert _rel(grad[first], grad_ref[first]) <= 1e-5
+        assert runs[1][0] == crit and np.array_equal(runs[1][1], grad), lines
+        crit_l, grad_l = _backend(arch, pooled_grad=False).evaluator(x, c, 0.01).gradient(w)
+        assert crit_l == crit and _rel(grad_l[first], grad[first]) <= 1e-5
+        rest = np.ones(arch.n_weights, bool)
+        rest[first] = False
+        assert np.array_equal(grad_l[rest], grad[rest])
 
 
 def test_tiled_convolution_gives_the_same_bits(monkeypatch):

@@ -359,6 +359,44 @@ class _Kernels:
         self.pool_forward((1, 1, 1), (H2 * W2 * N, 1, 1), int(conv), H, W, N, H2, W2, wv2, wh2,
                           wv2, wh2, 1, pout, pids, nb)
 
+    # conv_grad_pooled (conv_small.cu): the first layer's weight-gradient partials from the
+    # pooling layer's deltas, winners and pooled values (the layout of conv_grad's partials)
+    def conv_grad_pooled(self, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph,
+                         sv, sh, delta, ids, pooled, H2, W2, N, n_lo, n_hi, n_cases, chunk, subs,
+                         part):
+        NL = n_hi - n_lo
+        K = fv * fh * PD
+        assert 0 < NL and n_hi <= N and chunk % subs == 0
+        assert grid[1] == -(-n_cases // chunk) * subs and grid[0] * block[0] >= (K + 1) * NL
+        assert block[0] % 32 == 0 and block[0] <= 1024 and (grid[0] - 1) * block[0] < (K + 1) * NL
+        rin, cin = (H - 1) * sv + fv, (W - 1) * sh + fh
+        Q = H2 * W2
+        assert shared == 4 * (-(-rin * cin * PD // 2) * 2 + 2 * Q * NL) <= 48 * 1024
+        x = self.f32(src, (n_cases - 1) * lda + PH * PW * PD).astype(np.float64)
+        nhid = Q * N
+        dl = self.f32(delta, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi].astype(np.float64)
+        if int(pooled):
+            a = self.f32(pooled, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi]
+            dl = dl * (1 - a.astype(np.float64) ** 2)
+        idv = self.mem.view(ids, np.int32, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi]
+        assert idv.min() >= 0 and idv.max() < H * W
+        rows, cols = np.divmod(np.arange(H * W), W)
+        o = self.f32(part, grid[1] * (K + 1) * NL).reshape(grid[1], K + 1, NL)
+        per = chunk // subs
+        for z in range(grid[1]):
+            lo = (z // subs) * chunk + (z % subs) * per
+            g = np.zeros((K + 1, NL))
+            for m in range(lo, min(n_cases, lo + per)):
+                pad = np.zeros((rin, cin, PD))
+                img = x[m * lda:m * lda + PH * PW * PD].reshape(PH, PW, PD)
+                r_hi, c_hi = min(PH, rin - pv), min(PW, cin - ph)
+                pad[pv:pv + r_hi, ph:ph + c_hi] = img[:r_hi, :c_hi]
+                win = np.stack([pad[r * sv:r * sv + fv, c * sh:c * sh + fh].ravel()
+                                for r, c in zip(rows, cols)])            # (positions, K)
+                g[:K] += np.einsum("qck,qc->kc", win[idv[m]], dl[m])
+                g[K] += dl[m].sum(axis=0)
+            o[z] = g.astype(np.float32)
+
     # conv_fwd (conv_tiled.cu) for the layer shape `d` (its CT_* constants without the prefix)
     # and tile variant (cases, tm, tn): conv_fwd(src, lda, weights, M, out, ldo)
     def conv_fwd(self, d, variant, grid, block, shared, src, lda, Wf, M, out, ldo):
@@ -660,6 +698,8 @@ class FakeRuntime:
         if name in self.specialized:
             family, d, variant = self.specialized[name]
             getattr(self.kernels, family)(d, variant, grid, block, shared, *args)
+        elif name == "conv_grad_pooled":
+            self.kernels.conv_grad_pooled(grid, block, shared, *args)
         elif name.startswith("conv_small_pool_"):
             self.kernels.conv_small_pool(int(name[16:]), grid, block, shared, *args)
         elif name.startswith("conv_small_"):
@@ -845,24 +885,63 @@ def test_emulated_fused_first_layer(fake_runtime):
 
 def test_emulated_fused_first_layer_in_gradients(fake_runtime):
     """Windows that tile the first layer: the gradient's forward pass is fused as well, and the
-    pooling layer backpropagates from the pooled values and winners alone."""
+    first layer's weight gradient comes from the pooled deltas and winners alone (conv_grad_pooled;
+    with pooled_grad=False the pooling layer backpropagates them with pool_backward_tiles)."""
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 5 1 1 1 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                                     "FULLY CONNECTED LAYER 7"], 10, 8, 2, 3)
     rng = np.random.default_rng(19)
     x, c = rng.uniform(-1, 1, (300, 2, 10, 8)), rng.integers(0, 3, 300)
     w = rng.normal(0, 0.5, arch.n_weights)
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
-    for params in ({}, {"MAX BATCH": 256}):
-        be = dbe.DeviceBackend(arch, params)
-        assert be.fused_pool_gradient
-        fake_runtime.launches.clear()
-        crit, grad = be.evaluator(x, c, 0.01).gradient(w)
-        assert "conv_small_pool_8" in fake_runtime.launches
-        assert "pool_forward" not in fake_runtime.launches and "conv_small_8" not in fake_runtime.launches
-        assert "pool_backward_tiles" in fake_runtime.launches
-        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+    for pooled_grad in (True, False):
+        for params in ({}, {"MAX BATCH": 256}):
+            be = dbe.DeviceBackend(arch, params, pooled_grad=pooled_grad)
+            assert be.fused_pool_gradient and be.pooled_grad == pooled_grad
+            fake_runtime.launches.clear()
+            crit, grad = be.evaluator(x, c, 0.01).gradient(w)
+            launched = fake_runtime.launches
+            assert "conv_small_pool_8" in launched
+            assert "pool_forward" not in launched and "conv_small_8" not in launched
+            assert ("pool_backward_tiles" in launched) != pooled_grad
+            assert ("conv_grad_pooled" in launched) == pooled_grad
+            assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
     assert not dbe.DeviceBackend(arch, pool_tiles=False).fused_pool_gradient
     assert not dbe.DeviceBackend(arch, fuse=False).fused_pool_gradient
+    assert not dbe.DeviceBackend(arch, fuse=False).pooled_grad
+
+
+# conv_grad_pooled: first layers whose max pooling tiles them (lines, rows, cols, bands, classes)
+POOLED_GRAD_ARCHS = [
+    # 32 slices of 5 x 5 x 2 weights: 1632 (weight row, slice) pairs, two blocks across them
+    (["CONVOLUTIONAL LAYER 32 2 2 1 1 1 1", "POOLED MAX LAYER 2 2 2 2", "FULLY CONNECTED LAYER 6"],
+     12, 12, 2, 3),
+    # strides of 2, 3 x 3 pooling windows, padding on the columns only, then another CONV layer
+    (["CONVOLUTIONAL LAYER 6 1 1 0 1 2 2", "POOLED MAX LAYER 3 3 3 3",
+      "CONVOLUTIONAL LAYER 4 1 1 1 1 1 1"], 13, 11, 1, 4),
+]
+
+
+@pytest.mark.parametrize("spec", POOLED_GRAD_ARCHS, ids=range(len(POOLED_GRAD_ARCHS)))
+def test_emulated_first_layer_gradient_from_pooled_deltas(fake_runtime, spec):
+    """conv_grad_pooled against the float64 model, with the weights' slices in one launch and
+    split over several (MAX HID GRAD), and MAX BATCH all and 256."""
+    lines, rows, cols, bands, ncls = spec
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(rows * cols)
+    x, c = rng.uniform(-1, 1, (600, bands, rows, cols)), rng.integers(0, ncls, 600)
+    w = rng.normal(0, 0.5, arch.n_weights)
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    for params in ({}, {"MAX BATCH": 256}, {"MAX HID GRAD": 2 * arch.layers[0].height}):
+        be = dbe.DeviceBackend(arch, params)
+        assert be.pooled_grad
+        fake_runtime.launches.clear()
+        crit, grad = be.evaluator(x, c, 0.01).gradient(w)
+        n = fake_runtime.launches.count("conv_grad_pooled")
+        assert n >= (2 if "MAX HID GRAD" in params else 1)
+        assert "pool_backward_tiles" not in fake_runtime.launches
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+        first = arch.layers[0].weight_slice         # the first layer's own part, on its own
+        assert _rel(grad[first], grad_ref[first]) <= 1e-5
 
 
 @pytest.mark.parametrize("spec", RANDOM_ARCHS[:2], ids=range(2))
@@ -1067,7 +1146,7 @@ def test_emulated_pool_backward_tiles(fake_runtime, spec):
     for tiles in (True, False):
         for params in ({}, {"MAX BATCH": 256}):
             fake_runtime.launches.clear()
-            be = dbe.DeviceBackend(arch, params, pool_tiles=tiles)
+            be = dbe.DeviceBackend(arch, params, pool_tiles=tiles, pooled_grad=False)
             assert be.pool_tiles == (want if tiles else set())
             crit, grad = be.evaluator(x, c, 0.01).gradient(w)
             assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5

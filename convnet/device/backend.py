@@ -32,8 +32,8 @@ from ..control import DEFAULT_PARAMETERS
 from ..errors import ConvnetError
 from .conv_tiled import GRAD_SUBS, ConvTiled
 from .evaluator import HOST_WEIGHTS, DeviceEvaluator
-from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, line_parts,
-                       line_point, vec_finish, weights_scatter,
+from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS,
+                       conv_grad_pooled_shape, line_parts, line_point, vec_finish, weights_scatter,
                        windows_tile)
 from .plan import CHUNK, ModelPlan
 from .runtime import NULL, DeviceUnavailable, Runtime, device_available, device_report  # noqa: F401
@@ -47,7 +47,7 @@ class DeviceBackend:
     """See the module docstring."""
 
     def __init__(self, arch, params=None, timing=True, poison=False, tune=True, fuse=True, device=0,
-                 graphs=True, tiled=True, pool_tiles=True):
+                 graphs=True, tiled=True, pool_tiles=True, pooled_grad=True):
         self.rt = Runtime.get(device)
         self.graphs = graphs        # replay each evaluation's launches as a CUDA graph (evaluator.py)
         self.tune = tune            # time the tile shapes of each product once per evaluator
@@ -106,6 +106,15 @@ class DeviceBackend:
             if s.stride_v == s.width_v and s.stride_h == s.width_h and smem <= 48 * 1024:
                 self.fused_pool = True
         self.fused_pool_gradient = self.fused_pool and 1 in self.pool_tiles
+        # Such a first layer then takes its weight gradient straight from the pooling layer's
+        # deltas and winners (conv_grad_pooled: only the winners' windows, in its own order of
+        # additions), and the pooling layer backpropagates nothing; pooled_grad=False keeps
+        # pool_backward_tiles and gemm_tn.
+        self.pooled_grad = False
+        if pooled_grad and self.fused_pool_gradient:
+            lp0 = self.plan.layers[0]
+            smem = conv_grad_pooled_shape(lp0.layer, layers[1], lp0.depth)[2]
+            self.pooled_grad = smem <= 48 * 1024
         rt = self.rt
         with rt.active():
             self.timer = EventTimer(rt.cuda, enabled=timing,
@@ -181,9 +190,10 @@ class DeviceBackend:
 
     def grad_slots(self, lp, n_total):
         """(positions per partial sum, partial sums per chunk of cases) of a layer's weight
-        gradient: conv_grad's sub-chunks over every position, or gemm_tn's position ranges."""
+        gradient: conv_grad's or conv_grad_pooled's sub-chunks over every position, or gemm_tn's
+        position ranges."""
         ct = self.conv_tiled.get(lp.index)
-        if ct is not None and ct.grad:
+        if (ct is not None and ct.grad) or (lp.index == 0 and self.pooled_grad):
             return lp.grad.groups, GRAD_SUBS
         return lp.grad.slots_for(n_total)
 

@@ -252,6 +252,12 @@ class DeviceEvaluator(Evaluator):
                 b.timer.mark(rt.stream, b.labels[li], "gradient", launches)
             if li == 0:
                 break
+            if li == 1 and b.pooled_grad:
+                # the first layer's weight gradient from this pooling layer's deltas and winners;
+                # nothing is backpropagated into the first layer
+                launches = self._gradient(plan.layers[0], start, nb, ws.deltas[cur], pooled=True)
+                b.timer.mark(rt.stream, b.labels[0], "gradient", launches)
+                break
             prior = plan.layers[li - 1]
             prior_act = ws.acts[li - 1] if prior.kind.applies_tanh else NULL
             if li in b.pool_tiles:
@@ -271,8 +277,9 @@ class DeviceEvaluator(Evaluator):
             b.timer.mark(rt.stream, b.labels[li - 1], "delta", 1)    # the layer that receives it
             cur, other = other, cur
 
-    def _gradient(self, lp, start, nb, delta):
-        """Weight gradient of one layer for one batch: partial sums, then flatten into acc."""
+    def _gradient(self, lp, start, nb, delta, pooled=False):
+        """Weight gradient of one layer for one batch: partial sums, then flatten into acc.
+        pooled: the first layer's, from the pooling layer's delta (conv_grad_pooled)."""
         b = self.backend
         rt = b.rt
         gp = lp.grad
@@ -289,7 +296,13 @@ class DeviceEvaluator(Evaluator):
             n_hi = min(lp.depth, n_lo + per)
             NL = n_hi - n_lo
             tiled = b.conv_tiled.get(lp.index)
-            if tiled is not None and tiled.grad:
+            if pooled:
+                K.conv_grad_pooled(rt, lp, b.arch.layers[1], src=src, lda=lda, delta=delta,
+                                   ids=self.ws.ids[1],
+                                   pooled=self.ws.acts[1] if lp.kind.applies_tanh else NULL,
+                                   n_lo=n_lo, n_hi=n_hi, n_cases=nb, chunk=CHUNK, subs=slots,
+                                   part=self.ws.scratch)
+            elif tiled is not None and tiled.grad:
                 K.conv_grad(self.tuner, ("gradient", lp.index, NL, nb), tiled, src=src, lda=lda,
                             delta=delta, ldd=lp.nhid, rows=R, n_lo=n_lo, n_hi=n_hi, n_cases=nb,
                             chunk=CHUNK, subs=slots, part=self.ws.scratch, groups=gp.groups)

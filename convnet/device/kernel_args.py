@@ -71,6 +71,12 @@ CONV_GRAD = KernelParams("conv_grad", "conv_tiled.cu", src=PTR, lda=INT, delta=P
 CONV_SMALL_POOL = KernelParams(
     "conv_small_pool", "conv_small.cu", **_CONV_SHAPE, pool_height=INT, pool_width=INT,
     pool_width_v=INT, pool_width_h=INT, out=PTR, ids=PTR, total=INT)
+# the first layer's weight gradient from its max-pooling layer's deltas and winners
+CONV_GRAD_POOLED = KernelParams(
+    "conv_grad_pooled", "conv_small.cu", src=PTR, lda=INT, prior_height=INT, prior_width=INT,
+    prior_depth=INT, height=INT, width=INT, filter_v=INT, filter_h=INT, pad_v=INT, pad_h=INT,
+    stride_v=INT, stride_h=INT, delta=PTR, ids=PTR, pooled=PTR, pool_height=INT, pool_width=INT,
+    depth=INT, n_lo=INT, n_hi=INT, n_cases=INT, chunk=INT, subs=INT, part=PTR)
 POOL_FORWARD = KernelParams("pool_forward", "pool.cu", src=PTR, **_POOL_SHAPE, out=PTR, ids=PTR,
                             nb=INT)
 POOL_BACKWARD = KernelParams("pool_backward", "pool.cu", delta=PTR, ids=PTR, **_POOL_SHAPE,
@@ -102,8 +108,8 @@ VEC_FINISH = KernelParams("vec_finish", "weights.cu", part=PTR, n_parts=INT, k=I
 LINE_BLOCK = 4096
 LINE_THREADS = 256
 
-FAMILIES = (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BACKWARD,
-            POOL_BACKWARD_TILES, SOFTMAX_LL, LL_SUM, WEIGHTS_SCATTER, GRAD_FLATTEN, GRAD_FLATTEN_D,
+FAMILIES = (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL, CONV_GRAD_POOLED, POOL_FORWARD,
+            POOL_BACKWARD, POOL_BACKWARD_TILES, SOFTMAX_LL, LL_SUM, WEIGHTS_SCATTER, GRAD_FLATTEN, GRAD_FLATTEN_D,
             GRAD_SLOT_SUM, GRAD_FINISH, LINE_POINT, VEC_STEP,
             VEC_DIRECTION, VEC_NEG, VEC_SUMS, VEC_FINISH)
 

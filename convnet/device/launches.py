@@ -5,8 +5,8 @@ only knows how each kernel is started."""
 import numpy as np
 
 from . import tuning
-from .kernel_args import (CONV_SMALL, CONV_SMALL_POOL, GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN,
-                          GRAD_FLATTEN_D, GRAD_SLOT_SUM, LINE_BLOCK, LINE_POINT, LINE_THREADS, LL_SUM,
+from .kernel_args import (CONV_GRAD_POOLED, CONV_SMALL, CONV_SMALL_POOL, GEMM_NN, GEMM_TN,
+                          GRAD_FINISH, GRAD_FLATTEN, GRAD_FLATTEN_D, GRAD_SLOT_SUM, LINE_BLOCK, LINE_POINT, LINE_THREADS, LL_SUM,
                           POOL_BACKWARD, POOL_BACKWARD_TILES, POOL_FORWARD, SOFTMAX_LL, VEC_DIRECTION,
                           VEC_FINISH, VEC_NEG, VEC_STEP, VEC_SUMS, WEIGHTS_SCATTER)
 
@@ -80,6 +80,39 @@ def pool_backward_tiles(rt, lp, delta, ids, pooled, out, nb):
                                         prior_width=L.prior_width, prior_depth=L.prior_depth,
                                         height=L.height, width=L.width, width_v=L.spec.width_v,
                                         width_h=L.spec.width_h, out=out, nb=nb))
+
+
+def conv_grad_pooled_shape(layer, pool_layer, n_cols):
+    """(threads per block, blocks across the weights, shared-memory bytes) of conv_grad_pooled
+    for n_cols slices: a thread per (weight row, slice), at most 1024 to a block."""
+    s = layer.spec
+    items = (s.filter_v * s.filter_h * layer.prior_depth + 1) * n_cols
+    blocks = -(-items // 1024)
+    per_block = -(-items // blocks)
+    threads = -(-per_block // 32) * 32
+    rin = (layer.height - 1) * s.stride_v + s.filter_v
+    cin = (layer.width - 1) * s.stride_h + s.filter_h
+    xs = -(-rin * cin * layer.prior_depth // 2) * 2
+    return threads, blocks, 4 * (xs + 2 * pool_layer.height * pool_layer.width * n_cols)
+
+
+def conv_grad_pooled(rt, lp, pool_layer, *, src, lda, delta, ids, pooled, n_lo, n_hi, n_cases,
+                     chunk, subs, part):
+    """Weight-gradient partial sums of a conv_small first layer from its max-pooling layer's
+    deltas and winners (conv_small.cu): `subs` partials per chunk of cases."""
+    L = lp.layer
+    s = L.spec
+    threads, blocks, smem = conv_grad_pooled_shape(L, pool_layer, n_hi - n_lo)
+    rt.launch("conv_grad_pooled", (blocks, -(-n_cases // chunk) * subs, 1), (threads, 1, 1),
+              *CONV_GRAD_POOLED.pack(src=src, lda=lda, prior_height=L.prior_height,
+                                     prior_width=L.prior_width, prior_depth=L.prior_depth,
+                                     height=L.height, width=L.width, filter_v=s.filter_v,
+                                     filter_h=s.filter_h, pad_v=s.pad_v, pad_h=s.pad_h,
+                                     stride_v=s.stride_v, stride_h=s.stride_h, delta=delta, ids=ids,
+                                     pooled=pooled, pool_height=pool_layer.height,
+                                     pool_width=pool_layer.width, depth=L.depth, n_lo=n_lo,
+                                     n_hi=n_hi, n_cases=n_cases, chunk=chunk, subs=subs, part=part),
+              shared=smem)
 
 
 def conv_small(rt, lp, src, lda, nb, weights, out, width):

@@ -215,3 +215,95 @@ CONV_SMALL_POOL(20)
 CONV_SMALL_POOL(24)
 CONV_SMALL_POOL(28)
 CONV_SMALL_POOL(32)
+
+// The weight gradient of a conv_small first layer followed by max pooling whose windows tile it,
+// straight from the pooling layer's deltas and winners. The first layer's delta is nonzero only
+// at each pooling window's winner (the pooled delta times tanh' = 1 - a^2 of the pooled value a),
+// so only the winners' windows are multiplied: a quarter of gemm_tn's multiply-adds for 2 x 2
+// pooling, and pool_backward_tiles' full-size delta is never written. Partial z (chunk z / subs,
+// sub-chunk z % subs: the cases [chunk * CHUNK + sub * CHUNK / subs, ...) up to n_cases) of
+// weight row k (forward order: (fr * fh + fc) * PD + prior slice; the bias row last, reading 1)
+// and column c (slice n_lo + c) is
+//     part[(z * R + k) * NL + c] = sum over its cases ascending, then pooled neurons q ascending,
+//                                  of x(case, window(winner(q, c)) + k) * delta1(q, c)
+// in its own order (not gemm_tn's), depending only on the architecture and the number of cases.
+// A thread keeps one (k, c); a block copies one case at a time into shared memory: the prior
+// activations with their zero padding, and per column and pooled neuron the winner's window
+// offset with its delta.
+extern "C" __global__ void __launch_bounds__(1024) conv_grad_pooled(
+    const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv, int fh,
+    int pv, int ph, int sv, int sh, const float* __restrict__ delta, const int* __restrict__ ids,
+    const float* __restrict__ pooled, int H2, int W2, int N, int n_lo, int n_hi, int n_cases,
+    int chunk, int subs, float* __restrict__ part)
+{
+    extern __shared__ __align__(16) float pooled_smem[];
+    const int RIN = (H - 1) * sv + fv;                  // prior rows and columns the windows cover
+    const int CIN = (W - 1) * sh + fh;
+    const int XS = RIN * CIN * PD;
+    float* Xs = pooled_smem;
+    float2* Gs = reinterpret_cast<float2*>(pooled_smem + (XS + 1) / 2 * 2);   // [column][pooled neuron]
+    const int Q = H2 * W2;
+    const int NL = n_hi - n_lo;
+    const int K = fv * fh * PD;                         // the bias row
+    const int R = K + 1;
+    const int item = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool live = item < R * NL;
+    const int c = live ? item / R : 0;
+    const int k = live ? item - c * R : 0;
+    int koff = 0;                                       // the weight row's place in a window
+    if (k < K) {
+        const int fr = k / (fh * PD);
+        const int rest = k - fr * fh * PD;
+        const int fc = rest / PD;
+        koff = (fr * CIN + fc) * PD + rest - fc * PD;
+    }
+    const int z = blockIdx.y;
+    const int ch = z / subs;
+    const int per = chunk / subs;
+    const int lo = ch * chunk + (z - ch * subs) * per;
+    const int hi = min(n_cases, lo + per);
+    const int nhid = Q * N;
+
+    float acc = 0.f;
+    for (int m = lo; m < hi; ++m) {
+        const float* x = src + (i64)m * lda;
+        for (int u = threadIdx.x; u < XS; u += blockDim.x) {
+            const int v = u / PD;
+            const int s = u - v * PD;
+            const int r = v / CIN - pv;
+            const int col = v - (v / CIN) * CIN - ph;
+            Xs[u] = r >= 0 && r < PH && col >= 0 && col < PW ? x[(r * PW + col) * PD + s] : 0.f;
+        }
+        const i64 base = (i64)m * nhid + n_lo;
+        for (int u = threadIdx.x; u < Q * NL; u += blockDim.x) {
+            const int q = u / NL;
+            const int cc = u - q * NL;
+            const i64 j = base + (i64)q * N + cc;
+            const int id = ids[j];
+            float g = 0.f;                              // pool_backward_tiles' value, bit for bit
+            g += delta[j];
+            if (pooled) {
+                const float a = pooled[j];
+                g *= 1.f - a * a;
+            }
+            const int r = id / W;
+            const int off = (r * sv * CIN + (id - r * W) * sh) * PD;
+            Gs[cc * Q + q] = make_float2(__int_as_float(off), g);
+        }
+        __syncthreads();
+        if (live) {
+            const float2* gs = Gs + c * Q;
+            if (k == K) {
+                for (int q = 0; q < Q; ++q) acc += gs[q].y;
+            } else {
+#pragma unroll 4
+                for (int q = 0; q < Q; ++q) {
+                    const float2 e = gs[q];
+                    acc = fmaf(Xs[__float_as_int(e.x) + koff], e.y, acc);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (live) part[((i64)z * R + k) * NL + c] = acc;
+}
