@@ -362,6 +362,33 @@ def test_first_layer_gradient_from_pooled_deltas():
         assert np.array_equal(grad_l[rest], grad[rest])
 
 
+def test_pooling_in_the_forward_epilogue_gives_the_same_bits(monkeypatch):
+    """The max pooling after a tiled CONV layer in each forward variant's epilogue
+    (conv_fwd_pool), each variant forced in turn, and after the gather product: the same
+    criterion, gradient and outputs, bit for bit, as with the pooling on its own
+    (pool_epilogue=False), MAX BATCH all and 256, on LeNet's shapes and 3 x 1 windows."""
+    from convnet.device import tuning
+    from test_device_emulated import POOL_EPILOGUE_ARCHS
+    gather = tuning.nn_candidates
+    specs = [(*LENET_SHAPES, {3})] + POOL_EPILOGUE_ARCHS[1:]
+    for lines, rows, cols, bands, ncls, pooled in specs:
+        arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
+        plain = _backend(arch, pool_epilogue=False).evaluator(x, c, 0.01)
+        (crit0, grad0), out0 = plain.gradient(w), plain.outputs(w)
+        assert abs(crit0 - crit_ref) <= 1e-6 * crit_ref and _rel(grad0, grad_ref) <= 1e-5
+        be = _backend(arch)
+        assert be.conv_pool == pooled
+        tiles = sorted({t for i in pooled for t in be.conv_tiled[i - 1].fwd})
+        for tile in [None] + tiles:
+            monkeypatch.setattr(tuning, "nn_candidates",
+                                lambda M, N, conv=(), t=tile: [t] if t in conv else gather(M, N)[:1])
+            for params in ({}, {"MAX BATCH": 256}):
+                ev = _backend(arch, params).evaluator(x, c, 0.01)
+                crit, grad = ev.gradient(w)
+                assert crit == crit0 and np.array_equal(grad, grad0), (lines, tile, params)
+                assert ev.criterion(w) == crit0 and np.array_equal(ev.outputs(w), out0)
+
+
 def test_tiled_convolution_gives_the_same_bits(monkeypatch):
     """conv_tiled.cu's variants against the gather product, each forced as the only candidate of
     the convolutional layers' activations and delta backpropagations (and conv_grad's variants

@@ -433,6 +433,17 @@ class _Kernels:
 
     # conv_bwd (conv_tiled.cu): the prior layer's delta, for strides of 1;
     # conv_bwd(delta, ldd, weights, M, out, ldo, prior, epi), weights in [tap][slice][prior slice]
+    # conv_fwd_pool: conv_fwd, then the max pooling (wv x wh windows that tile the layer) of
+    # pool_forward, only the pooled values and winners written
+    def conv_fwd_pool(self, d, variant, grid, block, shared, src, lda, Wf, M, pout, ldp, pids,
+                      wv, wh):
+        H, W, D = d["H"], d["W"], d["D"]
+        assert H % wv == 0 and W % wh == 0 and ldp == (H // wv) * (W // wh) * D
+        conv = self.mem.alloc(4 * M * H * W * D)
+        self.conv_fwd(d, variant, grid, block, shared, src, lda, Wf, M, int(conv), H * W * D)
+        self.pool_forward((1, M, 1), (ldp, 1, 1), int(conv), H, W, D, H // wv, W // wh, wv, wh,
+                          wv, wh, 1, pout, pids, M)
+
     def conv_bwd(self, d, variant, grid, block, shared, delta, ldd, Wb, M, out, ldo, prior, epi):
         cases, pad, tps, minb = variant
         PH, PW, PD, H, W, D = (d[k] for k in ("PH", "PW", "PD", "H", "W", "D"))
@@ -928,7 +939,7 @@ def test_emulated_first_layer_gradient_from_pooled_deltas(fake_runtime, spec):
     lines, rows, cols, bands, ncls = spec
     arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
     rng = np.random.default_rng(rows * cols)
-    x, c = rng.uniform(-1, 1, (600, bands, rows, cols)), rng.integers(0, ncls, 600)
+    x, c = rng.uniform(-1, 1, (300, bands, rows, cols)), rng.integers(0, ncls, 300)
     w = rng.normal(0, 0.5, arch.n_weights)
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
     for params in ({}, {"MAX BATCH": 256}, {"MAX HID GRAD": 2 * arch.layers[0].height}):
@@ -1039,6 +1050,62 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
              for t, v in getattr(ct, k).items() if v.smem(ct.shape) > 48 * 1024}
     assert set(fake_runtime.shared_allowed) == large and (large or spec in TILED_ARCHS[2:5:2])
     assert any(ct.bwd for ct in be.conv_tiled.values()) == (spec in (TILED_ARCHS[0], TILED_ARCHS[3]))
+
+
+# a tiled CONV layer followed by max pooling whose windows tile it: (lines, rows, cols, bands,
+# classes, the pooling layers computed in the CONV layer's epilogue)
+POOL_EPILOGUE_ARCHS = [
+    # LeNet's pattern
+    (["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+      "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2", "FULLY CONNECTED LAYER 7"],
+     16, 16, 1, 4, {3}),
+    # 3 x 1 windows after a padded layer of 36 slices, the output layer straight after them
+    (["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 36 1 1 1 1 1 1",
+      "POOLED MAX LAYER 3 1 3 1"], 9, 8, 2, 4, {2}),
+]
+
+
+@pytest.mark.parametrize("spec", POOL_EPILOGUE_ARCHS, ids=range(len(POOL_EPILOGUE_ARCHS)))
+def test_emulated_pooling_in_the_forward_epilogue(fake_runtime, monkeypatch, spec):
+    """The max pooling after a tiled CONV layer, computed in its forward variants' epilogue
+    (conv_fwd_pool) or after the gather product (pool_forward), whichever the tuner takes: the
+    float64 model's results, and the same as with the pooling always on its own; the activations
+    read back are still every layer's."""
+    lines, rows, cols, bands, ncls, pooled = spec
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(8)
+    n = 90
+    x = rng.uniform(-1, 1, (n, bands, rows, cols))
+    c = rng.integers(0, ncls, n)
+    w = rng.normal(0, 0.3, arch.n_weights)
+    crit_ref, grad_ref, p_ref, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    assert dbe.DeviceBackend(arch).conv_pool == pooled
+    assert not dbe.DeviceBackend(arch, pool_epilogue=False).conv_pool
+    assert not dbe.DeviceBackend(arch, pool_tiles=False).conv_pool
+    plain = dbe.DeviceBackend(arch, pool_epilogue=False).evaluator(x, c, 0.01)
+    want = plain.gradient(w), plain.criterion(w), plain.outputs(w)
+    acts = dbe.DeviceBackend(arch, pool_epilogue=False).activations(w, x[:40])
+    gather_first = tuning.nn_candidates
+    # (every variant's epilogue is the same code; the GPU test forces each of them)
+    tiles = sorted({t for i in pooled for t in dbe.DeviceBackend(arch).conv_tiled[i - 1].fwd})[:2]
+    for tile in [None] + tiles:
+        monkeypatch.setattr(tuning, "nn_candidates",
+                            lambda M, N, conv=(), t=tile: [t] if t in conv else gather_first(M, N)[:1])
+        for params in ({}, {"MAX BATCH": 40}) if tile == tiles[0] else ({},):
+            fake_runtime.launches.clear()
+            be = dbe.DeviceBackend(arch, params)
+            ev = be.evaluator(x, c, 0.01)
+            crit, grad = ev.gradient(w)
+            assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+            if not params:      # (batches of 40 cases add the gradient's partial sums otherwise)
+                assert crit == want[0][0] and np.array_equal(grad, want[0][1])
+            assert ev.criterion(w) == want[1] and np.array_equal(ev.outputs(w), want[2])
+            assert np.abs(want[2] - p_ref).max() < 1e-6
+            fused = [nm for nm in fake_runtime.launches if nm.startswith("conv_fwd_pool_")]
+            assert bool(fused) == (tile is not None)
+            assert ("pool_forward" in fake_runtime.launches) == (tile is None)
+            for a, b in zip(be.activations(w, x[:40]), acts):
+                assert np.array_equal(a, b)
 
 
 def test_tiled_variants_follow_the_limits():

@@ -47,7 +47,7 @@ class DeviceBackend:
     """See the module docstring."""
 
     def __init__(self, arch, params=None, timing=True, poison=False, tune=True, fuse=True, device=0,
-                 graphs=True, tiled=True, pool_tiles=True, pooled_grad=True):
+                 graphs=True, tiled=True, pool_tiles=True, pooled_grad=True, pool_epilogue=True):
         self.rt = Runtime.get(device)
         self.graphs = graphs        # replay each evaluation's launches as a CUDA graph (evaluator.py)
         self.tune = tune            # time the tile shapes of each product once per evaluator
@@ -72,18 +72,35 @@ class DeviceBackend:
                 width = -(-lp.depth // 4) * 4
                 if lp.rows * width <= CONV_SMALL_FLOATS:
                     self.conv_small[lp.index] = width
+        # Max-pooling layers whose windows tile their prior layer backpropagate with
+        # pool_backward_tiles (a thread per pooled neuron); pool_tiles=False keeps pool_backward.
+        self.pool_tiles = {lp.index for lp in self.plan.hidden
+                           if pool_tiles and not lp.kind.has_weights
+                           and windows_tile(lp.layer, lp.kind)}
         # Convolutional layers whose activation or delta backpropagation conv_tiled.cu can also
         # compute (the tuner chooses; tiled=False keeps them with the gather product alone). A
         # conv_small layer's activation stays with conv_small. A layer conv_grad fits takes its
         # weight gradient from conv_grad alone (its own order of additions; grad_slots).
+        # Such a pooling layer after a tiled CONV layer is also computed in the epilogue of the
+        # layer's forward variants, timed against the gather product followed by pool_forward
+        # (conv_pool; pool_epilogue=False: never), since its activation and winners are all that
+        # the rest of an evaluation reads.
         self.conv_tiled = {}
+        self.conv_pool = set()
         for lp in self.plan.hidden:
             if tiled and lp.kind.shares_weights:
-                ct = ConvTiled(self.rt, lp.layer, lp.lay.cols)
+                nxt = lp.index + 1
+                pool = None
+                if pool_epilogue and nxt in self.pool_tiles:
+                    spec = arch.layers[nxt].spec
+                    pool = (spec.width_v, spec.width_h)
+                ct = ConvTiled(self.rt, lp.layer, lp.lay.cols, pool=pool)
                 if lp.index in self.conv_small:
                     ct.fwd = {}
                 if ct.fwd or ct.bwd or ct.grad:
                     self.conv_tiled[lp.index] = ct
+                if ct.fwd and pool:
+                    self.conv_pool.add(nxt)
         # A conv_small first layer followed by max pooling with stride = width is computed
         # together with the pooling in forward-only evaluations (criterion, outputs): only the
         # pooled values and winners are written. Gradients use it too when the windows tile the
@@ -94,11 +111,6 @@ class DeviceBackend:
         # per-element work in its loader cost more than the pooling kernels it saved).
         self.fused_pool = False
         layers = arch.layers
-        # Max-pooling layers whose windows tile their prior layer backpropagate with
-        # pool_backward_tiles (a thread per pooled neuron); pool_tiles=False keeps pool_backward.
-        self.pool_tiles = {lp.index for lp in self.plan.hidden
-                           if pool_tiles and not lp.kind.has_weights
-                           and windows_tile(lp.layer, lp.kind)}
         if fuse and 0 in self.conv_small and len(layers) > 1 and layers[1].kind.keeps_winners:
             s = layers[1].spec
             smem = 4 * (self.plan.layers[0].rows * self.conv_small[0]

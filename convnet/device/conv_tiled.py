@@ -16,7 +16,7 @@ runtime compiles and caches the modules.
 
 from dataclasses import dataclass
 
-from .kernel_args import CONV_BWD, CONV_FWD, CONV_GRAD
+from .kernel_args import CONV_BWD, CONV_FWD, CONV_FWD_POOL, CONV_GRAD
 
 SOURCE = "conv_tiled.cu"
 SMEM_BYTES = 48 * 1024          # shared memory of a block that needs no opt-in
@@ -278,9 +278,12 @@ class ConvTiled:
     """The tiled kernels of one convolutional layer: candidate names for the tuner and launches.
     fwd and bwd map a candidate name to its variant (activation, delta backpropagation)."""
 
-    def __init__(self, rt, layer, ldw):
+    def __init__(self, rt, layer, ldw, pool=None):
         self.rt = rt
         self.shape = ConvShape.of(layer, ldw)
+        # (wv, wh): the layer is followed by max pooling whose windows tile it, and each forward
+        # variant is also built with that pooling in its epilogue (kind "fwd_pool")
+        self.pool = pool
         limit = rt.shared_optin      # the most shared memory a kernel may opt in to
         self.fwd = {f"tiled_{v.suffix}": v for v in forward_variants(self.shape, limit)}
         self.bwd = {f"tiled_{v.suffix}": v for v in delta_variants(self.shape, layer.index > 0, limit)}
@@ -288,7 +291,8 @@ class ConvTiled:
         self._built = False
 
     def variants(self, kind):
-        return {"fwd": self.fwd, "bwd": self.bwd, "grad": self.grad}[kind]
+        return {"fwd": self.fwd, "fwd_pool": self.fwd if self.pool else {}, "bwd": self.bwd,
+                "grad": self.grad}[kind]
 
     def function(self, tile, kind="fwd"):
         v = self.variants(kind)[tile]
@@ -298,6 +302,9 @@ class ConvTiled:
         """(function name, instantiation line, KernelParams) of every variant."""
         out = [(self.function(t), f"CONV_FWD({self.function(t)}, {v.cases}, {v.tm}, {v.tn}, "
                 f"{v.minb}, {v.tps})", CONV_FWD) for t, v in self.fwd.items()]
+        out += [(self.function(t, "fwd_pool"), f"CONV_FWD_POOL({self.function(t, 'fwd_pool')}, "
+                 f"{v.cases}, {v.tm}, {v.tn}, {v.minb}, {v.tps})", CONV_FWD_POOL)
+                for t, v in self.variants("fwd_pool").items()]
         out += [(self.function(t, "bwd"), f"CONV_BWD({self.function(t, 'bwd')}, {v.cases}, "
                  f"{int(v.pad)}, {v.tps}, {v.minb(self.shape)})", CONV_BWD) for t, v in self.bwd.items()]
         out += [(self.function(t, "grad"), f"CONV_GRAD({self.function(t, 'grad')}, {v.tn}, "
@@ -307,7 +314,7 @@ class ConvTiled:
     def _build(self):
         if not self._built:
             self.rt.specialize(SOURCE, self.shape.defines(), self.kernels())
-            for kind in ("fwd", "bwd", "grad"):
+            for kind in ("fwd", "fwd_pool", "bwd", "grad"):
                 for tile, v in self.variants(kind).items():
                     if v.smem(self.shape) > SMEM_BYTES:
                         self.rt.allow_shared(self.function(tile, kind), v.smem(self.shape))
@@ -319,6 +326,18 @@ class ConvTiled:
         v = self.fwd[tile]
         self.rt.launch(self.function(tile), (_ceil(M, v.cases), 1, 1), (v.threads(self.shape), 1, 1),
                        *CONV_FWD.pack(src=src, lda=lda, weights=weights, M=M, out=out, ldo=ldo),
+                       shared=v.smem(self.shape))
+
+    def forward_pool(self, tile, *, src, lda, weights, M, pout, ldp, pids):
+        """The max-pooling layer after this one (pout, pids: its activation and winners, ldp a
+        case) for M cases, with forward variant `tile` and the pooling in its epilogue."""
+        self._build()
+        v = self.fwd[tile]
+        wv, wh = self.pool
+        self.rt.launch(self.function(tile, "fwd_pool"), (_ceil(M, v.cases), 1, 1),
+                       (v.threads(self.shape), 1, 1),
+                       *CONV_FWD_POOL.pack(src=src, lda=lda, weights=weights, M=M, pout=pout, ldp=ldp,
+                                           pids=pids, width_v=wv, width_h=wh),
                        shared=v.smem(self.shape))
 
     def delta(self, tile, *, delta, ldd, weights, M, out, ldo, prior, epi):

@@ -175,7 +175,7 @@ class DeviceEvaluator(Evaluator):
         rt = b.rt
         rt.cuda.memset_d32_async(self.d_acc, 0, 2 * b.n_weights, rt.stream)
         for start, stop in self.batches:
-            self._forward(start, stop, want_delta=True, fused=b.fused_pool_gradient)
+            self._forward(start, stop, want_delta=True)
             self._backward(start, stop)
         scale = self.scale
         pen2 = 2.0 * self.penalty.coefficient          # d penalty / d w = pen2 * w
@@ -204,18 +204,21 @@ class DeviceEvaluator(Evaluator):
         return ptr(self.ws.acts[li - 1]), plan.layers[li - 1].nhid
 
     def _forward(self, start, stop, want_delta, fused=True):
+        """The forward launches of one batch; fused=False computes every layer on its own (to
+        read back every activation)."""
         b = self.backend
         rt = b.rt
         plan = b.plan
         ws = self.ws
         nb = stop - start
-        fused = fused and b.fused_pool
+        first = fused and b.fused_pool and (b.fused_pool_gradient or not want_delta)
+        conv_pool = b.conv_pool if fused else set()
         for lp in plan.layers:
             li = lp.index
             src, lda = self._src(li, start)
-            if fused and li == 1:
-                continue                        # computed with layer 1 (index 0)
-            if fused and li == 0:
+            if (first and li == 1) or li in conv_pool:
+                continue                        # computed with the layer before it
+            if first and li == 0:
                 K.conv_small_pool(rt, lp, b.arch.layers[1], src, lda, nb,
                                   ptr(b.d_wfwd, lp.lay.fwd_offset), ws.acts[1], ws.ids[1],
                                   b.conv_small[0])
@@ -230,7 +233,9 @@ class DeviceEvaluator(Evaluator):
                           B=ptr(b.d_wfwd, lp.lay.fwd_offset), b_ld=lp.lay.cols, M=nb,
                           out=ws.acts[li], ldo=lp.nhid, prior=NULL,
                           epi=EPI_NONE if lp.is_output else EPI_TANH,
-                          tiled=b.conv_tiled.get(li))
+                          tiled=b.conv_tiled.get(li),
+                          pool=(plan.layers[li + 1], ws.acts[li + 1], ws.ids[li + 1])
+                          if li + 1 in conv_pool else None)
             b.timer.mark(rt.stream, b.labels[li], "forward", 1)
         ncls = plan.n_classes
         K.softmax_ll(rt, logits=ws.acts[-1], ncls=ncls, nb=nb, classes=ptr(self.d_classes, start),

@@ -141,15 +141,30 @@ def conv_small_pool(rt, lp, pool_layer, src, lda, nb, weights, out, ids, width):
 
 
 def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out, ldo, prior, epi,
-            tiled=None):
+            tiled=None, pool=None):
     """A gather product out = epi(A B) for M rows (cases), the groups of a layer's table.
     tiled: for a convolutional layer's activation (b_ld > 0) or delta backpropagation (b_ld 0),
-    its conv_tiled.ConvTiled, whose variants are candidates beside the gather tiles (same bits)."""
+    its conv_tiled.ConvTiled, whose variants are candidates beside the gather tiles (same bits).
+    pool: (pooling layer, its activation, its winners) of the max pooling after a convolutional
+    layer whose tiled variants compute it in their epilogue (tiled.pool); the gather tiles are
+    then followed by pool_forward, and each candidate is timed with its pooling."""
     G = groups.n_groups
     N = groups.n_cols
     variants = {} if tiled is None else tiled.fwd if b_ld > 0 else tiled.bwd
 
     def launch(tile):
+        if pool is not None:
+            pool_lp, pout, pids = pool
+            if tile in variants:
+                tiled.forward_pool(tile, src=src, lda=lda, weights=B, M=M, pout=pout,
+                                   ldp=pool_lp.nhid, pids=pids)
+                return
+            product(tile)
+            pool_forward(rt, pool_lp, out, pout, pids, M)
+            return
+        product(tile)
+
+    def product(tile):
         if tile in variants:
             if b_ld > 0:
                 tiled.forward(tile, src=src, lda=lda, weights=B, M=M, out=out, ldo=ldo)
@@ -164,6 +179,8 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
                                 N=N, out=out, ldo=ldo, prior=prior, epi=epi, n_groups=G))
 
     work = float(M) * N * groups.max_k * G
+    if pool is not None:
+        site = (site[0] + " pooled",) + site[1:]
     tuner.run(site + (M,), tuning.nn_candidates(M, N, variants), work, launch)
 
 

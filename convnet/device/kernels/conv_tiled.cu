@@ -146,10 +146,14 @@ struct ConvFwdTile {
     static constexpr int SMEM = 4 * (XS + 2 * STAGE);       // bytes
 };
 
-template <int CASES, int TM, int TN, int TPS>
+// POOL: the layer is followed by max pooling whose windows (wv x wh, strides equal to the widths)
+// tile it, and the kernel writes that layer's activation and winners instead of its own (pout,
+// ldp, pids; see the end of the body).
+template <int CASES, int TM, int TN, int TPS, int POOL>
 __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int lda,
                                               const float* __restrict__ Wf, int M,
-                                              float* __restrict__ out, int ldo)
+                                              float* __restrict__ out, int ldo,
+                                              int* __restrict__ pids, int wv, int wh)
 {
     using namespace ct;
     using T = ConvFwdTile<CASES, TM, TN, TPS>;
@@ -251,6 +255,35 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
     __syncthreads();
     const int cases = min(CASES, M - m0);
     float* o = out + (i64)m0 * ldo;
+    if (POOL) {
+        // pool_forward's values and winners, bit for bit: the first maximum of each window in
+        // row-then-column order, the winner as row * W + column of this layer
+        const int W2 = CT_W / wh;
+        const int per_case = (CT_H / wv) * W2 * CT_D;
+        for (int u = tid; u < cases * per_case; u += NT) {
+            const int c = u / per_case;
+            const int j = u - c * per_case;
+            const int q = j / CT_D;
+            const int n = j - q * CT_D;
+            const int pr = q / W2;
+            const int r0 = pr * wv;
+            const int c0 = (q - pr * W2) * wh;
+            const float* xs = Xs + c * OUT + n;
+            float best = xs[(r0 * CT_W + c0) * CT_D];
+            int id = r0 * CT_W + c0;
+            for (int r = r0; r < r0 + wv; ++r)
+                for (int col = c0; col < c0 + wh; ++col) {
+                    const float v = xs[(r * CT_W + col) * CT_D];
+                    if (v > best) {
+                        best = v;
+                        id = r * CT_W + col;
+                    }
+                }
+            o[(i64)c * ldo + j] = best;
+            pids[(i64)(m0 + c) * ldo + j] = id;
+        }
+        return;
+    }
     if (ldo == OUT && (ldo & 3) == 0 && ((size_t)o & 15) == 0) {
         const int units = cases * OUT / 4;
         for (int u = tid; u < units; u += NT)
@@ -270,7 +303,18 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
     NAME(const float* __restrict__ src, int lda, const float* __restrict__ weights, int M,        \
          float* __restrict__ out, int ldo)                                                        \
     {                                                                                             \
-        conv_fwd_body<CASES, TM, TN, TPS>(src, lda, weights, M, out, ldo);                        \
+        conv_fwd_body<CASES, TM, TN, TPS, 0>(src, lda, weights, M, out, ldo, nullptr, 1, 1);      \
+    }
+
+// The same tile variant followed by the max pooling (wv x wh windows that tile the layer): pout
+// and pids (ldp floats and ints a case) get the pooled layer's activation and winners; this
+// layer's own activation is not written.
+#define CONV_FWD_POOL(NAME, CASES, TM, TN, MINB, TPS)                                            \
+    extern "C" __global__ void __launch_bounds__(ConvFwdTile<CASES, TM, TN, TPS>::NT, MINB)       \
+    NAME(const float* __restrict__ src, int lda, const float* __restrict__ weights, int M,        \
+         float* __restrict__ pout, int ldp, int* __restrict__ pids, int wv, int wh)               \
+    {                                                                                             \
+        conv_fwd_body<CASES, TM, TN, TPS, 1>(src, lda, weights, M, pout, ldp, pids, wv, wh);      \
     }
 
 // ------------------------------------------------------------------ delta backpropagation
@@ -676,6 +720,7 @@ CONV_FWD(conv_fwd_c3_m8_n8_b3, 3, 8, 8, 3, 1)
 CONV_FWD(conv_fwd_c2_m4_n8_b3, 2, 4, 8, 3, 1)
 CONV_FWD(conv_fwd_c2_m8_n4_b4, 2, 8, 4, 4, 1)
 CONV_FWD(conv_fwd_c2_m8_n4_b4_t5, 2, 8, 4, 4, 5)
+CONV_FWD_POOL(conv_fwd_pool_c2_m8_n8_b4, 2, 8, 8, 4, 1)
 CONV_BWD(conv_bwd_c2, 2, 0, 1, 5)
 CONV_BWD(conv_bwd_c3, 3, 0, 1, 2)
 CONV_BWD(conv_bwd_c6_w, 6, 1, 1, 1)
