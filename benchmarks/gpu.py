@@ -505,8 +505,14 @@ def main(argv=None):
         be.timer.enabled = False
         g_ms_quiet = median_ms(lambda i: ev.gradient(ws[i % 2]), args.repeat)
         be.timer.enabled = True
+        # the gradient as the refinement's line search takes it: the weights formed on the device
+        # (x + t * d), the gradient and its slope along d left there, three numbers fetched; like
+        # PyTorch's step above, no weights or gradient cross the bus
+        line = ev.line(w0, w1 - w0)
+        line.evaluate(0.5)
+        l_ms = median_ms(lambda i: line.evaluate(0.25 + 0.5 * (i % 2)), args.repeat)
         info.update(gradient_ms=g_ms, gradient_ms_untimed=g_ms_quiet, criterion_ms=c_ms,
-                    event_ms=1000 * ev_seconds)
+                    line_ms=l_ms, event_ms=1000 * ev_seconds)
         info["tiles"] = {" ".join(map(str, k)): v for k, v in ev.tuner.choice.items()}
         info["graphs"] = len(ev.graphs)
         with be.rt.active():
@@ -534,9 +540,10 @@ def main(argv=None):
     if args.out:
         (args.out / "gpu_bench.json").write_text(json.dumps(record, indent=1))
     print()
-    head = (f"{'net':<18}{'cases':>7}{'GFLOP':>7}{'grad ms':>9}{'untimed':>9}{'crit ms':>9}"
-            f"{'cases/s':>10}{'host ms':>9}{'x host':>7}{'pt eager':>9}{'pt graph':>9}"
-            f"{'pt comp':>9}{'ours/best':>10}{'floor ms':>9}{'err64':>9}{'errhost':>9}")
+    head = (f"{'net':<18}{'cases':>7}{'GFLOP':>7}{'grad ms':>9}{'untimed':>9}{'line ms':>9}"
+            f"{'crit ms':>9}{'cases/s':>10}{'host ms':>9}{'x host':>7}{'pt eager':>9}{'pt graph':>9}"
+            f"{'pt comp':>9}{'ours/best':>10}{'line/best':>10}{'floor ms':>9}{'err64':>9}"
+            f"{'errhost':>9}")
     print(head)
     for name, i in rows:
         h, t, g = i.get("host_ms"), i.get("torch_ms"), i["gradient_ms"]
@@ -545,12 +552,18 @@ def main(argv=None):
         speed_s = f"{h / g:.0f}" if h else "-"
         modes_s = "".join(f"{tm[m]:>9.3f}" if m in tm else f"{'-':>9}" for m in TORCH_MODES)
         ratio_s = f"{g / t:.2f}" if t else "-"
+        line_s = f"{i['line_ms'] / t:.2f}" if t else "-"
         floor_s = f"{i['floor_ms']:.3f}" if "floor_ms" in i else "-"
         print(f"{name:<18}{i['cases']:>7}{i['gflop']:>7.1f}{g:>9.3f}{i['gradient_ms_untimed']:>9.3f}"
-              f"{i['criterion_ms']:>9.3f}{i['cases'] / g * 1000:>10.0f}{host_s:>9}{speed_s:>7}"
-              f"{modes_s}{ratio_s:>10}{floor_s:>9}{i['vs_float64'][1]:>9.1e}{i['vs_host'][1]:>9.1e}")
-    print("ours/best: our gradient time over the best of PyTorch eager, CUDA graph and "
-          "torch.compile(reduce-overhead), float32, TF32 off, same run")
+              f"{i['line_ms']:>9.3f}{i['criterion_ms']:>9.3f}{i['cases'] / g * 1000:>10.0f}"
+              f"{host_s:>9}{speed_s:>7}{modes_s}{ratio_s:>10}{line_s:>10}{floor_s:>9}"
+              f"{i['vs_float64'][1]:>9.1e}{i['vs_host'][1]:>9.1e}")
+    print("grad ms: the gradient at host weights, sent up and fetched back (float64); line ms: at a "
+          "line search's trial point formed on the device, the gradient left there, as the "
+          "refinement evaluates it")
+    print("ours/best, line/best: those times over the best of PyTorch eager, CUDA graph and "
+          "torch.compile(reduce-overhead) (weights and gradient on the GPU), float32, TF32 off, "
+          "same run")
     print()
     print(f"{'net':<18}{'launch site':<24}candidates, steady-state ms (* the tuner's choice)")
     for name, i in rows:

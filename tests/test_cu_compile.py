@@ -2,12 +2,13 @@
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 
 import pytest
 
-from convnet.device import kernel_args, runtime, tuning
+from convnet.device import kernel_args, launches, runtime, tuning
 
 KERNELS = sorted(glob.glob(os.path.join(runtime.KERNEL_DIR, "*.cu")))
 NVCC = shutil.which("nvcc")
@@ -15,6 +16,19 @@ NVCC = shutil.which("nvcc")
 
 def test_kernel_list_matches_the_folder():
     assert sorted(os.path.basename(p) for p in KERNELS) == sorted(runtime.KERNEL_FILES)
+
+
+def test_kernel_constants_match_the_host():
+    """A constant both sides use (#define NAME in a kernel file, NAME in launches.py) has one
+    value: the launches size blocks and shared memory by what the kernels assume."""
+    shared = 0
+    for path in KERNELS:
+        with open(path) as f:
+            for name, value in re.findall(r"^#define (\w+) (\d+)\s*$", f.read(), re.M):
+                if hasattr(launches, name):
+                    assert getattr(launches, name) == int(value), (os.path.basename(path), name)
+                    shared += 1
+    assert shared >= 4          # CONV_SMALL_THREADS and conv_grad_pooled's three
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
@@ -33,7 +47,8 @@ def test_kernel_file_compiles(path, tmp_path):
     wanted = {"gemm.cu": [p for p in products if tuning.tile_source(p.split("_", 2)[2]) == "gemm.cu"],
               "gemm_async.cu": [p for p in products
                                 if tuning.tile_source(p.split("_", 2)[2]) == "gemm_async.cu"],
-              "conv_small.cu": [f"conv_small_{n}" for n in kernel_args.CONV_SMALL_WIDTHS],
+              "conv_small.cu": [f"conv_small_{n}" for n in kernel_args.CONV_SMALL_WIDTHS]
+              + ["conv_grad_pooled"],
               "conv_tiled.cu": ["conv_fwd_c2_m8_n8_b4", "conv_bwd_c3"],
               "pool.cu": ["pool_forward", "pool_backward", "pool_backward_tiles"],
               "output.cu": ["softmax_ll", "ll_sum"],

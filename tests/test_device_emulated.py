@@ -362,16 +362,22 @@ class _Kernels:
     # conv_grad_pooled (conv_small.cu): the first layer's weight-gradient partials from the
     # pooling layer's deltas, winners and pooled values (the layout of conv_grad's partials)
     def conv_grad_pooled(self, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph,
-                         sv, sh, delta, ids, pooled, H2, W2, N, n_lo, n_hi, n_cases, chunk, subs,
-                         part):
+                         sv, sh, RS, delta, ids, pooled, H2, W2, N, n_lo, n_hi, n_cases, chunk,
+                         subs, part):
         NL = n_hi - n_lo
         K = fv * fh * PD
         assert 0 < NL and n_hi <= N and chunk % subs == 0
-        assert grid[1] == -(-n_cases // chunk) * subs and grid[0] * block[0] >= (K + 1) * NL
-        assert block[0] % 32 == 0 and block[0] <= 1024 and (grid[0] - 1) * block[0] < (K + 1) * NL
+        per_block = -(-(K + 1) * NL // grid[0])
+        assert grid[1] == -(-n_cases // chunk) * subs and block[0] >= per_block
+        assert block[0] % 32 == 0 and block[0] <= launches.POOLED_GRAD_THREADS
+        assert (grid[0] - 1) * per_block < (K + 1) * NL
         rin, cin = (H - 1) * sv + fv, (W - 1) * sh + fh
         Q = H2 * W2
-        assert shared == 4 * (-(-rin * cin * PD // 2) * 2 + 2 * Q * NL) <= 48 * 1024
+        # each thread copies at most this many pooled neurons and prior activations
+        assert Q * NL <= launches.POOLED_GRAD_PER_Q * block[0]
+        assert rin * cin * PD <= launches.POOLED_GRAD_PER_X * block[0]
+        assert RS >= cin * PD
+        assert shared == 4 * (-(-rin * RS // 2) * 2 + 2 * Q * NL + H * W) <= 48 * 1024
         x = self.f32(src, (n_cases - 1) * lda + PH * PW * PD).astype(np.float64)
         nhid = Q * N
         dl = self.f32(delta, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi].astype(np.float64)

@@ -30,11 +30,11 @@ import numpy as np
 
 from ..control import DEFAULT_PARAMETERS
 from ..errors import ConvnetError
-from .conv_tiled import GRAD_SUBS, ConvTiled
+from .conv_tiled import GRAD_SUBS, SMEM_BYTES, ConvTiled
 from .evaluator import HOST_WEIGHTS, DeviceEvaluator
 from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS,
-                       conv_grad_pooled_shape, line_parts, line_point, vec_finish, weights_scatter,
-                       windows_tile)
+                       POOLED_GRAD_SUBS, conv_grad_pooled_shape, line_parts, line_point, vec_finish,
+                       weights_scatter, windows_tile)
 from .plan import CHUNK, ModelPlan
 from .runtime import NULL, DeviceUnavailable, Runtime, device_available, device_report  # noqa: F401
 from .timers import EventTimer
@@ -115,7 +115,7 @@ class DeviceBackend:
             s = layers[1].spec
             smem = 4 * (self.plan.layers[0].rows * self.conv_small[0]
                         + 2 * CONV_SMALL_THREADS * layers[0].depth)
-            if s.stride_v == s.width_v and s.stride_h == s.width_h and smem <= 48 * 1024:
+            if s.stride_v == s.width_v and s.stride_h == s.width_h and smem <= SMEM_BYTES:
                 self.fused_pool = True
         self.fused_pool_gradient = self.fused_pool and 1 in self.pool_tiles
         # Such a first layer then takes its weight gradient straight from the pooling layer's
@@ -125,8 +125,8 @@ class DeviceBackend:
         self.pooled_grad = False
         if pooled_grad and self.fused_pool_gradient:
             lp0 = self.plan.layers[0]
-            smem = conv_grad_pooled_shape(lp0.layer, layers[1], lp0.depth)[2]
-            self.pooled_grad = smem <= 48 * 1024
+            shape = conv_grad_pooled_shape(lp0.layer, layers[1], lp0.depth)
+            self.pooled_grad = shape is not None and shape[2] <= SMEM_BYTES
         rt = self.rt
         with rt.active():
             self.timer = EventTimer(rt.cuda, enabled=timing,
@@ -205,7 +205,9 @@ class DeviceBackend:
         gradient: conv_grad's or conv_grad_pooled's sub-chunks over every position, or gemm_tn's
         position ranges."""
         ct = self.conv_tiled.get(lp.index)
-        if (ct is not None and ct.grad) or (lp.index == 0 and self.pooled_grad):
+        if lp.index == 0 and self.pooled_grad:
+            return lp.grad.groups, POOLED_GRAD_SUBS
+        if ct is not None and ct.grad:
             return lp.grad.groups, GRAD_SUBS
         return lp.grad.slots_for(n_total)
 

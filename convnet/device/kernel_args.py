@@ -77,8 +77,8 @@ CONV_SMALL_POOL = KernelParams(
 CONV_GRAD_POOLED = KernelParams(
     "conv_grad_pooled", "conv_small.cu", src=PTR, lda=INT, prior_height=INT, prior_width=INT,
     prior_depth=INT, height=INT, width=INT, filter_v=INT, filter_h=INT, pad_v=INT, pad_h=INT,
-    stride_v=INT, stride_h=INT, delta=PTR, ids=PTR, pooled=PTR, pool_height=INT, pool_width=INT,
-    depth=INT, n_lo=INT, n_hi=INT, n_cases=INT, chunk=INT, subs=INT, part=PTR)
+    stride_v=INT, stride_h=INT, row_stride=INT, delta=PTR, ids=PTR, pooled=PTR, pool_height=INT,
+    pool_width=INT, depth=INT, n_lo=INT, n_hi=INT, n_cases=INT, chunk=INT, subs=INT, part=PTR)
 POOL_FORWARD = KernelParams("pool_forward", "pool.cu", src=PTR, **_POOL_SHAPE, out=PTR, ids=PTR,
                             nb=INT)
 POOL_BACKWARD = KernelParams("pool_backward", "pool.cu", delta=PTR, ids=PTR, **_POOL_SHAPE,

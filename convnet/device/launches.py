@@ -21,6 +21,11 @@ CONV_SMALL_FLOATS = 8192
 CONV_SMALL_THREADS = 128
 # Pooling launches: about this many blocks, each thread looping over cases.
 POOL_CASES_PER_THREAD = 8
+# conv_grad_pooled: pooled neurons and prior activations a thread copies per case (conv_small.cu)
+POOLED_GRAD_PER_Q = 6
+POOLED_GRAD_PER_X = 4
+POOLED_GRAD_THREADS = 576       # at most, so that two blocks fit a multiprocessor's registers
+POOLED_GRAD_SUBS = 32           # conv_grad_pooled: partial sums per chunk of cases (each 8 cases)
 ELEMENTWISE_THREADS = 256
 
 
@@ -82,18 +87,39 @@ def pool_backward_tiles(rt, lp, delta, ids, pooled, out, nb):
                                         width_h=L.spec.width_h, out=out, nb=nb))
 
 
+def pooled_grad_row_stride(row, rows, taps):
+    """Floats between the prior rows of conv_grad_pooled's shared copy: at least `row`, chosen
+    so that the `taps` consecutive floats of a window's `rows` rows fall in as few of the 32
+    banks twice as possible (for LeNet's 28-float rows and 5 x 5 windows, 37: every tap its own
+    bank, where 28 puts two taps in one bank)."""
+    def worst(stride):
+        banks = np.bincount([(r * stride + t) % 32 for r in range(rows) for t in range(taps)],
+                            minlength=32)
+        return int(banks.max())
+    return min(range(row, row + 32), key=lambda s: (worst(s), s))
+
+
 def conv_grad_pooled_shape(layer, pool_layer, n_cols):
-    """(threads per block, blocks across the weights, shared-memory bytes) of conv_grad_pooled
-    for n_cols slices: a thread per (weight row, slice), at most 1024 to a block."""
+    """(threads per block, blocks across the weights, shared-memory bytes, row stride) of
+    conv_grad_pooled for n_cols slices, or None where it cannot take the layer: a thread per
+    (weight row, slice), at most POOLED_GRAD_THREADS to a block, each thread copying at most
+    POOLED_GRAD_PER_Q of a case's pooled neurons and POOLED_GRAD_PER_X of its prior activations
+    (extra threads only copy)."""
     s = layer.spec
     items = (s.filter_v * s.filter_h * layer.prior_depth + 1) * n_cols
-    blocks = -(-items // 1024)
+    blocks = -(-items // POOLED_GRAD_THREADS)
     per_block = -(-items // blocks)
-    threads = -(-per_block // 32) * 32
     rin = (layer.height - 1) * s.stride_v + s.filter_v
-    cin = (layer.width - 1) * s.stride_h + s.filter_h
-    xs = -(-rin * cin * layer.prior_depth // 2) * 2
-    return threads, blocks, 4 * (xs + 2 * pool_layer.height * pool_layer.width * n_cols)
+    row = ((layer.width - 1) * s.stride_h + s.filter_h) * layer.prior_depth
+    q_cols = pool_layer.height * pool_layer.width * n_cols
+    copies = max(-(-q_cols // POOLED_GRAD_PER_Q), -(-rin * row // POOLED_GRAD_PER_X))
+    threads = -(-max(per_block, copies) // 32) * 32
+    if threads > POOLED_GRAD_THREADS:
+        return None
+    stride = pooled_grad_row_stride(row, s.filter_v, s.filter_h * layer.prior_depth)
+    xs = -(-rin * stride // 2) * 2
+    smem = 4 * (xs + 2 * q_cols + layer.height * layer.width)
+    return threads, blocks, smem, stride
 
 
 def conv_grad_pooled(rt, lp, pool_layer, *, src, lda, delta, ids, pooled, n_lo, n_hi, n_cases,
@@ -102,16 +128,17 @@ def conv_grad_pooled(rt, lp, pool_layer, *, src, lda, delta, ids, pooled, n_lo, 
     deltas and winners (conv_small.cu): `subs` partials per chunk of cases."""
     L = lp.layer
     s = L.spec
-    threads, blocks, smem = conv_grad_pooled_shape(L, pool_layer, n_hi - n_lo)
+    threads, blocks, smem, stride = conv_grad_pooled_shape(L, pool_layer, n_hi - n_lo)
     rt.launch("conv_grad_pooled", (blocks, -(-n_cases // chunk) * subs, 1), (threads, 1, 1),
               *CONV_GRAD_POOLED.pack(src=src, lda=lda, prior_height=L.prior_height,
                                      prior_width=L.prior_width, prior_depth=L.prior_depth,
                                      height=L.height, width=L.width, filter_v=s.filter_v,
                                      filter_h=s.filter_h, pad_v=s.pad_v, pad_h=s.pad_h,
-                                     stride_v=s.stride_v, stride_h=s.stride_h, delta=delta, ids=ids,
-                                     pooled=pooled, pool_height=pool_layer.height,
-                                     pool_width=pool_layer.width, depth=L.depth, n_lo=n_lo,
-                                     n_hi=n_hi, n_cases=n_cases, chunk=chunk, subs=subs, part=part),
+                                     stride_v=s.stride_v, stride_h=s.stride_h, row_stride=stride,
+                                     delta=delta, ids=ids, pooled=pooled,
+                                     pool_height=pool_layer.height, pool_width=pool_layer.width,
+                                     depth=L.depth, n_lo=n_lo, n_hi=n_hi, n_cases=n_cases,
+                                     chunk=chunk, subs=subs, part=part),
               shared=smem)
 
 

@@ -228,77 +228,143 @@ CONV_SMALL_POOL(32)
 //                                  of x(case, window(winner(q, c)) + k) * delta1(q, c)
 // in its own order (not gemm_tn's), depending only on the architecture and the number of cases.
 // A thread keeps one (k, c); a block copies one case at a time into shared memory: the prior
-// activations with their zero padding, and per column and pooled neuron the winner's window
-// offset with its delta.
-extern "C" __global__ void __launch_bounds__(1024) conv_grad_pooled(
+// activations with their zero padding (rows RS floats apart, RS >= the row's length chosen by the
+// host so that a window's taps fall in distinct banks), and per pooled neuron and column the
+// winner's window offset with its delta. The next case's global values are loaded into registers
+// while the block multiplies the current one, so the loads' latency hides behind the arithmetic.
+// Threads beyond the (k, c) pairs only help with the copies; each thread copies at most
+// POOLED_GRAD_PER_Q pooled neurons and POOLED_GRAD_PER_X prior activations per case (the host
+// sizes the block for that; more would not fit the registers).
+#define POOLED_GRAD_PER_Q 6
+#define POOLED_GRAD_PER_X 4
+// At most this many threads to a block, so that two blocks fit a multiprocessor's registers.
+#define POOLED_GRAD_THREADS 576
+
+struct CgpShape {
+    int PH, PW, PD, H, W, sv, sh, pv, ph, RS, ROW, XS, QN, NL, N, n_lo, nhid;
+};
+
+// The global values a thread copies for case m: its pooled neurons' deltas, pooled values and
+// winners, and its prior activations (0 for padding).
+__device__ __forceinline__ void cgp_load(const CgpShape& S, int m, const float* __restrict__ src,
+                                         int lda, const float* __restrict__ delta,
+                                         const int* __restrict__ ids,
+                                         const float* __restrict__ pooled, float (&gd)[POOLED_GRAD_PER_Q],
+                                         float (&ga)[POOLED_GRAD_PER_Q], int (&gi)[POOLED_GRAD_PER_Q],
+                                         float (&xv)[POOLED_GRAD_PER_X])
+{
+    const int T = blockDim.x;
+    const i64 base = (i64)m * S.nhid + S.n_lo;
+#pragma unroll
+    for (int e = 0; e < POOLED_GRAD_PER_Q; ++e) {
+        const int u = threadIdx.x + e * T;
+        if (u < S.QN) {
+            int rel = u;                                // (pooled neuron, column) -> the layer's
+            if (S.NL != S.N) {
+                const int q = u / S.NL;
+                rel = q * S.N + u - q * S.NL;
+            }
+            gd[e] = delta[base + rel];
+            ga[e] = pooled ? pooled[base + rel] : 0.f;
+            gi[e] = ids[base + rel];
+        }
+    }
+    const float* x = src + (i64)m * lda;
+#pragma unroll
+    for (int e = 0; e < POOLED_GRAD_PER_X; ++e) {
+        const int u = threadIdx.x + e * T;
+        xv[e] = 0.f;
+        if (u < S.XS) {
+            const int r = u / S.ROW - S.pv;
+            const int rest = u - (u / S.ROW) * S.ROW;
+            const int col = rest / S.PD;
+            const int cc = col - S.ph;
+            if (r >= 0 && r < S.PH && cc >= 0 && cc < S.PW) xv[e] = x[(r * S.PW + cc) * S.PD + rest - col * S.PD];
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(POOLED_GRAD_THREADS, 2) conv_grad_pooled(
     const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv, int fh,
-    int pv, int ph, int sv, int sh, const float* __restrict__ delta, const int* __restrict__ ids,
-    const float* __restrict__ pooled, int H2, int W2, int N, int n_lo, int n_hi, int n_cases,
-    int chunk, int subs, float* __restrict__ part)
+    int pv, int ph, int sv, int sh, int RS, const float* __restrict__ delta,
+    const int* __restrict__ ids, const float* __restrict__ pooled, int H2, int W2, int N, int n_lo,
+    int n_hi, int n_cases, int chunk, int subs, float* __restrict__ part)
 {
     extern __shared__ __align__(16) float pooled_smem[];
+    CgpShape S;
+    S.PH = PH; S.PW = PW; S.PD = PD; S.H = H; S.W = W; S.sv = sv; S.sh = sh; S.pv = pv; S.ph = ph;
+    S.RS = RS;
     const int RIN = (H - 1) * sv + fv;                  // prior rows and columns the windows cover
     const int CIN = (W - 1) * sh + fh;
-    const int XS = RIN * CIN * PD;
-    float* Xs = pooled_smem;
-    float2* Gs = reinterpret_cast<float2*>(pooled_smem + (XS + 1) / 2 * 2);   // [column][pooled neuron]
+    S.ROW = CIN * PD;
+    S.XS = RIN * S.ROW;
     const int Q = H2 * W2;
     const int NL = n_hi - n_lo;
+    S.QN = Q * NL;
+    S.NL = NL;
+    S.N = N;
+    S.n_lo = n_lo;
+    S.nhid = Q * N;
+    float* Xs = pooled_smem;                            // [prior row][RS]
+    float2* Gs = reinterpret_cast<float2*>(pooled_smem + (RIN * RS + 1) / 2 * 2);  // [q][column]
+    int* offs = reinterpret_cast<int*>(Gs + S.QN);      // a position's window start in Xs
     const int K = fv * fh * PD;                         // the bias row
     const int R = K + 1;
-    const int item = blockIdx.x * blockDim.x + threadIdx.x;
-    const bool live = item < R * NL;
+    const int per_block = (R * NL + gridDim.x - 1) / gridDim.x;    // (k, c) pairs of a block
+    const int item = blockIdx.x * per_block + threadIdx.x;
+    const bool live = threadIdx.x < per_block && item < R * NL;
     const int c = live ? item / R : 0;
     const int k = live ? item - c * R : 0;
     int koff = 0;                                       // the weight row's place in a window
     if (k < K) {
         const int fr = k / (fh * PD);
-        const int rest = k - fr * fh * PD;
-        const int fc = rest / PD;
-        koff = (fr * CIN + fc) * PD + rest - fc * PD;
+        const int rest = k - fr * fh * PD;              // fc * PD + prior slice
+        koff = fr * RS + rest;
+    }
+    for (int p = threadIdx.x; p < H * W; p += blockDim.x) {
+        const int r = p / W;
+        offs[p] = r * sv * RS + (p - r * W) * sh * PD;
     }
     const int z = blockIdx.y;
     const int ch = z / subs;
     const int per = chunk / subs;
     const int lo = ch * chunk + (z - ch * subs) * per;
     const int hi = min(n_cases, lo + per);
-    const int nhid = Q * N;
 
+    float gd[POOLED_GRAD_PER_Q], ga[POOLED_GRAD_PER_Q], xv[POOLED_GRAD_PER_X];
+    int gi[POOLED_GRAD_PER_Q];
+    if (lo < hi) cgp_load(S, lo, src, lda, delta, ids, pooled, gd, ga, gi, xv);
+    __syncthreads();                                    // offs
     float acc = 0.f;
     for (int m = lo; m < hi; ++m) {
-        const float* x = src + (i64)m * lda;
-        for (int u = threadIdx.x; u < XS; u += blockDim.x) {
-            const int v = u / PD;
-            const int s = u - v * PD;
-            const int r = v / CIN - pv;
-            const int col = v - (v / CIN) * CIN - ph;
-            Xs[u] = r >= 0 && r < PH && col >= 0 && col < PW ? x[(r * PW + col) * PD + s] : 0.f;
-        }
-        const i64 base = (i64)m * nhid + n_lo;
-        for (int u = threadIdx.x; u < Q * NL; u += blockDim.x) {
-            const int q = u / NL;
-            const int cc = u - q * NL;
-            const i64 j = base + (i64)q * N + cc;
-            const int id = ids[j];
-            float g = 0.f;                              // pool_backward_tiles' value, bit for bit
-            g += delta[j];
-            if (pooled) {
-                const float a = pooled[j];
-                g *= 1.f - a * a;
+#pragma unroll
+        for (int e = 0; e < POOLED_GRAD_PER_Q; ++e) {
+            const int u = threadIdx.x + e * blockDim.x;
+            if (u < S.QN) {
+                float g = 0.f;                          // pool_backward_tiles' value, bit for bit
+                g += gd[e];
+                if (pooled) g *= 1.f - ga[e] * ga[e];
+                Gs[u] = make_float2(__int_as_float(offs[gi[e]]), g);
             }
-            const int r = id / W;
-            const int off = (r * sv * CIN + (id - r * W) * sh) * PD;
-            Gs[cc * Q + q] = make_float2(__int_as_float(off), g);
+        }
+#pragma unroll
+        for (int e = 0; e < POOLED_GRAD_PER_X; ++e) {
+            const int u = threadIdx.x + e * blockDim.x;
+            if (u < S.XS) {
+                const int r = u / S.ROW;
+                Xs[r * RS + u - r * S.ROW] = xv[e];
+            }
         }
         __syncthreads();
+        if (m + 1 < hi) cgp_load(S, m + 1, src, lda, delta, ids, pooled, gd, ga, gi, xv);
         if (live) {
-            const float2* gs = Gs + c * Q;
+            const float2* gs = Gs + c;
             if (k == K) {
-                for (int q = 0; q < Q; ++q) acc += gs[q].y;
+                for (int q = 0; q < Q; ++q) acc += gs[q * NL].y;
             } else {
 #pragma unroll 4
                 for (int q = 0; q < Q; ++q) {
-                    const float2 e = gs[q];
+                    const float2 e = gs[q * NL];
                     acc = fmaf(Xs[__float_as_int(e.x) + koff], e.y, acc);
                 }
             }
