@@ -362,6 +362,41 @@ def test_first_layer_gradient_from_pooled_deltas():
         assert np.array_equal(grad_l[rest], grad[rest])
 
 
+# first layers with max pooling that tiles them: LeNet's, one with padding and three bands, and
+# strides of 2 with 3 x 3 windows (conv_small_pool_fixed)
+FIRST_POOL_SPECS = [LENET_SHAPES,
+                    (["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
+                      "FULLY CONNECTED LAYER 5"], 10, 12, 3, 4),
+                    (["CONVOLUTIONAL LAYER 6 1 1 0 1 2 2", "POOLED MAX LAYER 3 3 3 3",
+                      "CONVOLUTIONAL LAYER 4 1 1 1 1 1 1"], 13, 11, 1, 4)]
+
+
+def test_fixed_first_layer_variants_give_the_same_bits():
+    """conv_small_pool_fixed (the first layer and its pooling compiled for the layer's shape),
+    each variant forced in turn: the same criterion, gradient and outputs, bit for bit, as
+    conv_small_pool, MAX BATCH all and 256, also with weights large enough that tanh saturates
+    (ties in the pooling windows, where the first maximum must win)."""
+    for lines, rows, cols, bands, ncls in FIRST_POOL_SPECS:
+        arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
+        variants = _backend(arch).first_pool.candidates
+        assert variants[0] == "generic" and len(variants) == 3, lines
+        for scale in (1.0, 8.0):
+            ws = w * scale
+            results = {}
+            for variant in variants:
+                for params in ({}, {"MAX BATCH": 256}):
+                    be = _backend(arch, params)
+                    be.first_pool.candidates = [variant]
+                    ev = be.evaluator(x, c, 0.01)
+                    results[variant, str(params)] = (ev.criterion(ws), ev.gradient(ws), ev.outputs(ws))
+            crit0, (gcrit0, grad0), out0 = results["generic", "{}"]
+            if scale == 1.0:
+                assert abs(gcrit0 - crit_ref) <= 1e-6 * crit_ref and _rel(grad0, grad_ref) <= 1e-5
+            for key, (crit, (gcrit, grad), out) in results.items():
+                assert crit == crit0 and gcrit == gcrit0, (lines, scale, key)
+                assert np.array_equal(grad, grad0) and np.array_equal(out, out0), (lines, scale, key)
+
+
 def test_pooling_in_the_forward_epilogue_gives_the_same_bits(monkeypatch):
     """The max pooling after a tiled CONV layer in each forward variant's epilogue
     (conv_fwd_pool), each variant forced in turn, and after the gather product: the same

@@ -359,6 +359,20 @@ class _Kernels:
         self.pool_forward((1, 1, 1), (H2 * W2 * N, 1, 1), int(conv), H, W, N, H2, W2, wv2, wh2,
                           wv2, wh2, 1, pout, pids, nb)
 
+    # conv_small_pool_fixed (conv_small.cu, one layer shape): conv_small_pool's results; the
+    # instantiation's constants must be the shape the launch describes
+    def conv_small_pool_fixed(self, d, variant, grid, block, shared, src, lda, PH, PW, PD, H, W,
+                              fv, fh, pv, ph, sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids,
+                              total):
+        assert not d
+        FV, FH, PDc, SV, SH, PV, PZ, PHc, PWc, WV, WH, NP, padded, minb = variant
+        assert (FV, FH, PDc, SV, SH, PV, PZ, PHc, PWc, WV, WH) == (fv, fh, PD, sv, sh, pv, ph, PH,
+                                                                 PW, wv2, wh2)
+        assert padded == int(pv > 0 or ph > 0 or (H - 1) * sv + fv > PH or (W - 1) * sh + fh > PW)
+        assert WV * WH * NP <= launches.FirstLayerPool.MAX_ACCUMULATORS and minb in (3, 4)
+        self.conv_small_pool(NP, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph,
+                             sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids, total)
+
     # conv_grad_pooled (conv_small.cu): the first layer's weight-gradient partials from the
     # pooling layer's deltas, winners and pooled values (the layout of conv_grad's partials)
     def conv_grad_pooled(self, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph,
@@ -671,7 +685,7 @@ class FakeRuntime:
     def specialize(self, name, defines, kernels):
         """Like Runtime.specialize: the emulation of each function gets the constants and the
         variant of its instantiation line ("CONV_FWD(name, cases, tm, tn, minb)")."""
-        assert name == "conv_tiled.cu"
+        assert name in ("conv_tiled.cu", "conv_small.cu")
         d = {k[3:]: int(v) for k, v in defines.items()}
         for fname, line, params in kernels:
             args = [a.strip() for a in line[line.index("(") + 1:line.rindex(")")].split(",")]
@@ -925,6 +939,38 @@ def test_emulated_fused_first_layer_in_gradients(fake_runtime):
     assert not dbe.DeviceBackend(arch, pool_tiles=False).fused_pool_gradient
     assert not dbe.DeviceBackend(arch, fuse=False).fused_pool_gradient
     assert not dbe.DeviceBackend(arch, fuse=False).pooled_grad
+
+
+def test_emulated_fixed_first_layer_variants(fake_runtime):
+    """The first layer and its pooling compiled for the layer's shape (conv_small_pool_fixed):
+    each variant, forced, is built with the layer's constants (checked against the launch's
+    shape) and gives the generic kernel's results; a window too large for the registers gets
+    the generic kernel alone."""
+    from convnet.device.launches import FirstLayerPool
+    specs = [(["CONVOLUTIONAL LAYER 5 1 1 1 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+               "FULLY CONNECTED LAYER 7"], 10, 8, 2, 3),
+             (["CONVOLUTIONAL LAYER 6 1 1 0 1 2 2", "POOLED MAX LAYER 3 3 3 3",
+               "CONVOLUTIONAL LAYER 4 1 1 1 1 1 1"], 13, 11, 1, 4)]
+    for lines, rows, cols, bands, ncls in specs:
+        arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+        rng = np.random.default_rng(rows)
+        x, c = rng.uniform(-1, 1, (300, bands, rows, cols)), rng.integers(0, ncls, 300)
+        w = rng.normal(0, 0.5, arch.n_weights)
+        crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+        for variant in ("generic", "fixed_b4", "fixed_b3"):
+            be = dbe.DeviceBackend(arch)
+            assert be.first_pool.candidates == ["generic", "fixed_b4", "fixed_b3"]
+            be.first_pool.candidates = [variant]
+            fake_runtime.launches.clear()
+            crit, grad = be.evaluator(x, c, 0.01).gradient(w)
+            assert be.first_pool.function(variant) in fake_runtime.launches
+            assert (be.first_pool.function(variant) in fake_runtime.specialized) == (variant != "generic")
+            assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+    # 3 x 3 windows of 16 slices: 144 accumulators, more than a thread may keep
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 16 1 1 0 0 1 1", "POOLED MAX LAYER 3 3 3 3",
+                                    "FULLY CONNECTED LAYER 3"], 9, 9, 1, 3)
+    first = dbe.DeviceBackend(arch).first_pool
+    assert 9 * 16 > FirstLayerPool.MAX_ACCUMULATORS and first.candidates == ["generic"]
 
 
 # conv_grad_pooled: first layers whose max pooling tiles them (lines, rows, cols, bands, classes)

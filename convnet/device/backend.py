@@ -33,8 +33,8 @@ from ..errors import ConvnetError
 from .conv_tiled import GRAD_SUBS, SMEM_BYTES, ConvTiled
 from .evaluator import HOST_WEIGHTS, DeviceEvaluator
 from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS,
-                       POOLED_GRAD_SUBS, conv_grad_pooled_shape, line_parts, line_point, vec_finish,
-                       weights_scatter, windows_tile)
+                       POOLED_GRAD_SUBS, FirstLayerPool, conv_grad_pooled_shape, line_parts,
+                       line_point, vec_finish, weights_scatter, windows_tile)
 from .plan import CHUNK, ModelPlan
 from .runtime import NULL, DeviceUnavailable, Runtime, device_available, device_report  # noqa: F401
 from .timers import EventTimer
@@ -117,6 +117,8 @@ class DeviceBackend:
                         + 2 * CONV_SMALL_THREADS * layers[0].depth)
             if s.stride_v == s.width_v and s.stride_h == s.width_h and smem <= SMEM_BYTES:
                 self.fused_pool = True
+        self.first_pool = (FirstLayerPool(self.rt, layers[0], layers[1], self.conv_small[0])
+                           if self.fused_pool else None)
         self.fused_pool_gradient = self.fused_pool and 1 in self.pool_tiles
         # Such a first layer then takes its weight gradient straight from the pooling layer's
         # deltas and winners (conv_grad_pooled: only the winners' windows, in its own order of

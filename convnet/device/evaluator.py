@@ -219,9 +219,8 @@ class DeviceEvaluator(Evaluator):
             if (first and li == 1) or li in conv_pool:
                 continue                        # computed with the layer before it
             if first and li == 0:
-                K.conv_small_pool(rt, lp, b.arch.layers[1], src, lda, nb,
-                                  ptr(b.d_wfwd, lp.lay.fwd_offset), ws.acts[1], ws.ids[1],
-                                  b.conv_small[0])
+                b.first_pool.launch(self.tuner, lp, src, lda, nb, ptr(b.d_wfwd, lp.lay.fwd_offset),
+                                    ws.acts[1], ws.ids[1])
             elif not lp.kind.has_weights:
                 K.pool_forward(rt, lp, src, ws.acts[li], ws.ids.get(li, NULL), nb)
             elif li in b.conv_small:

@@ -73,6 +73,10 @@ CONV_GRAD = KernelParams("conv_grad", "conv_tiled.cu", src=PTR, lda=INT, delta=P
 CONV_SMALL_POOL = KernelParams(
     "conv_small_pool", "conv_small.cu", **_CONV_SHAPE, pool_height=INT, pool_width=INT,
     pool_width_v=INT, pool_width_h=INT, out=PTR, ids=PTR, total=INT)
+# the same for one layer shape, compiled per first layer (launches.FirstLayerPool): same arguments
+CONV_SMALL_POOL_FIXED = KernelParams(
+    "conv_small_pool_fixed", "conv_small.cu", **_CONV_SHAPE, pool_height=INT, pool_width=INT,
+    pool_width_v=INT, pool_width_h=INT, out=PTR, ids=PTR, total=INT)
 # the first layer's weight gradient from its max-pooling layer's deltas and winners
 CONV_GRAD_POOLED = KernelParams(
     "conv_grad_pooled", "conv_small.cu", src=PTR, lda=INT, prior_height=INT, prior_width=INT,

@@ -5,8 +5,8 @@ only knows how each kernel is started."""
 import numpy as np
 
 from . import tuning
-from .kernel_args import (CONV_GRAD_POOLED, CONV_SMALL, CONV_SMALL_POOL, GEMM_NN, GEMM_TN,
-                          GRAD_FINISH, GRAD_FLATTEN, GRAD_FLATTEN_D, GRAD_SLOT_SUM, LINE_BLOCK, LINE_POINT, LINE_THREADS, LL_SUM,
+from .kernel_args import (CONV_GRAD_POOLED, CONV_SMALL, CONV_SMALL_POOL, CONV_SMALL_POOL_FIXED,
+                          GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN, GRAD_FLATTEN_D, GRAD_SLOT_SUM, LINE_BLOCK, LINE_POINT, LINE_THREADS, LL_SUM,
                           POOL_BACKWARD, POOL_BACKWARD_TILES, POOL_FORWARD, SOFTMAX_LL, VEC_DIRECTION,
                           VEC_FINISH, VEC_NEG, VEC_STEP, VEC_SUMS, WEIGHTS_SCATTER)
 
@@ -153,18 +153,62 @@ def conv_small(rt, lp, src, lda, nb, weights, out, width):
               shared=4 * (lp.rows * width + nt * L.depth))
 
 
-def conv_small_pool(rt, lp, pool_layer, src, lda, nb, weights, out, ids, width):
-    """A small CONV layer and the max pooling whose windows tile it, in one kernel."""
-    L = lp.layer
-    P = pool_layer
-    total = nb * P.height * P.width
-    nt = CONV_SMALL_THREADS
-    rt.launch(f"conv_small_pool_{width}", _blocks(total, nt), (nt, 1, 1),
-              *CONV_SMALL_POOL.pack(**_conv_shape(L, src, lda, weights, lp.lay.cols),
+class FirstLayerPool:
+    """A conv_small first layer and the max pooling whose windows tile it, in one kernel: the
+    compiled-once conv_small_pool_WIDTH, and, where the window's accumulators fit the registers,
+    conv_small_pool_fixed variants built for this layer's shape (conv_small.cu; same bits). The
+    tuner times them at the launch site ("forward pooled", 0, cases)."""
+
+    # (variant, blocks a multiprocessor the compiler is asked to fit: 128 or 168 registers)
+    FIXED = (("fixed_b4", 4), ("fixed_b3", 3))
+    MAX_ACCUMULATORS = 128          # window positions x padded slices a thread may sum at once
+
+    def __init__(self, rt, layer, pool_layer, width):
+        self.rt = rt
+        self.layer = layer
+        self.pool_layer = pool_layer
+        self.width = width
+        s, ps = layer.spec, pool_layer.spec
+        padded = (s.pad_v > 0 or s.pad_h > 0
+                  or (layer.height - 1) * s.stride_v + s.filter_v > layer.prior_height
+                  or (layer.width - 1) * s.stride_h + s.filter_h > layer.prior_width)
+        self.constants = (s.filter_v, s.filter_h, layer.prior_depth, s.stride_v, s.stride_h,
+                          s.pad_v, s.pad_h, layer.prior_height, layer.prior_width, ps.width_v,
+                          ps.width_h, width, int(padded))
+        fits = ps.width_v * ps.width_h * width <= self.MAX_ACCUMULATORS
+        self.fixed = dict(self.FIXED) if fits else {}
+        self.candidates = ["generic"] + list(self.fixed)      # what the tuner may choose from
+        self._built = False
+
+    def function(self, variant):
+        if variant == "generic":
+            return f"conv_small_pool_{self.width}"
+        return "conv_small_pool_" + "_".join(map(str, self.constants)) + f"_{variant}"
+
+    def kernels(self):
+        """(function name, instantiation line, KernelParams) of the fixed variants."""
+        consts = ", ".join(map(str, self.constants))
+        return [(self.function(v), f"CONV_SMALL_POOL_FIXED({self.function(v)}, {consts}, {minb})",
+                 CONV_SMALL_POOL_FIXED) for v, minb in self.fixed.items()]
+
+    def launch(self, tuner, lp, src, lda, nb, weights, out, ids):
+        if self.fixed and not self._built:
+            self.rt.specialize("conv_small.cu", {}, self.kernels())
+            self._built = True
+        L, P = self.layer, self.pool_layer
+        total = nb * P.height * P.width
+        nt = CONV_SMALL_THREADS
+        args = CONV_SMALL_POOL.pack(**_conv_shape(L, src, lda, weights, lp.lay.cols),
                                     pool_height=P.height, pool_width=P.width,
                                     pool_width_v=P.spec.width_v, pool_width_h=P.spec.width_h,
-                                    out=out, ids=ids, total=total),
-              shared=4 * (lp.rows * width + 2 * nt * L.depth))
+                                    out=out, ids=ids, total=total)
+
+        def run(variant):
+            self.rt.launch(self.function(variant), _blocks(total, nt), (nt, 1, 1), *args,
+                           shared=4 * (lp.rows * self.width + 2 * nt * L.depth))
+
+        work = float(total) * P.spec.width_v * P.spec.width_h * lp.rows * self.width
+        tuner.run(("forward pooled", 0, nb), self.candidates, work, run)
 
 
 def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out, ldo, prior, epi,

@@ -88,6 +88,7 @@ __device__ __forceinline__ void conv_small_body(
                             total);                                                               \
     }
 
+#ifndef SPECIALIZED
 CONV_SMALL(4)
 CONV_SMALL(8)
 CONV_SMALL(12)
@@ -96,6 +97,7 @@ CONV_SMALL(20)
 CONV_SMALL(24)
 CONV_SMALL(28)
 CONV_SMALL(32)
+#endif
 
 // The same layer followed by a max-pooling layer whose windows tile it (stride = width), both
 // computed at once: one thread per pooled position of one case works out the convolution at
@@ -207,6 +209,7 @@ __device__ __forceinline__ void conv_small_pool_body(
                                  H2, W2, wv2, wh2, pout, pids, total);                            \
     }
 
+#ifndef SPECIALIZED
 CONV_SMALL_POOL(4)
 CONV_SMALL_POOL(8)
 CONV_SMALL_POOL(12)
@@ -215,6 +218,121 @@ CONV_SMALL_POOL(20)
 CONV_SMALL_POOL(24)
 CONV_SMALL_POOL(28)
 CONV_SMALL_POOL(32)
+#endif
+
+// conv_small_pool for one layer shape known when it is compiled (Runtime.specialize appends a
+// CONV_SMALL_POOL_FIXED line per first layer): the filter, the prior layer's size, the pooling
+// window and the padded slice count are template constants, so the loops over taps and slices
+// unroll, and without padding (PADDED false) no bounds are checked. A thread sums every position
+// of its pooling window at once (NW x NP accumulators), so each weight read from shared memory
+// serves NW positions. Each position's sum is still the same sequence of multiply-adds in the
+// same order (padding skipped, the bias last), and the maxima are taken in the window's
+// row-then-column order, keeping the first: the values and winners are conv_small_pool's, bit for
+// bit. The runtime shape arguments are conv_small_pool's; those fixed here are not read.
+template <int FV, int FH, int PD, int SV, int SH, int PV, int PZ, int PH, int PW, int WV, int WH,
+          int NP, bool PADDED>
+__device__ __forceinline__ void conv_small_pool_fixed_body(
+    const float* __restrict__ src, int lda, const float* __restrict__ Wf, int ldw, int N, int W,
+    int H2, int W2, float* __restrict__ pout, int* __restrict__ pids, int total)
+{
+    extern __shared__ __align__(16) float smem[];
+    constexpr int K = FV * FH * PD + 1;
+    constexpr int NW = WV * WH;
+    float* Bs = smem;                                   // K x NP, bias row last
+    float* Os = smem + K * NP;                          // CONV_SMALL_THREADS x N pooled values
+    int* Is = reinterpret_cast<int*>(Os + CONV_SMALL_THREADS * N);   // and their winners
+    for (int i = threadIdx.x; i < K * NP; i += blockDim.x) {
+        const int k = i / NP;
+        const int n = i - k * NP;
+        Bs[i] = n < N ? Wf[(i64)k * ldw + n] : 0.f;
+    }
+    __syncthreads();
+    const int P2 = H2 * W2;
+    const float* bias = Bs + (K - 1) * NP;
+    for (int base = blockIdx.x * CONV_SMALL_THREADS; base < total; base += gridDim.x * CONV_SMALL_THREADS) {
+        const int idx = base + threadIdx.x;
+        if (idx < total) {
+            const int cs = idx / P2;
+            const int q = idx - cs * P2;
+            const int pr = q / W2;
+            const int pc = q - pr * W2;
+            const float* x = src + (i64)cs * lda;
+            const int r0 = pr * WV * SV - PV;           // the window's first position's first tap
+            const int c0 = pc * WH * SH - PZ;
+            float acc[NW][NP];
+#pragma unroll
+            for (int w = 0; w < NW; ++w)
+#pragma unroll
+                for (int n = 0; n < NP; ++n) acc[w][n] = 0.f;
+#pragma unroll
+            for (int fr = 0; fr < FV; ++fr)
+#pragma unroll
+                for (int fc = 0; fc < FH; ++fc)
+#pragma unroll
+                    for (int s = 0; s < PD; ++s) {
+                        float a[NW];
+                        bool in[NW];
+#pragma unroll
+                        for (int w = 0; w < NW; ++w) {
+                            const int r = r0 + (w / WH) * SV + fr;
+                            const int c = c0 + (w % WH) * SH + fc;
+                            in[w] = !PADDED || ((unsigned)r < (unsigned)PH && (unsigned)c < (unsigned)PW);
+                            a[w] = in[w] ? x[(r * PW + c) * PD + s] : 0.f;
+                        }
+                        const float* bp = Bs + ((fr * FH + fc) * PD + s) * NP;
+#pragma unroll
+                        for (int n = 0; n < NP; n += 4) {
+                            const float4 b = *reinterpret_cast<const float4*>(bp + n);
+#pragma unroll
+                            for (int w = 0; w < NW; ++w)
+                                if (in[w]) {
+                                    acc[w][n] = fmaf(a[w], b.x, acc[w][n]);
+                                    acc[w][n + 1] = fmaf(a[w], b.y, acc[w][n + 1]);
+                                    acc[w][n + 2] = fmaf(a[w], b.z, acc[w][n + 2]);
+                                    acc[w][n + 3] = fmaf(a[w], b.w, acc[w][n + 3]);
+                                }
+                        }
+                    }
+#pragma unroll
+            for (int n = 0; n < NP; ++n) {
+                float best = tanhf(fmaf(1.f, bias[n], acc[0][n]));
+                int bid = 0;
+#pragma unroll
+                for (int w = 1; w < NW; ++w) {
+                    const float v = tanhf(fmaf(1.f, bias[n], acc[w][n]));
+                    if (v > best) {
+                        best = v;
+                        bid = w;
+                    }
+                }
+                if (n < N) {
+                    const int wr = bid / WH;
+                    Os[threadIdx.x * N + n] = best;
+                    Is[threadIdx.x * N + n] = (pr * WV + wr) * W + pc * WH + bid - wr * WH;
+                }
+            }
+        }
+        __syncthreads();
+        const int count = min(CONV_SMALL_THREADS, total - base) * N;
+        float* o = pout + (i64)base * N;
+        int* oi = pids + (i64)base * N;
+        for (int i = threadIdx.x; i < count; i += CONV_SMALL_THREADS) {
+            o[i] = Os[i];
+            oi[i] = Is[i];
+        }
+        __syncthreads();
+    }
+}
+
+#define CONV_SMALL_POOL_FIXED(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, MINB) \
+    extern "C" __global__ void __launch_bounds__(CONV_SMALL_THREADS, MINB) NAME(                  \
+        const float* __restrict__ src, int lda, int, int, int, int, int W, int, int, int, int,    \
+        int, int, const float* __restrict__ Wf, int ldw, int N, int H2, int W2, int, int,         \
+        float* __restrict__ pout, int* __restrict__ pids, int total)                              \
+    {                                                                                             \
+        conv_small_pool_fixed_body<FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED>(       \
+            src, lda, Wf, ldw, N, W, H2, W2, pout, pids, total);                                  \
+    }
 
 // The weight gradient of a conv_small first layer followed by max pooling whose windows tile it,
 // straight from the pooling layer's deltas and winners. The first layer's delta is nonzero only
@@ -240,6 +358,7 @@ CONV_SMALL_POOL(32)
 // At most this many threads to a block, so that two blocks fit a multiprocessor's registers.
 #define POOLED_GRAD_THREADS 576
 
+#ifndef SPECIALIZED                                    // built once, with the eager kernels
 struct CgpShape {
     int PH, PW, PD, H, W, sv, sh, pv, ph, RS, ROW, XS, QN, NL, N, n_lo, nhid;
 };
@@ -373,3 +492,4 @@ extern "C" __global__ void __launch_bounds__(POOLED_GRAD_THREADS, 2) conv_grad_p
     }
     if (live) part[((i64)z * R + k) * NL + c] = acc;
 }
+#endif
