@@ -14,6 +14,37 @@
 
 #define CONV_SMALL_THREADS 128
 
+// The layer's weight matrix (K rows of N slices, ldw floats apart) into shared memory, NP floats
+// a row, the slices from N on zero.
+__device__ __forceinline__ void conv_small_weights(float* Bs, const float* __restrict__ Wf,
+                                                   int ldw, int N, int K, int NP)
+{
+    for (int i = threadIdx.x; i < K * NP; i += blockDim.x) {
+        const int k = i / NP;
+        const int n = i - k * NP;
+        Bs[i] = n < N ? Wf[(i64)k * ldw + n] : 0.f;
+    }
+    __syncthreads();
+}
+
+// The pooled values and winners a block staged for the pooled positions from base on (N slices
+// each), written out as one contiguous run each.
+__device__ __forceinline__ void conv_small_pool_store(const float* Os, const int* Is,
+                                                      float* __restrict__ pout,
+                                                      int* __restrict__ pids, int base, int total,
+                                                      int N)
+{
+    __syncthreads();
+    const int count = min(CONV_SMALL_THREADS, total - base) * N;
+    float* o = pout + (i64)base * N;
+    int* oi = pids + (i64)base * N;
+    for (int i = threadIdx.x; i < count; i += CONV_SMALL_THREADS) {
+        o[i] = Os[i];
+        oi[i] = Is[i];
+    }
+    __syncthreads();
+}
+
 template <int NP>
 __device__ __forceinline__ void conv_small_body(
     const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv, int fh,
@@ -24,12 +55,7 @@ __device__ __forceinline__ void conv_small_body(
     float* Bs = smem;                                   // K x NP, bias row last
     const int K = fv * fh * PD + 1;
     float* Os = smem + K * NP;                          // CONV_SMALL_THREADS x N results
-    for (int i = threadIdx.x; i < K * NP; i += blockDim.x) {
-        const int k = i / NP;
-        const int n = i - k * NP;
-        Bs[i] = n < N ? Wf[(i64)k * ldw + n] : 0.f;
-    }
-    __syncthreads();
+    conv_small_weights(Bs, Wf, ldw, N, K, NP);
     const int P = H * W;
     for (int base = blockIdx.x * CONV_SMALL_THREADS; base < total; base += gridDim.x * CONV_SMALL_THREADS) {
         const int idx = base + threadIdx.x;
@@ -116,12 +142,7 @@ __device__ __forceinline__ void conv_small_pool_body(
     const int K = fv * fh * PD + 1;
     float* Os = smem + K * NP;                          // CONV_SMALL_THREADS x N pooled values
     int* Is = reinterpret_cast<int*>(Os + CONV_SMALL_THREADS * N);   // and their winners
-    for (int i = threadIdx.x; i < K * NP; i += blockDim.x) {
-        const int k = i / NP;
-        const int n = i - k * NP;
-        Bs[i] = n < N ? Wf[(i64)k * ldw + n] : 0.f;
-    }
-    __syncthreads();
+    conv_small_weights(Bs, Wf, ldw, N, K, NP);
     const int P2 = H2 * W2;
     const float* bias = Bs + (K - 1) * NP;
     for (int base = blockIdx.x * CONV_SMALL_THREADS; base < total; base += gridDim.x * CONV_SMALL_THREADS) {
@@ -186,15 +207,7 @@ __device__ __forceinline__ void conv_small_pool_body(
                     Is[threadIdx.x * N + n] = bid[n];
                 }
         }
-        __syncthreads();
-        const int count = min(CONV_SMALL_THREADS, total - base) * N;
-        float* o = pout + (i64)base * N;
-        int* oi = pids + (i64)base * N;
-        for (int i = threadIdx.x; i < count; i += CONV_SMALL_THREADS) {
-            o[i] = Os[i];
-            oi[i] = Is[i];
-        }
-        __syncthreads();
+        conv_small_pool_store(Os, Is, pout, pids, base, total, N);
     }
 }
 
@@ -241,12 +254,7 @@ __device__ __forceinline__ void conv_small_pool_fixed_body(
     float* Bs = smem;                                   // K x NP, bias row last
     float* Os = smem + K * NP;                          // CONV_SMALL_THREADS x N pooled values
     int* Is = reinterpret_cast<int*>(Os + CONV_SMALL_THREADS * N);   // and their winners
-    for (int i = threadIdx.x; i < K * NP; i += blockDim.x) {
-        const int k = i / NP;
-        const int n = i - k * NP;
-        Bs[i] = n < N ? Wf[(i64)k * ldw + n] : 0.f;
-    }
-    __syncthreads();
+    conv_small_weights(Bs, Wf, ldw, N, K, NP);
     const int P2 = H2 * W2;
     const float* bias = Bs + (K - 1) * NP;
     for (int base = blockIdx.x * CONV_SMALL_THREADS; base < total; base += gridDim.x * CONV_SMALL_THREADS) {
@@ -312,15 +320,7 @@ __device__ __forceinline__ void conv_small_pool_fixed_body(
                 }
             }
         }
-        __syncthreads();
-        const int count = min(CONV_SMALL_THREADS, total - base) * N;
-        float* o = pout + (i64)base * N;
-        int* oi = pids + (i64)base * N;
-        for (int i = threadIdx.x; i < count; i += CONV_SMALL_THREADS) {
-            o[i] = Os[i];
-            oi[i] = Is[i];
-        }
-        __syncthreads();
+        conv_small_pool_store(Os, Is, pout, pids, base, total, N);
     }
 }
 
