@@ -70,13 +70,12 @@ CONV_BWD = KernelParams("conv_bwd", "conv_tiled.cu", delta=PTR, ldd=INT, weights
                         ldo=INT, prior=PTR, epi=INT)
 CONV_GRAD = KernelParams("conv_grad", "conv_tiled.cu", src=PTR, lda=INT, delta=PTR, ldd=INT,
                          n_lo=INT, n_hi=INT, n_cases=INT, chunk=INT, subs=INT, part=PTR)
-CONV_SMALL_POOL = KernelParams(
-    "conv_small_pool", "conv_small.cu", **_CONV_SHAPE, pool_height=INT, pool_width=INT,
-    pool_width_v=INT, pool_width_h=INT, out=PTR, ids=PTR, total=INT)
+_CONV_SMALL_POOL_ARGS = dict(**_CONV_SHAPE, pool_height=INT, pool_width=INT, pool_width_v=INT,
+                             pool_width_h=INT, out=PTR, ids=PTR, total=INT)
+CONV_SMALL_POOL = KernelParams("conv_small_pool", "conv_small.cu", **_CONV_SMALL_POOL_ARGS)
 # the same for one layer shape, compiled per first layer (launches.FirstLayerPool): same arguments
-CONV_SMALL_POOL_FIXED = KernelParams(
-    "conv_small_pool_fixed", "conv_small.cu", **_CONV_SHAPE, pool_height=INT, pool_width=INT,
-    pool_width_v=INT, pool_width_h=INT, out=PTR, ids=PTR, total=INT)
+CONV_SMALL_POOL_FIXED = KernelParams("conv_small_pool_fixed", "conv_small.cu",
+                                     **_CONV_SMALL_POOL_ARGS)
 # the first layer's weight gradient from its max-pooling layer's deltas and winners
 CONV_GRAD_POOLED = KernelParams(
     "conv_grad_pooled", "conv_small.cu", src=PTR, lda=INT, prior_height=INT, prior_width=INT,
@@ -115,8 +114,8 @@ LINE_BLOCK = 4096
 LINE_THREADS = 256
 
 FAMILIES = (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL, CONV_GRAD_POOLED, POOL_FORWARD,
-            POOL_BACKWARD, POOL_BACKWARD_TILES, SOFTMAX_LL, LL_SUM, WEIGHTS_SCATTER, GRAD_FLATTEN, GRAD_FLATTEN_D,
-            GRAD_SLOT_SUM, GRAD_FINISH, LINE_POINT, VEC_STEP,
+            POOL_BACKWARD, POOL_BACKWARD_TILES, SOFTMAX_LL, LL_SUM, WEIGHTS_SCATTER, GRAD_FLATTEN,
+            GRAD_FLATTEN_D, GRAD_SLOT_SUM, GRAD_FINISH, LINE_POINT, VEC_STEP,
             VEC_DIRECTION, VEC_NEG, VEC_SUMS, VEC_FINISH)
 
 # conv_small.cu is compiled for these padded slice counts (a function per width).

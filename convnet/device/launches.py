@@ -2,13 +2,16 @@
 parameters filled by name (kernel_args.py). The evaluator decides what runs when; this module
 only knows how each kernel is started."""
 
+import functools
+
 import numpy as np
 
 from . import tuning
 from .kernel_args import (CONV_GRAD_POOLED, CONV_SMALL, CONV_SMALL_POOL, CONV_SMALL_POOL_FIXED,
-                          GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN, GRAD_FLATTEN_D, GRAD_SLOT_SUM, LINE_BLOCK, LINE_POINT, LINE_THREADS, LL_SUM,
-                          POOL_BACKWARD, POOL_BACKWARD_TILES, POOL_FORWARD, SOFTMAX_LL, VEC_DIRECTION,
-                          VEC_FINISH, VEC_NEG, VEC_STEP, VEC_SUMS, WEIGHTS_SCATTER)
+                          GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN, GRAD_FLATTEN_D,
+                          GRAD_SLOT_SUM, LINE_BLOCK, LINE_POINT, LINE_THREADS, LL_SUM,
+                          POOL_BACKWARD, POOL_BACKWARD_TILES, POOL_FORWARD, SOFTMAX_LL,
+                          VEC_DIRECTION, VEC_FINISH, VEC_NEG, VEC_STEP, VEC_SUMS, WEIGHTS_SCATTER)
 
 EPI_NONE, EPI_TANH, EPI_DERIV = 0, 1, 2     # gemm_nn epilogue: none, tanh, times tanh'(prior)
 
@@ -87,6 +90,13 @@ def pool_backward_tiles(rt, lp, delta, ids, pooled, out, nb):
                                         width_h=L.spec.width_h, out=out, nb=nb))
 
 
+def _covered(layer):
+    """(prior rows, prior columns) a convolutional layer's windows cover, zero padding included."""
+    s = layer.spec
+    return (layer.height - 1) * s.stride_v + s.filter_v, (layer.width - 1) * s.stride_h + s.filter_h
+
+
+@functools.lru_cache(maxsize=None)
 def pooled_grad_row_stride(row, rows, taps):
     """Floats between the prior rows of conv_grad_pooled's shared copy: at least `row`, chosen
     so that the `taps` consecutive floats of a window's `rows` rows fall in as few of the 32
@@ -109,8 +119,8 @@ def conv_grad_pooled_shape(layer, pool_layer, n_cols):
     items = (s.filter_v * s.filter_h * layer.prior_depth + 1) * n_cols
     blocks = -(-items // POOLED_GRAD_THREADS)
     per_block = -(-items // blocks)
-    rin = (layer.height - 1) * s.stride_v + s.filter_v
-    row = ((layer.width - 1) * s.stride_h + s.filter_h) * layer.prior_depth
+    rin, cin = _covered(layer)
+    row = cin * layer.prior_depth
     q_cols = pool_layer.height * pool_layer.width * n_cols
     copies = max(-(-q_cols // POOLED_GRAD_PER_Q), -(-rin * row // POOLED_GRAD_PER_X))
     threads = -(-max(per_block, copies) // 32) * 32
@@ -169,9 +179,9 @@ class FirstLayerPool:
         self.pool_layer = pool_layer
         self.width = width
         s, ps = layer.spec, pool_layer.spec
-        padded = (s.pad_v > 0 or s.pad_h > 0
-                  or (layer.height - 1) * s.stride_v + s.filter_v > layer.prior_height
-                  or (layer.width - 1) * s.stride_h + s.filter_h > layer.prior_width)
+        rin, cin = _covered(layer)
+        padded = (s.pad_v > 0 or s.pad_h > 0 or rin > layer.prior_height
+                  or cin > layer.prior_width)
         self.constants = (s.filter_v, s.filter_h, layer.prior_depth, s.stride_v, s.stride_h,
                           s.pad_v, s.pad_h, layer.prior_height, layer.prior_width, ps.width_v,
                           ps.width_h, width, int(padded))

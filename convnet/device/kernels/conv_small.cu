@@ -359,8 +359,9 @@ __device__ __forceinline__ void conv_small_pool_fixed_body(
 #define POOLED_GRAD_THREADS 576
 
 #ifndef SPECIALIZED                                    // built once, with the eager kernels
+// What cgp_load needs of the layer's shape.
 struct CgpShape {
-    int PH, PW, PD, H, W, sv, sh, pv, ph, RS, ROW, XS, QN, NL, N, n_lo, nhid;
+    int PH, PW, PD, pv, ph, ROW, XS, QN, NL, N, n_lo, nhid;
 };
 
 // The global values a thread copies for case m: its pooled neurons' deltas, pooled values and
@@ -411,8 +412,7 @@ extern "C" __global__ void __launch_bounds__(POOLED_GRAD_THREADS, 2) conv_grad_p
 {
     extern __shared__ __align__(16) float pooled_smem[];
     CgpShape S;
-    S.PH = PH; S.PW = PW; S.PD = PD; S.H = H; S.W = W; S.sv = sv; S.sh = sh; S.pv = pv; S.ph = ph;
-    S.RS = RS;
+    S.PH = PH; S.PW = PW; S.PD = PD; S.pv = pv; S.ph = ph;
     const int RIN = (H - 1) * sv + fv;                  // prior rows and columns the windows cover
     const int CIN = (W - 1) * sh + fh;
     S.ROW = CIN * PD;
