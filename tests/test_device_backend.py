@@ -284,6 +284,30 @@ def test_graph_replay_gives_the_same_bits(params):
     assert acts0 == acts1
 
 
+@pytest.mark.parametrize("params", [{}, {"MAX BATCH": 256}])
+def test_split_upload_gives_the_same_bits(params):
+    """Host weights sent in two parts, the second on its own stream behind LeNet's first
+    layers: the same bits as one upload, for changing weights, eager and replayed as graphs,
+    and no evaluation reads a weight of the earlier one."""
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "FULLY CONNECTED LAYER 200"], 28, 28, 1, 10)
+    rng = np.random.default_rng(12)
+    x = rng.uniform(-1, 1, (1100, 1, 28, 28))
+    c = rng.integers(0, 10, 1100)
+    # weights far apart, so that a stale part would change the results
+    ws = [rng.normal(0, s, arch.n_weights) for s in (0.05, 0.4, 0.15)]
+    runs = []
+    for split in (False, True):
+        be = _backend(arch, params, split_upload=split)
+        assert (be.upload_split is not None) == split
+        ev = be.evaluator(x, c, 0.01)
+        runs.append([(ev.gradient(ws[i % 3]), ev.criterion(ws[(i + 1) % 3])) for i in range(6)])
+    assert ev.graphs
+    for ((c0, g0), k0), ((c1, g1), k1) in zip(*runs):
+        assert c0 == c1 and np.array_equal(g0, g1) and k0 == k1
+
+
 # LeNet's layers on 28 x 28 digits, with a smaller fully connected layer
 LENET_SHAPES = (["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                  "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",

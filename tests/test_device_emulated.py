@@ -73,8 +73,12 @@ class _Memory:
 
 
 class _Event:
+    def __init__(self, flags=0):
+        self.flags = flags
+        self.recorded_on = None     # the stream of the last record()
+
     def record(self, stream=None):
-        pass
+        self.recorded_on = stream
 
     def time_since(self, other):
         return 0.001
@@ -84,12 +88,24 @@ class _Event:
 
 
 class _Stream:
+    def __init__(self):
+        self.waits = []             # the events this stream was told to wait for, in order
+
     def synchronize(self):
         pass
+
+    def wait_for_event(self, event):
+        self.waits.append(event)
+
+
+class _EventFlags:
+    DISABLE_TIMING = 2
 
 
 class _FakeCuda:
     Event = _Event
+    Stream = _Stream
+    event_flags = _EventFlags
 
     def __init__(self, mem):
         self.mem = mem
@@ -657,6 +673,7 @@ class FakeRuntime:
         self.pycuda_version = "emulated"
         self.trace = None
         self.launches = []
+        self.launch_streams = []    # the stream of each launch in self.launches
         self.captures = 0
         self.graph_launches = 0
         self.specialized = {}       # function name -> (family, CT_* constants, tile variant)
@@ -699,6 +716,7 @@ class FakeRuntime:
         self.shared_allowed[name] = nbytes
 
     can_capture = True
+    on_stream = runtime.Runtime.on_stream
 
     def capture(self, record):
         """Like a CUDA graph: the launches and async copies record() makes are kept with their
@@ -724,6 +742,7 @@ class FakeRuntime:
             self.cuda.recording.append(lambda: self.launch(name, grid, block, *args, shared=shared))
             return
         self.launches.append(name)
+        self.launch_streams.append(self.stream)
         args = [_arg(a) for a in args]
         assert shared <= max(48 * 1024, self.shared_allowed.get(name, 0)), name
         if name in self.specialized:
@@ -1038,6 +1057,82 @@ def test_graph_replay_gives_the_eager_results(fake_runtime, spec):
         else:
             assert a == b
     assert eager_table == graph_table and eager_n == graph_n == 10
+
+
+def test_upload_split_choice():
+    """Host weights are split before the largest layer after the first, on a whole line_point
+    block, and only when what follows is large enough to be worth a second stream."""
+    lenet = Architecture.from_lines(
+        ["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+         "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+         "FULLY CONNECTED LAYER 500"], 28, 28, 1, 10)
+    split = dbe.upload_split(lenet)
+    assert split.layer == 4                                  # the fully connected layer
+    assert lenet.layers[4].weight_offset == 25570
+    assert split.weight == 28672 == 7 * kernel_args.LINE_BLOCK
+    assert lenet.n_weights - split.weight >= dbe.UPLOAD_SPLIT_MIN_TAIL
+    small = Architecture.from_lines(["CONVOLUTIONAL LAYER 8 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                     "FULLY CONNECTED LAYER 32"], 28, 28, 1, 10)
+    assert dbe.upload_split(small) is None                   # 37,226 weights: one upload
+    single = Architecture.from_lines(["FULLY CONNECTED LAYER 300"], 20, 20, 1, 3)
+    assert dbe.upload_split(single) is None                  # the output layer is small
+    # a last layer whose offset is already a whole block is split right there
+    wide = Architecture.from_lines(["FULLY CONNECTED LAYER 9", "FULLY CONNECTED LAYER 9000"],
+                                   kernel_args.LINE_BLOCK // 9 - 1, 9, 1, 2)
+    w0 = wide.layers[1].weight_offset
+    assert dbe.upload_split(wide).weight == -(-w0 // kernel_args.LINE_BLOCK) * kernel_args.LINE_BLOCK
+
+
+SPLIT_ARCH = (["CONVOLUTIONAL LAYER 4 1 1 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+               "FULLY CONNECTED LAYER 700"], 12, 12, 1, 3)
+
+
+@pytest.mark.parametrize("max_batch", [None, 128])
+def test_emulated_split_upload_gives_the_same_bits(fake_runtime, max_batch):
+    """Host weights sent in two parts (the second on its own stream, behind the first batch's
+    first layers) give the criterion, the penalty and the gradient of one upload, bit for bit,
+    eager and replayed as graphs; the second part's copy, rounding and scatter run on the
+    upload stream, and the main stream waits for it before anything reads those weights."""
+    lines, rows, cols, bands, ncls = SPLIT_ARCH
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(8)
+    n = 300
+    x = rng.random((n, bands, rows, cols)) * 2 - 1
+    c = rng.integers(0, ncls, n)
+    ws = [rng.normal(0, 0.2, arch.n_weights) for _ in range(3)]
+    params = {} if max_batch is None else {"MAX BATCH": max_batch}
+    runs = {}
+    for split in (False, True):
+        be = dbe.DeviceBackend(arch, params, split_upload=split)
+        assert (be.upload_split is not None) == split
+        ev = be.evaluator(x, c, 0.01)
+        out = []
+        for i in range(4):
+            w = ws[i % 3]
+            out.append(ev.gradient(w))
+            k = len(fake_runtime.launches)
+            out.append(ev.criterion(w))
+        runs[split] = out
+        assert be.weight_uploads == 8
+    for a, b in zip(runs[False], runs[True]):
+        if isinstance(a, tuple):
+            assert a[0] == b[0] and np.array_equal(a[1], b[1])
+        else:
+            assert a == b
+    # the last evaluation (a criterion replayed from graphs): its tail on the upload stream,
+    # and every layer from the fully connected one on after it, on the main stream
+    side = be.upload_stream
+    assert be.before_tail in side.waits and be.tail_sent.recorded_on is side
+    assert be.tail_sent in fake_runtime.stream.waits
+    names, streams = fake_runtime.launches[k:], fake_runtime.launch_streams[k:]
+    on_side = [i for i, st in enumerate(streams) if st is side]
+    assert [names[i] for i in on_side] == ["line_point", "weights_scatter"]
+    assert names[:2] == ["line_point", "weights_scatter"] and streams[0] is fake_runtime.stream
+    head = names[2:on_side[0]]
+    assert head and not any(nm.startswith(("gemm", "softmax")) for nm in head)
+    assert all(st is fake_runtime.stream for st in streams[on_side[1] + 1:])
+    assert "vec_finish" in names[on_side[1] + 1:]
+    assert fake_runtime.graph_launches > 0
 
 
 # convolutional layers for the tiled kernels: LeNet's second layer, padding, strides, prior

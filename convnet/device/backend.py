@@ -31,25 +31,53 @@ import numpy as np
 from ..control import DEFAULT_PARAMETERS
 from ..errors import ConvnetError
 from .conv_tiled import GRAD_SUBS, SMEM_BYTES, ConvTiled
-from .evaluator import HOST_WEIGHTS, DeviceEvaluator
-from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS,
+from .evaluator import HOST_WEIGHTS, DeviceEvaluator, UploadSplit
+from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, LINE_BLOCK,
                        POOLED_GRAD_SUBS, FirstLayerPool, conv_grad_pooled_shape, line_parts,
                        line_point, vec_finish, weights_scatter, windows_tile)
 from .plan import CHUNK, ModelPlan
-from .runtime import NULL, DeviceUnavailable, Runtime, device_available, device_report  # noqa: F401
+from .runtime import NULL, DeviceUnavailable, Runtime, device_available, device_report, ptr  # noqa: F401
 from .timers import EventTimer
 
 # Share of the free device memory an automatic MAX BATCH may take.
 AUTO_BATCH_MEMORY_SHARE = 0.25
+# Fewest weights behind the split of a host-weights upload (upload_split): below this the copy
+# the split hides costs less than its extra launches and stream synchronisation.
+UPLOAD_SPLIT_MIN_TAIL = 65536
+
+
+def upload_split(arch):
+    """Where an evaluation from host weights splits their upload, or None (UploadSplit).
+
+    The weights go up in host order, layer after layer, and a net's largest layer is usually
+    near its end (LeNet's fully connected layer holds 93 % of its weights). So the host copies
+    and sends the weights before that layer first, the device starts on the first batch's layers
+    that need only those, and meanwhile the host copies the rest and a second stream sends,
+    rounds and scatters them. The split falls on a whole block of line_point (LINE_BLOCK
+    weights), so that the penalty's partial sums, and with them every result, are those of one
+    upload."""
+    best = None
+    for layer in arch.all_layers[1:]:
+        if layer.n_weights and (best is None or layer.n_weights > best.n_weights):
+            best = layer
+    if best is None:
+        return None
+    weight = -(-best.weight_offset // LINE_BLOCK) * LINE_BLOCK
+    if arch.n_weights - weight < UPLOAD_SPLIT_MIN_TAIL:
+        return None
+    return UploadSplit(best.index, weight)
 
 
 class DeviceBackend:
     """See the module docstring."""
 
     def __init__(self, arch, params=None, timing=True, poison=False, tune=True, fuse=True, device=0,
-                 graphs=True, tiled=True, pool_tiles=True, pooled_grad=True, pool_epilogue=True):
+                 graphs=True, tiled=True, pool_tiles=True, pooled_grad=True, pool_epilogue=True,
+                 split_upload=True):
         self.rt = Runtime.get(device)
         self.graphs = graphs        # replay each evaluation's launches as a CUDA graph (evaluator.py)
+        # host weights sent in two parts, the second behind the first layers' work (upload_split)
+        self.upload_split = upload_split(arch) if split_upload else None
         self.tune = tune            # time the tile shapes of each product once per evaluator
         self.poison = poison        # tests: fill new work buffers with NaN to catch unwritten outputs
         self.arch = arch
@@ -163,6 +191,12 @@ class DeviceBackend:
             self.h_w64 = rt.cuda.pagelocked_empty(self.n_weights, np.float64)
             self.d_w64 = rt.alloc(8 * self.n_weights)
             self.d_pen_part = rt.alloc(8 * line_parts(self.n_weights))
+            if self.upload_split is not None:
+                # the second part's stream, and the events that order it against the first
+                flags = rt.cuda.event_flags.DISABLE_TIMING
+                self.upload_stream = rt.cuda.Stream()
+                self.before_tail = rt.cuda.Event(flags)
+                self.tail_sent = rt.cuda.Event(flags)
             self.static_bytes = (desc_arr.nbytes + self.plan.tables.nbytes + 4 * 3 * self.n_weights
                                  + 4 * lay.n_fwd + self.n_weights + 16 * self.n_weights
                                  + 8 * line_parts(self.n_weights)
@@ -227,9 +261,9 @@ class DeviceBackend:
         self.stage_weights(weights)
         self.queue_upload()
 
-    def stage_weights(self, weights):
-        """Copy the weights (float64, the book's host order) into the page-locked staging buffer
-        for queue_upload; returns HOST_WEIGHTS, what DeviceEvaluator._run sends.
+    def stage_weights(self, weights, lo=0, hi=None):
+        """Copy the weights (float64, the book's host order; those in lo:hi) into the page-locked
+        staging buffer for queue_upload; returns HOST_WEIGHTS, what DeviceEvaluator._run sends.
 
         The device computes in float32, but the rounding and the penalty's sum happen there
         (queue_upload): the host makes one copy and no compiled pass, so a GPU run never starts
@@ -237,29 +271,44 @@ class DeviceBackend:
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (self.n_weights,):
             raise ConvnetError(f"this model has {self.n_weights} weights; got an array of shape {w.shape}")
-        np.copyto(self.h_w64, w)
-        self.weight_uploads += 1
+        hi = self.n_weights if hi is None else hi
+        np.copyto(self.h_w64[lo:hi], w[lo:hi])
+        if lo == 0:
+            self.weight_uploads += 1
         return HOST_WEIGHTS
 
-    def queue_upload(self, pen_out=NULL):
-        """Send the staged weights, round them to float32 and scatter them into the device layouts
-        (asynchronous); pen_out, a device double, receives the sum of the penalised weights'
-        squares (line_point's blocks of 4096, then the blocks in order) when given."""
+    def queue_upload(self, pen_out=NULL, lo=0, hi=None, mark=True):
+        """Send the staged weights (those in lo:hi, lo a multiple of LINE_BLOCK), round them to
+        float32 and scatter them into the device layouts (asynchronous, on rt.stream); pen_out, a
+        device double, receives the sum of the penalised weights' squares (line_point's blocks of
+        LINE_BLOCK, then the blocks in order) when given: only with every weight sent."""
         rt = self.rt
-        n = self.n_weights
-        rt.cuda.memcpy_htod_async(self.d_w64, self.h_w64, rt.stream)
-        line_point(rt, x=self.d_w64, d=self.d_w64, t=NULL, n=n, mask=self.d_mask, w32=self.d_w32,
-                   pen_part=self.d_pen_part)
-        self.queue_scatter()
-        if int(pen_out):
-            vec_finish(rt, part=self.d_pen_part, n_parts=line_parts(n), k=1, out=pen_out)
+        hi = self.n_weights if hi is None else hi
+        assert lo % LINE_BLOCK == 0 and (lo == 0 and hi == self.n_weights or not int(pen_out))
+        n = hi - lo
+        rt.cuda.memcpy_htod_async(int(self.d_w64) + 8 * lo, self.h_w64[lo:hi], rt.stream)
+        line_point(rt, x=ptr(self.d_w64, lo, 8), d=ptr(self.d_w64, lo, 8), t=NULL, n=n,
+                   mask=ptr(self.d_mask, lo, 1), w32=ptr(self.d_w32, lo),
+                   pen_part=ptr(self.d_pen_part, lo // LINE_BLOCK, 8))
+        self.queue_scatter(lo, hi, mark)
+        self.queue_penalty(pen_out)
 
-    def queue_scatter(self):
-        """Scatter the float32 weights in d_w32 into the device layouts (asynchronous)."""
+    def queue_penalty(self, pen_out):
+        """pen_out (a device double, or NULL: nothing) = the penalised weights' sum of squares
+        from line_point's partial sums."""
+        if int(pen_out):
+            vec_finish(self.rt, part=self.d_pen_part, n_parts=line_parts(self.n_weights), k=1,
+                       out=pen_out)
+
+    def queue_scatter(self, lo=0, hi=None, mark=True):
+        """Scatter the float32 weights in d_w32 (those in lo:hi) into the device layouts
+        (asynchronous)."""
         rt = self.rt
-        weights_scatter(rt, w=self.d_w32, n=self.n_weights, fwd_index=self.d_fwd_index,
-                        bwd_index=self.d_bwd_index, fwd=self.d_wfwd, bwd=self.d_wbwd)
-        self.timer.mark(rt.stream, "Device", "weight copy", 1)
+        hi = self.n_weights if hi is None else hi
+        weights_scatter(rt, w=ptr(self.d_w32, lo), n=hi - lo, fwd_index=ptr(self.d_fwd_index, lo),
+                        bwd_index=ptr(self.d_bwd_index, lo), fwd=self.d_wfwd, bwd=self.d_wbwd)
+        if mark:
+            self.timer.mark(rt.stream, "Device", "weight copy", 1)
 
     def alloc(self, nbytes):
         """A device buffer for per-evaluator work (NaN-filled when poisoning)."""

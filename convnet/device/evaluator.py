@@ -3,6 +3,8 @@
 The kernels are started through launches.py; the buffers are a Workspace (workspace.py); the
 weights and index tables belong to the DeviceBackend (backend.py)."""
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..evaluator import Evaluator
@@ -17,6 +19,16 @@ from .tuning import Tuner
 from .workspace import Workspace, allocation_lines
 
 HOST_WEIGHTS = "host weights"    # _run's weights: sent from the host (DeviceBackend.stage_weights)
+# the parts of an evaluation whose host weights go up in two parts (_run_host)
+HEAD = "head"                    # the first batch's layers before the split layer
+REST = "rest"                    # everything after
+
+
+class UploadSplit(NamedTuple):
+    """Where host weights are split (backend.upload_split): the first batch's layers before
+    `layer` need only the weights before `weight`."""
+    layer: int
+    weight: int
 
 
 class DeviceEvaluator(Evaluator):
@@ -64,8 +76,8 @@ class DeviceEvaluator(Evaluator):
         with b.rt.active():
             b.timer.start(b.rt.stream)
             b.last_allocation = self.allocation
-            self._run("criterion", b.stage_weights(weights), self._criterion_launches,
-                      pen_out=ptr(self.d_crit, 1, 8))
+            self._run_host("criterion", weights, self._criterion_launches,
+                           pen_out=ptr(self.d_crit, 1, 8))
             crit = self._read(self.h_crit, 0)
             pen = float(self.h_crit[1])
             b.timer.resolve()
@@ -80,8 +92,8 @@ class DeviceEvaluator(Evaluator):
             b.last_allocation = self.allocation
             if self.line_state is not None:
                 self.line_state.latest = None           # d_grad is about to change
-            self._run("gradient", b.stage_weights(weights), self._gradient_launches,
-                      pen_out=ptr(self.d_grad, b.n_weights + 1, 8))
+            self._run_host("gradient", weights, self._gradient_launches,
+                           pen_out=ptr(self.d_grad, b.n_weights + 1, 8))
             crit = self._read(self.h_grad, b.n_weights)
             pen = float(self.h_grad[b.n_weights + 1])
             b.timer.resolve()
@@ -120,14 +132,40 @@ class DeviceEvaluator(Evaluator):
         """The penalty from the device's sum of the penalised weights' squares."""
         return self.penalty.coefficient * sum_of_squares if self.wpen else 0.0
 
+    def _run_host(self, kind, weights, launches, pen_out):
+        """Queue one evaluation at host weights (launches(part) queues the launches of a part,
+        or of all with part None); pen_out receives the penalty's sum of squares.
+
+        With the backend's upload_split the weights go in two parts: the host stages the first
+        part, the device sends it and starts on the HEAD launches; meanwhile the host stages the
+        rest, and a second stream sends, rounds and scatters it; the REST launches wait for that
+        stream. So the host's copy and the transfer of the larger part are hidden behind the
+        first layers. The same kernels add in the same order: the results are the same bits."""
+        b = self.backend
+        rt = b.rt
+        split = b.upload_split
+        if split is None or b.timer.host_sync or rt.trace is not None:
+            b.stage_weights(weights)
+            self._run(kind, HOST_WEIGHTS, launches, pen_out)
+            return
+        lo, n = split.weight, b.n_weights
+        b.stage_weights(weights, 0, lo)
+        b.before_tail.record(rt.stream)     # earlier evaluations' reads of these weights are done
+        self._queue((kind, HEAD), lambda: (b.queue_upload(NULL, 0, lo), launches(HEAD)))
+        b.stage_weights(weights, lo, n)
+        side = b.upload_stream
+        side.wait_for_event(b.before_tail)
+        with rt.on_stream(side):
+            self._queue((kind, "tail"), lambda: b.queue_upload(NULL, lo, n, mark=False))
+        b.tail_sent.record(side)
+        rt.stream.wait_for_event(b.tail_sent)
+        self._queue((kind, REST), lambda: (b.queue_penalty(pen_out), launches(REST)))
+
     def _run(self, kind, upload, launches, pen_out=NULL):
         """Queue one evaluation: the weights (upload: HOST_WEIGHTS for the staged ones, whose
         penalty sum goes to pen_out, or LINE_POINT to form a line search's trial point here) and
-        the launches. The first time they run as they are (so the tuner can time its candidates);
-        after that each variant (timed or not, which weights) is recorded once as a CUDA graph,
-        and the graph is launched instead."""
+        the launches."""
         b = self.backend
-        rt = b.rt
 
         def record():
             if upload == LINE_POINT:
@@ -136,13 +174,20 @@ class DeviceEvaluator(Evaluator):
                 b.queue_upload(pen_out)
             launches()
 
+        self._queue((kind, upload), record)
+
+    def _queue(self, key, record):
+        """Queue record()'s copies and launches (on rt.stream). The first time they run as they
+        are (so the tuner can time its candidates); after that each variant (timed or not) is
+        recorded once as a CUDA graph, and the graph is launched instead."""
+        b = self.backend
+        rt = b.rt
         timed = b.timer.enabled and b.timer._start is not None
-        if not self.use_graphs or b.timer.host_sync or rt.trace is not None or kind not in self._ran:
+        if not self.use_graphs or b.timer.host_sync or rt.trace is not None or key not in self._ran:
             record()
-            self._ran.add(kind)
+            self._ran.add(key)
             return
-        key = (kind, timed, upload)
-        entry = self.graphs.get(key)
+        entry = self.graphs.get((key, timed))
         if entry is None:
             b.timer.begin_capture()
             try:
@@ -152,31 +197,34 @@ class DeviceEvaluator(Evaluator):
                 self.use_graphs = False         # this driver cannot: stay with plain launches
                 record()
                 return
-            entry = self.graphs[key] = (graph, b.timer.end_capture())
+            entry = self.graphs[key, timed] = (graph, b.timer.end_capture())
         graph, marks = entry
         graph.launch(rt.stream)
         b.timer.replayed(marks)
 
-    def _criterion_launches(self):
-        for start, stop in self.batches:
-            self._forward(start, stop, want_delta=False)
-        self._queue_ll()
+    def _criterion_launches(self, part=None):
+        self._forwards(part, want_delta=False)
+        if part != HEAD:
+            self._queue_ll()
 
-    def _gradient_launches(self):
+    def _gradient_launches(self, part=None):
         b = self.backend
         rt = b.rt
-        self._gradient_sums()
-        rt.cuda.memcpy_dtoh_async(self.h_grad, self.d_grad, rt.stream)
-        b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
+        self._gradient_sums(part)
+        if part != HEAD:
+            rt.cuda.memcpy_dtoh_async(self.h_grad, self.d_grad, rt.stream)
+            b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
 
-    def _gradient_sums(self):
-        """Queue a gradient: d_grad[:n] the gradient, d_grad[n] the summed log likelihood."""
+    def _gradient_sums(self, part=None):
+        """Queue a gradient: d_grad[:n] the gradient, d_grad[n] the summed log likelihood (part:
+        see _forwards)."""
         b = self.backend
         rt = b.rt
-        rt.cuda.memset_d32_async(self.d_acc, 0, 2 * b.n_weights, rt.stream)
-        for start, stop in self.batches:
-            self._forward(start, stop, want_delta=True)
-            self._backward(start, stop)
+        if part != REST:
+            rt.cuda.memset_d32_async(self.d_acc, 0, 2 * b.n_weights, rt.stream)
+        self._forwards(part, want_delta=True, after=self._backward)
+        if part == HEAD:
+            return
         scale = self.scale
         pen2 = 2.0 * self.penalty.coefficient          # d penalty / d w = pen2 * w
         K.grad_finish(rt, acc=self.d_acc, w=b.d_w32, mask=b.d_mask, n=b.n_weights, scale=scale,
@@ -184,6 +232,19 @@ class DeviceEvaluator(Evaluator):
         # the log likelihood goes after the gradient, so that one copy fetches both
         K.ll_sum(rt, ll=self.d_ll, n=self.n_cases, out=ptr(self.d_grad, b.n_weights, 8))
         b.timer.mark(rt.stream, "Output", "log likelihood", 1)
+
+    def _forwards(self, part, want_delta, after=None):
+        """The forward launches of every batch, each followed by after(start, stop) when given;
+        or a part of them (_run_host): HEAD, the first batch's layers before the upload's split
+        layer; REST, all the others."""
+        split = self.backend.upload_split.layer if part is not None else None
+        for i, (start, stop) in enumerate(self.batches):
+            if part == HEAD:
+                self._forward(start, stop, want_delta, end=split)
+                return
+            self._forward(start, stop, want_delta, begin=split if part == REST and i == 0 else 0)
+            if after is not None:
+                after(start, stop)
 
     def _queue_ll(self):
         rt = self.backend.rt
@@ -203,9 +264,10 @@ class DeviceEvaluator(Evaluator):
             return ptr(self.d_x, start * plan.n_inputs), plan.n_inputs
         return ptr(self.ws.acts[li - 1]), plan.layers[li - 1].nhid
 
-    def _forward(self, start, stop, want_delta, fused=True):
+    def _forward(self, start, stop, want_delta, fused=True, begin=0, end=None):
         """The forward launches of one batch; fused=False computes every layer on its own (to
-        read back every activation)."""
+        read back every activation). begin, end: only the layers from begin up to end (not
+        included; end None: through the output layer and its softmax)."""
         b = self.backend
         rt = b.rt
         plan = b.plan
@@ -213,7 +275,7 @@ class DeviceEvaluator(Evaluator):
         nb = stop - start
         first = fused and b.fused_pool and (b.fused_pool_gradient or not want_delta)
         conv_pool = b.conv_pool if fused else set()
-        for lp in plan.layers:
+        for lp in plan.layers[begin:end]:
             li = lp.index
             src, lda = self._src(li, start)
             if (first and li == 1) or li in conv_pool:
@@ -236,6 +298,8 @@ class DeviceEvaluator(Evaluator):
                           pool=(plan.layers[li + 1], ws.acts[li + 1], ws.ids[li + 1])
                           if li + 1 in conv_pool else None)
             b.timer.mark(rt.stream, b.labels[li], "forward", 1)
+        if end is not None:
+            return
         ncls = plan.n_classes
         K.softmax_ll(rt, logits=ws.acts[-1], ncls=ncls, nb=nb, classes=ptr(self.d_classes, start),
                      probs=ptr(self.d_probs, start * ncls, 8), ll=ptr(self.d_ll, start, 8),

@@ -117,6 +117,15 @@ class Runtime:
             finally:
                 self.cuda.Context.pop()
 
+    @contextlib.contextmanager
+    def on_stream(self, stream):
+        """Launches, copies and captures go to `stream` instead of the context's own stream."""
+        own, self.stream = self.stream, stream
+        try:
+            yield
+        finally:
+            self.stream = own
+
     def _module(self, name, text=None, defines=None):
         from pycuda.compiler import SourceModule
         options = ["-O3"] + [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
