@@ -1277,8 +1277,14 @@ def test_tiled_variants_follow_the_limits():
     # stage, and delta variants whose prior rows take whole warps (6 cases x 5 slice groups
     # in 32 threads) or half warps (3 x 5 in 16), capped at two blocks per multiprocessor
     optin = 227 * 1024
-    staged = [v for v in forward_variants(lenet, optin) if v.tps == 5]
-    assert [(v.cases, v.tm, v.tn) for v in staged] == [(v.cases, v.tm, v.tn) for v in got]
+    wide = forward_variants(lenet, optin)
+    staged = [v for v in wide if v.tps == 5]
+    # and the 8 x 8 tile with 4 cases, whose 224 threads are 7 whole warps (4 x 3200 floats of
+    # outputs staged, two stages of a tap's weights), opted in to 59 KB
+    whole = [v for v in wide if v.tps == 1 and v not in got]
+    assert [(v.cases, v.tm, v.tn, v.minb) for v in whole] == [(4, 8, 8, 2)]
+    assert whole[0].threads(lenet) == 224 and whole[0].smem(lenet) == 4 * (4 * 3200 + 2 * 20 * 56)
+    assert [(v.cases, v.tm, v.tn) for v in staged] == [(v.cases, v.tm, v.tn) for v in got + whole]
     assert ForwardVariant(2, 8, 4, 1, 5).smem(lenet) == 33920 + 4 * 2 * 4 * 20 * 52
     assert [(v.cases, v.pad, v.tps) for v in delta_variants(lenet, True, optin)] == [
         (3, False, 1), (2, False, 1), (6, True, 1), (3, True, 1), (3, True, 5)]

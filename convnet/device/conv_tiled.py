@@ -219,6 +219,21 @@ def forward_variants(shape, smem_limit=SMEM_BYTES):
                 block = _ceil(v.threads(shape), 128) * 128
                 minb = max(1, REGISTERS // (block * TILE_REGISTERS[tm, tn]))
             out.append(ForwardVariant(cases, tm, tn, minb))
+    if smem_limit > SMEM_BYTES and out:
+        # the largest tile with the fewest more cases whose threads fill whole warps (LeNet's
+        # second layer: 2 cases are 112 threads, three and a half warps; 4 cases are 7 warps),
+        # in the shared memory a block may opt in to
+        tm, tn = out[0].tm, out[0].tn
+        for cases in range(out[0].cases + 1, 17):
+            v = ForwardVariant(cases, tm, tn, 1)
+            if not v.fits(shape, min(smem_limit, SMEM_SHARE)):
+                break
+            if v.threads(shape) % 32 == 0:
+                block = _ceil(v.threads(shape), 128) * 128
+                minb = (max(1, REGISTERS // (block * TILE_REGISTERS[tm, tn]))
+                        if (tm, tn) in TILE_REGISTERS and shape.W % tm == 0 else 1)
+                out.append(ForwardVariant(cases, tm, tn, minb))
+                break
     if smem_limit > SMEM_BYTES and shape.FH > 1:
         staged = [ForwardVariant(v.cases, v.tm, v.tn, v.minb, shape.FH) for v in out]
         out += [v for v in staged if v.fits(shape, min(smem_limit, SMEM_SHARE))]

@@ -133,6 +133,9 @@ GEMM_NN(gemm_nn_256x32_8x4_k16, 256, 32, 16, 8, 4)
 GEMM_NN(gemm_nn_128x32_8x4_k16, 128, 32, 16, 8, 4)
 // 20 columns exactly (a 20-slice prior layer's delta), 200 threads, BK 10
 GEMM_NN(gemm_nn_320x20_8x4_k10, 320, 20, 10, 8, 4)
+// 160 cases a block, 320 threads, BK 20: 63 x 8 blocks for 10,000 cases and 500 columns fill two
+// rounds of two blocks per multiprocessor on 132 multiprocessors (128 rows: 79 x 8, 2.4 rounds)
+GEMM_NN(gemm_nn_160x64_8x4_k20, 160, 64, 20, 8, 4)
 
 // ------------------------------------------------------------------------------------ gemm_tn
 // Tile: BM weight rows (k) x BN columns (n); the reduction runs over (group, case) in BK steps.
