@@ -21,7 +21,8 @@ from .workspace import Workspace, allocation_lines
 HOST_WEIGHTS = "host weights"    # _run's weights: sent from the host (DeviceBackend.stage_weights)
 # the parts of an evaluation whose host weights go up in two parts (_run_host)
 HEAD = "head"                    # the first batch's layers before the split layer
-REST = "rest"                    # everything after
+TAIL = "tail"                    # the weights after the split, on the upload stream
+REST = "rest"                    # everything after the head
 
 
 class UploadSplit(NamedTuple):
@@ -155,8 +156,10 @@ class DeviceEvaluator(Evaluator):
         b.stage_weights(weights, lo, n)
         side = b.upload_stream
         side.wait_for_event(b.before_tail)
+        # no timing marks on that stream: CUDA.LOG's table follows the main stream, where the
+        # tail costs only what the REST launches wait for it (counted in the next activity)
         with rt.on_stream(side):
-            self._queue((kind, "tail"), lambda: b.queue_upload(NULL, lo, n, mark=False))
+            self._queue((kind, TAIL), lambda: b.queue_upload(NULL, lo, n, mark=False))
         b.tail_sent.record(side)
         rt.stream.wait_for_event(b.tail_sent)
         self._queue((kind, REST), lambda: (b.queue_penalty(pen_out), launches(REST)))
