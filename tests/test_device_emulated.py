@@ -1152,19 +1152,24 @@ TILED_ARCHS = [
 ]
 
 
+def _problem(lines, rows, cols, bands, ncls, n, seed):
+    """An architecture, n random cases in -1..1, weights, and the float64 model's criterion,
+    gradient and probabilities (WPEN 0.01)."""
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (n, bands, rows, cols))
+    c = rng.integers(0, ncls, n)
+    w = rng.normal(0, 0.3, arch.n_weights)
+    crit_ref, grad_ref, p_ref, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    return arch, x, c, w, crit_ref, grad_ref, p_ref
+
+
 @pytest.mark.parametrize("spec", TILED_ARCHS, ids=range(len(TILED_ARCHS)))
 def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
     """Every tiled variant of every convolutional layer, forced as the only candidate, gives the
     float64 model's results; the module of a shape is built once, at its first launch."""
     from convnet.device import conv_tiled
-    lines, rows, cols, bands, ncls = spec
-    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
-    rng = np.random.default_rng(4)
-    n = 70
-    x = rng.uniform(-1, 1, (n, bands, rows, cols))
-    c = rng.integers(0, ncls, n)
-    w = rng.normal(0, 0.3, arch.n_weights)
-    crit_ref, grad_ref, p_ref, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    arch, x, c, w, crit_ref, grad_ref, p_ref = _problem(*spec, n=70, seed=4)
     be = dbe.DeviceBackend(arch)
     assert be.conv_tiled
     assert not any(be.conv_tiled[i].fwd for i in be.conv_small if i in be.conv_tiled)
@@ -1218,14 +1223,8 @@ def test_emulated_pooling_in_the_forward_epilogue(fake_runtime, monkeypatch, spe
     (conv_fwd_pool) or after the gather product (pool_forward), whichever the tuner takes: the
     float64 model's results, and the same as with the pooling always on its own; the activations
     read back are still every layer's."""
-    lines, rows, cols, bands, ncls, pooled = spec
-    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
-    rng = np.random.default_rng(8)
-    n = 90
-    x = rng.uniform(-1, 1, (n, bands, rows, cols))
-    c = rng.integers(0, ncls, n)
-    w = rng.normal(0, 0.3, arch.n_weights)
-    crit_ref, grad_ref, p_ref, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    *shape, pooled = spec
+    arch, x, c, w, crit_ref, grad_ref, p_ref = _problem(*shape, n=90, seed=8)
     assert dbe.DeviceBackend(arch).conv_pool == pooled
     assert not dbe.DeviceBackend(arch, pool_epilogue=False).conv_pool
     assert not dbe.DeviceBackend(arch, pool_tiles=False).conv_pool

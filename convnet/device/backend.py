@@ -31,7 +31,7 @@ import numpy as np
 from ..control import DEFAULT_PARAMETERS
 from ..errors import ConvnetError
 from .conv_tiled import GRAD_SUBS, SMEM_BYTES, ConvTiled
-from .evaluator import HOST_WEIGHTS, DeviceEvaluator, UploadSplit
+from .evaluator import DeviceEvaluator, UploadSplit
 from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, LINE_BLOCK,
                        POOLED_GRAD_SUBS, FirstLayerPool, conv_grad_pooled_shape, line_parts,
                        line_point, vec_finish, weights_scatter, windows_tile)
@@ -263,7 +263,7 @@ class DeviceBackend:
 
     def stage_weights(self, weights, lo=0, hi=None):
         """Copy the weights (float64, the book's host order; those in lo:hi) into the page-locked
-        staging buffer for queue_upload; returns HOST_WEIGHTS, what DeviceEvaluator._run sends.
+        staging buffer for queue_upload.
 
         The device computes in float32, but the rounding and the penalty's sum happen there
         (queue_upload): the host makes one copy and no compiled pass, so a GPU run never starts
@@ -275,7 +275,6 @@ class DeviceBackend:
         np.copyto(self.h_w64[lo:hi], w[lo:hi])
         if lo == 0:
             self.weight_uploads += 1
-        return HOST_WEIGHTS
 
     def queue_upload(self, pen_out=NULL, lo=0, hi=None, mark=True):
         """Send the staged weights (those in lo:hi, lo a multiple of LINE_BLOCK), round them to

@@ -45,6 +45,35 @@ __device__ __forceinline__ void conv_small_pool_store(const float* Os, const int
     __syncthreads();
 }
 
+// The frame of both pooled kernels below: the weights into shared memory (K rows of NP, the bias
+// row last), then blocks of CONV_SMALL_THREADS pooled positions (H2 x W2 a case), one a thread:
+// position(x, pr, pc, Bs, os, is) computes pooled row pr, column pc of the case whose prior
+// activations start at x and stages its N values and winners at os and is; the block's are then
+// stored together.
+template <int NP, typename Position>
+__device__ __forceinline__ void conv_small_pool_frame(
+    const float* __restrict__ src, int lda, const float* __restrict__ Wf, int ldw, int N, int K,
+    int H2, int W2, float* __restrict__ pout, int* __restrict__ pids, int total, Position&& position)
+{
+    extern __shared__ __align__(16) float smem[];
+    float* Bs = smem;                                   // K x NP, bias row last
+    float* Os = smem + K * NP;                          // CONV_SMALL_THREADS x N pooled values
+    int* Is = reinterpret_cast<int*>(Os + CONV_SMALL_THREADS * N);   // and their winners
+    conv_small_weights(Bs, Wf, ldw, N, K, NP);
+    const int P2 = H2 * W2;
+    for (int base = blockIdx.x * CONV_SMALL_THREADS; base < total; base += gridDim.x * CONV_SMALL_THREADS) {
+        const int idx = base + threadIdx.x;
+        if (idx < total) {
+            const int cs = idx / P2;
+            const int q = idx - cs * P2;
+            const int pr = q / W2;
+            const int pc = q - pr * W2;
+            position(src + (i64)cs * lda, pr, pc, Bs, Os + threadIdx.x * N, Is + threadIdx.x * N);
+        }
+        conv_small_pool_store(Os, Is, pout, pids, base, total, N);
+    }
+}
+
 template <int NP>
 __device__ __forceinline__ void conv_small_body(
     const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv, int fh,
@@ -137,22 +166,11 @@ __device__ __forceinline__ void conv_small_pool_body(
     int pv, int ph, int sv, int sh, const float* __restrict__ Wf, int ldw, int N, int H2, int W2,
     int wv2, int wh2, float* __restrict__ pout, int* __restrict__ pids, int total)
 {
-    extern __shared__ __align__(16) float smem[];
-    float* Bs = smem;                                   // K x NP, bias row last
     const int K = fv * fh * PD + 1;
-    float* Os = smem + K * NP;                          // CONV_SMALL_THREADS x N pooled values
-    int* Is = reinterpret_cast<int*>(Os + CONV_SMALL_THREADS * N);   // and their winners
-    conv_small_weights(Bs, Wf, ldw, N, K, NP);
-    const int P2 = H2 * W2;
-    const float* bias = Bs + (K - 1) * NP;
-    for (int base = blockIdx.x * CONV_SMALL_THREADS; base < total; base += gridDim.x * CONV_SMALL_THREADS) {
-        const int idx = base + threadIdx.x;
-        if (idx < total) {
-            const int cs = idx / P2;
-            const int q = idx - cs * P2;
-            const int pr = q / W2;
-            const int pc = q - pr * W2;
-            const float* x = src + (i64)cs * lda;
+    conv_small_pool_frame<NP>(src, lda, Wf, ldw, N, K, H2, W2, pout, pids, total,
+                              [&](const float* x, int pr, int pc, const float* Bs, float* os,
+                                  int* is) {
+            const float* bias = Bs + (K - 1) * NP;
             float best[NP];
             int bid[NP];
 #pragma unroll
@@ -203,12 +221,10 @@ __device__ __forceinline__ void conv_small_pool_body(
 #pragma unroll
             for (int n = 0; n < NP; ++n)
                 if (n < N) {
-                    Os[threadIdx.x * N + n] = best[n];
-                    Is[threadIdx.x * N + n] = bid[n];
+                    os[n] = best[n];
+                    is[n] = bid[n];
                 }
-        }
-        conv_small_pool_store(Os, Is, pout, pids, base, total, N);
-    }
+        });
 }
 
 #define CONV_SMALL_POOL(NP)                                                                       \
@@ -248,23 +264,12 @@ __device__ __forceinline__ void conv_small_pool_fixed_body(
     const float* __restrict__ src, int lda, const float* __restrict__ Wf, int ldw, int N, int W,
     int H2, int W2, float* __restrict__ pout, int* __restrict__ pids, int total)
 {
-    extern __shared__ __align__(16) float smem[];
     constexpr int K = FV * FH * PD + 1;
     constexpr int NW = WV * WH;
-    float* Bs = smem;                                   // K x NP, bias row last
-    float* Os = smem + K * NP;                          // CONV_SMALL_THREADS x N pooled values
-    int* Is = reinterpret_cast<int*>(Os + CONV_SMALL_THREADS * N);   // and their winners
-    conv_small_weights(Bs, Wf, ldw, N, K, NP);
-    const int P2 = H2 * W2;
-    const float* bias = Bs + (K - 1) * NP;
-    for (int base = blockIdx.x * CONV_SMALL_THREADS; base < total; base += gridDim.x * CONV_SMALL_THREADS) {
-        const int idx = base + threadIdx.x;
-        if (idx < total) {
-            const int cs = idx / P2;
-            const int q = idx - cs * P2;
-            const int pr = q / W2;
-            const int pc = q - pr * W2;
-            const float* x = src + (i64)cs * lda;
+    conv_small_pool_frame<NP>(src, lda, Wf, ldw, N, K, H2, W2, pout, pids, total,
+                              [&](const float* x, int pr, int pc, const float* Bs, float* os,
+                                  int* is) {
+            const float* bias = Bs + (K - 1) * NP;
             const int r0 = pr * WV * SV - PV;           // the window's first position's first tap
             const int c0 = pc * WH * SH - PZ;
             float acc[NW][NP];
@@ -315,13 +320,11 @@ __device__ __forceinline__ void conv_small_pool_fixed_body(
                 }
                 if (n < N) {
                     const int wr = bid / WH;
-                    Os[threadIdx.x * N + n] = best;
-                    Is[threadIdx.x * N + n] = (pr * WV + wr) * W + pc * WH + bid - wr * WH;
+                    os[n] = best;
+                    is[n] = (pr * WV + wr) * W + pc * WH + bid - wr * WH;
                 }
             }
-        }
-        conv_small_pool_store(Os, Is, pout, pids, base, total, N);
-    }
+        });
 }
 
 #define CONV_SMALL_POOL_FIXED(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, MINB) \
