@@ -121,15 +121,15 @@ def test_specialized_kernels_compile(lines, rows, cols, bands, tmp_path):
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 def test_fixed_first_layer_kernels_compile(tmp_path):
     """conv_small.cu as the runtime builds it for LeNet's first layer and its pooling
-    (FirstLayerPool's conv_small_pool_fixed variants): without warnings, every variant there,
-    and no register spills."""
+    (FirstLayerPool's conv_small_pool_fixed variants, with the winners and without them): without
+    warnings, every variant there, and no register spills."""
     from convnet.architecture import Architecture
     from convnet.device.launches import FirstLayerPool
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                                     "FULLY CONNECTED LAYER 5"], 28, 28, 1, 10)
     first = FirstLayerPool(HOPPER, arch.layers[0], arch.layers[1], 20)
     kernels = first.kernels()
-    assert len(kernels) == 2
+    assert [p.family for _, _, p in kernels] == ["conv_small_pool_fixed", "conv_small_pool_values"] * 2
     src = tmp_path / "conv_small_fixed.cu"
     src.write_text(runtime.specialized_source("conv_small.cu", [line for _, line, _ in kernels]))
     res = subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-Werror", "all-warnings",

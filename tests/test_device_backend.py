@@ -402,15 +402,17 @@ def test_fixed_first_layer_variants_give_the_same_bits():
     (ties in the pooling windows, where the first maximum must win)."""
     for lines, rows, cols, bands, ncls in FIRST_POOL_SPECS:
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
-        variants = _backend(arch).first_pool.candidates
-        assert variants[0] == "generic" and len(variants) == 3, lines
+        first = _backend(arch).first_pool
+        variants = list(zip(first.candidates, first.value_candidates))
+        assert variants[0] == ("generic", "generic") and len(variants) == 3, lines
         for scale in (1.0, 8.0):
             ws = w * scale
             results = {}
-            for variant in variants:
+            for variant, values in variants:
                 for params in ({}, {"MAX BATCH": 256}):
                     be = _backend(arch, params)
                     be.first_pool.candidates = [variant]
+                    be.first_pool.value_candidates = [values]
                     ev = be.evaluator(x, c, 0.01)
                     results[variant, str(params)] = (ev.criterion(ws), ev.gradient(ws), ev.outputs(ws))
             crit0, (gcrit0, grad0), out0 = results["generic", "{}"]
@@ -419,6 +421,117 @@ def test_fixed_first_layer_variants_give_the_same_bits():
             for key, (crit, (gcrit, grad), out) in results.items():
                 assert crit == crit0 and gcrit == gcrit0, (lines, scale, key)
                 assert np.array_equal(grad, grad0) and np.array_equal(out, out0), (lines, scale, key)
+
+
+def test_tanhf_rises_outside_the_dip():
+    """What conv_small_pool_values relies on (common.cuh, near_tanh_dip), checked over every float
+    with the kernels' own build options: tanhf is odd, it never falls from one float to the next
+    outside TANH_DIP_LO..TANH_DIP_HI, and every value inside lies between the tanhf of the floats
+    just outside. Then the largest of any net inputs has the largest tanhf unless it is near the
+    dip."""
+    from convnet.device.runtime import Runtime, kernel_source
+    rt = Runtime.get()
+    common = kernel_source("output.cu")         # common.cuh inlined, with the dip's bounds
+    lo = int(common.split("#define TANH_DIP_LO ")[1].split("u")[0], 16)
+    hi = int(common.split("#define TANH_DIP_HI ")[1].split("u")[0], 16)
+    text = common + r"""
+extern "C" __global__ void tanh_scan(unsigned base, unsigned n, unsigned* bad)
+{
+    const unsigned i = base + blockIdx.x * blockDim.x + threadIdx.x;
+    if (i - base >= n) return;
+    const float a = __uint_as_float(i), b = __uint_as_float(i + 1);    // a < b, b finite or inf
+    const float ta = tanhf(a), tb = tanhf(b);
+    if (__float_as_uint(tanhf(-a)) != (__float_as_uint(ta) ^ 0x80000000u)) atomicAdd(bad, 1u);
+    const bool inside = i + 1 >= TANH_DIP_LO && i <= TANH_DIP_HI;
+    if (tb < ta && !inside) atomicAdd(bad + 1, 1u);
+    if (inside && (ta < tanhf(__uint_as_float(TANH_DIP_LO - 1)) ||
+                   ta > tanhf(__uint_as_float(TANH_DIP_HI + 1)))) atomicAdd(bad + 2, 1u);
+    if (tb < ta) atomicAdd(bad + 3, 1u);
+}
+"""
+    with rt.active():
+        f = rt._module("tanh_scan", text).get_function("tanh_scan")
+        bad = rt.alloc(16)
+        rt.cuda.memset_d32(bad, 0, 4)
+        step = 1 << 30
+        for base in range(0, 0x7f800000, step):         # every finite float >= 0 and its successor
+            n = min(step, 0x7f800000 - base)
+            f(np.uint32(base), np.uint32(n), bad, block=(256, 1, 1), grid=(-(-n // 256), 1))
+        counts = np.zeros(4, np.uint32)
+        rt.cuda.memcpy_dtoh(counts, bad)
+    assert lo < hi < 0x3f800000
+    odd, falls_outside, outside_bounds, falls = (int(v) for v in counts)
+    assert odd == 0 and falls_outside == 0 and outside_bounds == 0
+    assert falls >= 1            # the dip is real: without it the bounds would not be needed
+
+
+def _dip_problem(lines, rows, cols, bands, signs):
+    """Cases whose first layer's net inputs sit on either side of tanhf's dip (and its mirror
+    image): 1 x 1 filters reading band 0 alone, slice s weighing it by signs[s % len(signs)], no
+    bias, so each net input is a pixel or its negative, exactly."""
+    import struct
+    arch = Architecture.from_lines(lines, rows, cols, bands, 3)
+    f32 = lambda bits: struct.unpack("<f", struct.pack("<I", bits))[0]
+    near = [f32(0x3f199999 + d) for d in range(-3, 5)]      # around tanhf's dip at 0.6
+    rng = np.random.default_rng(5)
+    n = 300
+    x = rng.choice(near + [-v for v in near] + [0.1, -0.9], size=(n, bands, rows, cols))
+    c = rng.integers(0, 3, n)
+    w = rng.normal(0, 0.3, arch.n_weights)
+    L = arch.layers[0]
+    first = np.zeros((L.depth, L.n_prior_weights))
+    first[:, 0] = [signs[s % len(signs)] for s in range(L.depth)]
+    w[L.weight_slice] = first.ravel()
+    return arch, x, c, w
+
+
+def _pooled_activation(be, ev, arch, n):
+    h = np.empty(arch.layers[1].n_neurons * n, np.float32)
+    with be.rt.active():
+        be.rt.cuda.memcpy_dtoh(h, ev.ws.acts[1])
+    return h.view(np.uint32)
+
+
+def test_pooled_values_at_tanhf_dip_give_the_same_bits(monkeypatch):
+    """Net inputs on either side of tanhf's dip in the same pooling windows: the pooled values of
+    forward-only evaluations (one tanhf of each window's largest net input, or near the dip the
+    window one by one) equal those that gradients compute with their winners, bit for bit, for a
+    conv_small first layer (each variant with and without winners) and a tiled one (each forward
+    variant with the pooling in its epilogue)."""
+    from convnet.device import tuning
+    arch, x, c, w = _dip_problem(["CONVOLUTIONAL LAYER 4 0 0 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                  "FULLY CONNECTED LAYER 3"], 8, 8, 1, (1.0, -1.0))
+    pooled = {}
+    for variant, values in (("fixed_b4", "fixed_b4_v"), ("generic", "generic")):
+        be = _backend(arch)
+        be.first_pool.candidates = [variant]
+        be.first_pool.value_candidates = [values]
+        ev = be.evaluator(x, c, 0.01)
+        for kind in ("criterion", "gradient"):
+            getattr(ev, kind)(w)
+            pooled[variant, kind] = _pooled_activation(be, ev, arch, len(c))
+        assert ev.criterion(w) == ev.gradient(w)[0], variant
+    ref = pooled["fixed_b4", "gradient"]
+    for key, h in pooled.items():
+        assert np.array_equal(h, ref), key
+    # 36 slices: too many for conv_small, so the first layer takes the tiled forward variants
+    arch, x, c, w = _dip_problem(["CONVOLUTIONAL LAYER 36 0 0 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                  "FULLY CONNECTED LAYER 3"], 8, 8, 4, (1.0, -1.0, 0.5))
+    be = _backend(arch)
+    assert be.conv_pool == {1} and be.first_pool is None
+    gather = tuning.nn_candidates
+    ref = None
+    for tile in [None] + sorted(be.conv_tiled[0].fwd):
+        monkeypatch.setattr(tuning, "nn_candidates",
+                            lambda M, N, conv=(), t=tile: [t] if t in conv else gather(M, N)[:1])
+        be = _backend(arch)
+        ev = be.evaluator(x, c, 0.01)
+        for kind in ("criterion", "gradient"):
+            getattr(ev, kind)(w)
+            h = _pooled_activation(be, ev, arch, len(c))
+            ref = h if ref is None else ref
+            assert np.array_equal(h, ref), (tile, kind)
+        assert ev.criterion(w) == ev.gradient(w)[0], tile
 
 
 def test_pooling_in_the_forward_epilogue_gives_the_same_bits(monkeypatch):

@@ -289,7 +289,8 @@ class _Kernels:
         total = nb * H * W * PD
         x = self.f32(src, nb * PH * PW * PD).reshape(nb, PH, PW, PD).astype(np.float64)
         o = self.f32(out, total).reshape(nb, H, W, PD)
-        idv = self.mem.view(ids, np.int32, total).reshape(nb, H, W, PD) if is_max else None
+        # conv_small_pool without winners (forward-only evaluations) passes no ids
+        idv = self.mem.view(ids, np.int32, total).reshape(nb, H, W, PD) if is_max and ids else None
         for oh in range(H):
             for ow in range(W):
                 r0, c0 = oh * sv, ow * sh
@@ -297,7 +298,8 @@ class _Kernels:
                 if is_max:
                     j = np.argmax(win, axis=1)
                     o[:, oh, ow, :] = np.take_along_axis(win, j[:, None, :], 1)[:, 0, :]
-                    idv[:, oh, ow, :] = (r0 + j // wh) * PW + c0 + j % wh
+                    if idv is not None:
+                        idv[:, oh, ow, :] = (r0 + j // wh) * PW + c0 + j % wh
                 else:
                     o[:, oh, ow, :] = win.mean(axis=1)
 
@@ -388,6 +390,11 @@ class _Kernels:
         assert WV * WH * NP <= launches.FirstLayerPool.MAX_ACCUMULATORS and minb in (3, 4)
         self.conv_small_pool(NP, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph,
                              sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids, total)
+
+    # conv_small_pool_values: the same pooled values, no winners written
+    def conv_small_pool_values(self, d, variant, grid, block, shared, *args):
+        *args, pout, pids, total = args
+        self.conv_small_pool_fixed(d, variant, grid, block, shared, *args, pout, 0, total)
 
     # conv_grad_pooled (conv_small.cu): the first layer's weight-gradient partials from the
     # pooling layer's deltas, winners and pooled values (the layout of conv_grad's partials)
@@ -976,15 +983,25 @@ def test_emulated_fixed_first_layer_variants(fake_runtime):
         x, c = rng.uniform(-1, 1, (300, bands, rows, cols)), rng.integers(0, ncls, 300)
         w = rng.normal(0, 0.5, arch.n_weights)
         crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
-        for variant in ("generic", "fixed_b4", "fixed_b3"):
+        for variant, values in (("generic", "generic"), ("fixed_b4", "fixed_b4_v"),
+                                ("fixed_b3", "fixed_b3_v")):
             be = dbe.DeviceBackend(arch)
             assert be.first_pool.candidates == ["generic", "fixed_b4", "fixed_b3"]
+            assert be.first_pool.value_candidates == ["generic", "fixed_b4_v", "fixed_b3_v"]
             be.first_pool.candidates = [variant]
+            be.first_pool.value_candidates = [values]
+            ev = be.evaluator(x, c, 0.01)
             fake_runtime.launches.clear()
-            crit, grad = be.evaluator(x, c, 0.01).gradient(w)
+            crit, grad = ev.gradient(w)
             assert be.first_pool.function(variant) in fake_runtime.launches
             assert (be.first_pool.function(variant) in fake_runtime.specialized) == (variant != "generic")
             assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+            # a criterion alone takes the variant that writes no winners
+            fake_runtime.launches.clear()
+            assert abs(ev.criterion(w) - crit_ref) <= 1e-6 * crit_ref
+            assert be.first_pool.function(values) in fake_runtime.launches
+            family = fake_runtime.specialized.get(be.first_pool.function(values), ("generic",))[0]
+            assert family == ("generic" if values == "generic" else "conv_small_pool_values")
     # 3 x 3 windows of 16 slices: 144 accumulators, more than a thread may keep
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 16 1 1 0 0 1 1", "POOLED MAX LAYER 3 3 3 3",
                                     "FULLY CONNECTED LAYER 3"], 9, 9, 1, 3)

@@ -284,22 +284,26 @@ class DeviceEvaluator(Evaluator):
             if (first and li == 1) or li in conv_pool:
                 continue                        # computed with the layer before it
             if first and li == 0:
+                # the winners only where a gradient will route deltas through them
                 b.first_pool.launch(self.tuner, lp, src, lda, nb, ptr(b.d_wfwd, lp.lay.fwd_offset),
-                                    ws.acts[1], ws.ids[1])
+                                    ws.acts[1], ws.ids[1] if want_delta else NULL)
             elif not lp.kind.has_weights:
                 K.pool_forward(rt, lp, src, ws.acts[li], ws.ids.get(li, NULL), nb)
             elif li in b.conv_small:
                 K.conv_small(rt, lp, src, lda, nb, ptr(b.d_wfwd, lp.lay.fwd_offset), ws.acts[li],
                              b.conv_small[li])
             else:
-                K.gemm_nn(rt, self.tuner, ("forward", li), src=src, lda=lda, tables=b.d_tables,
+                pooled = li + 1 in conv_pool
+                # a forward-only evaluation's pooling needs no winners (its own tuning site)
+                site = ("forward values", li) if pooled and not want_delta else ("forward", li)
+                K.gemm_nn(rt, self.tuner, site, src=src, lda=lda, tables=b.d_tables,
                           desc=ptr(b.d_desc, b.fwd_desc[li]), groups=lp.fwd,
                           B=ptr(b.d_wfwd, lp.lay.fwd_offset), b_ld=lp.lay.cols, M=nb,
                           out=ws.acts[li], ldo=lp.nhid, prior=NULL,
                           epi=EPI_NONE if lp.is_output else EPI_TANH,
                           tiled=b.conv_tiled.get(li),
-                          pool=(plan.layers[li + 1], ws.acts[li + 1], ws.ids[li + 1])
-                          if li + 1 in conv_pool else None)
+                          pool=(plan.layers[li + 1], ws.acts[li + 1],
+                                ws.ids[li + 1] if want_delta else NULL) if pooled else None)
             b.timer.mark(rt.stream, b.labels[li], "forward", 1)
         if end is not None:
             return

@@ -76,6 +76,9 @@ CONV_SMALL_POOL = KernelParams("conv_small_pool", "conv_small.cu", **_CONV_SMALL
 # the same for one layer shape, compiled per first layer (launches.FirstLayerPool): same arguments
 CONV_SMALL_POOL_FIXED = KernelParams("conv_small_pool_fixed", "conv_small.cu",
                                      **_CONV_SMALL_POOL_ARGS)
+# and without the winners (ids not read), for forward-only evaluations
+CONV_SMALL_POOL_VALUES = KernelParams("conv_small_pool_values", "conv_small.cu",
+                                      **_CONV_SMALL_POOL_ARGS)
 # the first layer's weight gradient from its max-pooling layer's deltas and winners
 CONV_GRAD_POOLED = KernelParams(
     "conv_grad_pooled", "conv_small.cu", src=PTR, lda=INT, prior_height=INT, prior_width=INT,

@@ -8,9 +8,9 @@ import numpy as np
 
 from . import tuning
 from .kernel_args import (CONV_GRAD_POOLED, CONV_SMALL, CONV_SMALL_POOL, CONV_SMALL_POOL_FIXED,
-                          GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN, GRAD_FLATTEN_D,
-                          GRAD_SLOT_SUM, LINE_BLOCK, LINE_POINT, LINE_THREADS, LL_SUM,
-                          POOL_BACKWARD, POOL_BACKWARD_TILES, POOL_FORWARD, SOFTMAX_LL,
+                          CONV_SMALL_POOL_VALUES, GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN,
+                          GRAD_FLATTEN_D, GRAD_SLOT_SUM, LINE_BLOCK, LINE_POINT, LINE_THREADS,
+                          LL_SUM, POOL_BACKWARD, POOL_BACKWARD_TILES, POOL_FORWARD, SOFTMAX_LL,
                           VEC_DIRECTION, VEC_FINISH, VEC_NEG, VEC_STEP, VEC_SUMS, WEIGHTS_SCATTER)
 
 EPI_NONE, EPI_TANH, EPI_DERIV = 0, 1, 2     # gemm_nn epilogue: none, tanh, times tanh'(prior)
@@ -167,10 +167,14 @@ class FirstLayerPool:
     """A conv_small first layer and the max pooling whose windows tile it, in one kernel: the
     compiled-once conv_small_pool_WIDTH, and, where the window's accumulators fit the registers,
     conv_small_pool_fixed variants built for this layer's shape (conv_small.cu; same bits). The
-    tuner times them at the launch site ("forward pooled", 0, cases)."""
+    tuner times them at the launch site ("forward pooled", 0, cases). Forward-only evaluations
+    need no winners: they choose among the generic kernel (told not to write them) and
+    conv_small_pool_values variants (one tanhf per slice instead of one per window position) at
+    ("forward pooled values", 0, cases)."""
 
     # (variant, blocks a multiprocessor the compiler is asked to fit: 128 or 168 registers)
     FIXED = (("fixed_b4", 4), ("fixed_b3", 3))
+    VALUES = "_v"                   # the suffix of the fixed variants that write no winners
     MAX_ACCUMULATORS = 128          # window positions x padded slices a thread may sum at once
 
     def __init__(self, rt, layer, pool_layer, width):
@@ -187,7 +191,9 @@ class FirstLayerPool:
                           ps.width_h, width, int(padded))
         fits = ps.width_v * ps.width_h * width <= self.MAX_ACCUMULATORS
         self.fixed = dict(self.FIXED) if fits else {}
-        self.candidates = ["generic"] + list(self.fixed)      # what the tuner may choose from
+        # what the tuner may choose from, with the winners and without them
+        self.candidates = ["generic"] + list(self.fixed)
+        self.value_candidates = ["generic"] + [v + self.VALUES for v in self.fixed]
         self._built = False
 
     def function(self, variant):
@@ -196,12 +202,19 @@ class FirstLayerPool:
         return "conv_small_pool_" + "_".join(map(str, self.constants)) + f"_{variant}"
 
     def kernels(self):
-        """(function name, instantiation line, KernelParams) of the fixed variants."""
+        """(function name, instantiation line, KernelParams) of the fixed variants, with the
+        winners and without them."""
         consts = ", ".join(map(str, self.constants))
-        return [(self.function(v), f"CONV_SMALL_POOL_FIXED({self.function(v)}, {consts}, {minb})",
-                 CONV_SMALL_POOL_FIXED) for v, minb in self.fixed.items()]
+        out = []
+        for v, minb in self.fixed.items():
+            for name, params in ((v, CONV_SMALL_POOL_FIXED),
+                                 (v + self.VALUES, CONV_SMALL_POOL_VALUES)):
+                f = self.function(name)
+                out.append((f, f"{params.family.upper()}({f}, {consts}, {minb})", params))
+        return out
 
     def launch(self, tuner, lp, src, lda, nb, weights, out, ids):
+        """The pooled values into out and, unless ids is NULL, the winners into ids."""
         if self.fixed and not self._built:
             self.rt.specialize("conv_small.cu", {}, self.kernels())
             self._built = True
@@ -218,7 +231,10 @@ class FirstLayerPool:
                            shared=4 * (lp.rows * self.width + 2 * nt * L.depth))
 
         work = float(total) * P.spec.width_v * P.spec.width_h * lp.rows * self.width
-        tuner.run(("forward pooled", 0, nb), self.candidates, work, run)
+        if int(ids):
+            tuner.run(("forward pooled", 0, nb), self.candidates, work, run)
+        else:
+            tuner.run(("forward pooled values", 0, nb), self.value_candidates, work, run)
 
 
 def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out, ldo, prior, epi,

@@ -28,7 +28,8 @@ __device__ __forceinline__ void conv_small_weights(float* Bs, const float* __res
 }
 
 // The pooled values and winners a block staged for the pooled positions from base on (N slices
-// each), written out as one contiguous run each.
+// each), written out as one contiguous run each (the winners only where pids is not null: a
+// forward-only evaluation does not need them).
 __device__ __forceinline__ void conv_small_pool_store(const float* Os, const int* Is,
                                                       float* __restrict__ pout,
                                                       int* __restrict__ pids, int base, int total,
@@ -37,10 +38,10 @@ __device__ __forceinline__ void conv_small_pool_store(const float* Os, const int
     __syncthreads();
     const int count = min(CONV_SMALL_THREADS, total - base) * N;
     float* o = pout + (i64)base * N;
-    int* oi = pids + (i64)base * N;
-    for (int i = threadIdx.x; i < count; i += CONV_SMALL_THREADS) {
-        o[i] = Os[i];
-        oi[i] = Is[i];
+    for (int i = threadIdx.x; i < count; i += CONV_SMALL_THREADS) o[i] = Os[i];
+    if (pids) {
+        int* oi = pids + (i64)base * N;
+        for (int i = threadIdx.x; i < count; i += CONV_SMALL_THREADS) oi[i] = Is[i];
     }
     __syncthreads();
 }
@@ -259,7 +260,7 @@ CONV_SMALL_POOL(32)
 // row-then-column order, keeping the first: the values and winners are conv_small_pool's, bit for
 // bit. The runtime shape arguments are conv_small_pool's; those fixed here are not read.
 template <int FV, int FH, int PD, int SV, int SH, int PV, int PZ, int PH, int PW, int WV, int WH,
-          int NP, bool PADDED>
+          int NP, bool PADDED, bool WINNERS>
 __device__ __forceinline__ void conv_small_pool_fixed_body(
     const float* __restrict__ src, int lda, const float* __restrict__ Wf, int ldw, int N, int W,
     int H2, int W2, float* __restrict__ pout, int* __restrict__ pids, int total)
@@ -308,6 +309,28 @@ __device__ __forceinline__ void conv_small_pool_fixed_body(
                     }
 #pragma unroll
             for (int n = 0; n < NP; ++n) {
+                if (!WINNERS) {
+                    // the largest net input's tanh is the largest tanh (tanhf rises with its
+                    // argument except right at TANH_DIP: there the window's values are compared
+                    // one by one as below), so one tanhf a slice instead of one a position
+                    float zb = fmaf(1.f, bias[n], acc[0][n]);
+#pragma unroll
+                    for (int w = 1; w < NW; ++w) {
+                        const float z = fmaf(1.f, bias[n], acc[w][n]);
+                        if (z > zb) zb = z;
+                    }
+                    float best = tanhf(zb);
+                    if (near_tanh_dip(zb)) {
+                        best = tanhf(fmaf(1.f, bias[n], acc[0][n]));
+#pragma unroll
+                        for (int w = 1; w < NW; ++w) {
+                            const float v = tanhf(fmaf(1.f, bias[n], acc[w][n]));
+                            if (v > best) best = v;
+                        }
+                    }
+                    if (n < N) os[n] = best;
+                    continue;
+                }
                 float best = tanhf(fmaf(1.f, bias[n], acc[0][n]));
                 int bid = 0;
 #pragma unroll
@@ -327,15 +350,23 @@ __device__ __forceinline__ void conv_small_pool_fixed_body(
         });
 }
 
-#define CONV_SMALL_POOL_FIXED(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, MINB) \
+#define CONV_SMALL_POOL_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED,   \
+                               WINNERS, MINB)                                                     \
     extern "C" __global__ void __launch_bounds__(CONV_SMALL_THREADS, MINB) NAME(                  \
         const float* __restrict__ src, int lda, int, int, int, int, int W, int, int, int, int,    \
         int, int, const float* __restrict__ Wf, int ldw, int N, int H2, int W2, int, int,         \
         float* __restrict__ pout, int* __restrict__ pids, int total)                              \
     {                                                                                             \
-        conv_small_pool_fixed_body<FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED>(       \
-            src, lda, Wf, ldw, N, W, H2, W2, pout, pids, total);                                  \
+        conv_small_pool_fixed_body<FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED,        \
+                                   WINNERS>(src, lda, Wf, ldw, N, W, H2, W2, pout, pids, total);  \
     }
+#define CONV_SMALL_POOL_FIXED(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, MINB) \
+    CONV_SMALL_POOL_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, true, MINB)
+// The pooled values alone (pids is not read), for forward-only evaluations: each slice's largest
+// net input first, then one tanhf (the same values, bit for bit).
+#define CONV_SMALL_POOL_VALUES(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, MINB)\
+    CONV_SMALL_POOL_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, false,   \
+                           MINB)
 
 // The weight gradient of a conv_small first layer followed by max pooling whose windows tile it,
 // straight from the pooling layer's deltas and winners. The first layer's delta is nonzero only

@@ -148,7 +148,7 @@ struct ConvFwdTile {
 
 // POOL: the layer is followed by max pooling whose windows (wv x wh, strides equal to the widths)
 // tile it, and the kernel writes that layer's activation and winners instead of its own (pout,
-// ldp, pids; see the end of the body).
+// ldp, pids; the winners only where pids is not null; see the end of the body).
 template <int CASES, int TM, int TN, int TPS, int POOL>
 __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int lda,
                                               const float* __restrict__ Wf, int M,
@@ -235,7 +235,10 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
         __syncthreads();
     }
 
-    // the bias, tanh, and the block's outputs staged in Xs (cases' rows are contiguous there)
+    // the bias, tanh, and the block's outputs staged in Xs (cases' rows are contiguous there);
+    // max pooling without winners (pids null: a forward-only evaluation) stages the net inputs
+    // and takes one tanhf of each window's largest (the same values, see near_tanh_dip)
+    const bool values_only = POOL && pids == nullptr;
     float bias[TN];
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
@@ -249,7 +252,10 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
             const int n = tn * TN + j;
-            if (n < CT_D) Xs[g * CT_D + n] = tanhf(fmaf(1.f, bias[j], acc[i][j]));
+            if (n < CT_D) {
+                const float z = fmaf(1.f, bias[j], acc[i][j]);
+                Xs[g * CT_D + n] = values_only ? z : tanhf(z);
+            }
         }
     }
     __syncthreads();
@@ -279,6 +285,18 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
                         id = r * CT_W + col;
                     }
                 }
+            if (values_only) {
+                if (near_tanh_dip(best)) {      // the window's tanhf one by one
+                    best = tanhf(xs[(r0 * CT_W + c0) * CT_D]);
+                    for (int r = r0; r < r0 + wv; ++r)
+                        for (int col = c0; col < c0 + wh; ++col)
+                            best = fmaxf_first(best, tanhf(xs[(r * CT_W + col) * CT_D]));
+                } else {
+                    best = tanhf(best);
+                }
+                o[(i64)c * ldo + j] = best;
+                continue;
+            }
             o[(i64)c * ldo + j] = best;
             pids[(i64)(m0 + c) * ldo + j] = id;
         }

@@ -14,8 +14,8 @@ __device__ __forceinline__ void pooled_neuron(int j, int PD, int W, int& d, int&
     oh = q / W;
 }
 
-// out: (cases, H, W, PD); ids (max pooling only): row * PW + col of the winner in the prior slice.
-// The first maximum in row-then-column order wins.
+// out: (cases, H, W, PD); ids (max pooling only, unless null): row * PW + col of the winner in
+// the prior slice. The first maximum in row-then-column order wins.
 extern "C" __global__ void pool_forward(
     const float* __restrict__ in, int PH, int PW, int PD, int H, int W, int wv, int wh,
     int sv, int sh, int is_max, float* __restrict__ out, int* __restrict__ ids, int nb)
@@ -42,7 +42,7 @@ extern "C" __global__ void pool_forward(
                     }
                 }
             out[o] = best;
-            ids[o] = id;
+            if (ids) ids[o] = id;
         } else {
             float s = 0.f;
             for (int r = r0; r < r0 + wv; ++r)
