@@ -28,9 +28,6 @@ __device__ __forceinline__ bool near_tanh_dip(float z)
     return u >= TANH_DIP_LO && u <= TANH_DIP_HI;
 }
 
-// max pooling's rule: a later value replaces the best so far only when strictly larger
-__device__ __forceinline__ float fmaxf_first(float best, float v) { return v > best ? v : best; }
-
 // T consecutive floats from shared memory into registers, 16 bytes at a time where T allows
 // (the caller keeps the address aligned to the access width).
 template <int T>

@@ -309,42 +309,39 @@ __device__ __forceinline__ void conv_small_pool_fixed_body(
                     }
 #pragma unroll
             for (int n = 0; n < NP; ++n) {
+                // without winners: the largest net input's tanh is the largest tanh (tanhf rises
+                // with its argument except near its dip, where the window's values are compared
+                // one by one as with winners), so one tanhf a slice instead of one a position
+                float best = 0.f;
+                bool each = WINNERS;
                 if (!WINNERS) {
-                    // the largest net input's tanh is the largest tanh (tanhf rises with its
-                    // argument except right at TANH_DIP: there the window's values are compared
-                    // one by one as below), so one tanhf a slice instead of one a position
                     float zb = fmaf(1.f, bias[n], acc[0][n]);
 #pragma unroll
                     for (int w = 1; w < NW; ++w) {
                         const float z = fmaf(1.f, bias[n], acc[w][n]);
                         if (z > zb) zb = z;
                     }
-                    float best = tanhf(zb);
-                    if (near_tanh_dip(zb)) {
-                        best = tanhf(fmaf(1.f, bias[n], acc[0][n]));
-#pragma unroll
-                        for (int w = 1; w < NW; ++w) {
-                            const float v = tanhf(fmaf(1.f, bias[n], acc[w][n]));
-                            if (v > best) best = v;
-                        }
-                    }
-                    if (n < N) os[n] = best;
-                    continue;
+                    best = tanhf(zb);
+                    each = near_tanh_dip(zb);
                 }
-                float best = tanhf(fmaf(1.f, bias[n], acc[0][n]));
                 int bid = 0;
+                if (each) {
+                    best = tanhf(fmaf(1.f, bias[n], acc[0][n]));
 #pragma unroll
-                for (int w = 1; w < NW; ++w) {
-                    const float v = tanhf(fmaf(1.f, bias[n], acc[w][n]));
-                    if (v > best) {
-                        best = v;
-                        bid = w;
+                    for (int w = 1; w < NW; ++w) {
+                        const float v = tanhf(fmaf(1.f, bias[n], acc[w][n]));
+                        if (v > best) {
+                            best = v;
+                            bid = w;
+                        }
                     }
                 }
                 if (n < N) {
-                    const int wr = bid / WH;
                     os[n] = best;
-                    is[n] = (pr * WV + wr) * W + pc * WH + bid - wr * WH;
+                    if (WINNERS) {
+                        const int wr = bid / WH;
+                        is[n] = (pr * WV + wr) * W + pc * WH + bid - wr * WH;
+                    }
                 }
             }
         });

@@ -289,8 +289,10 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
                 if (near_tanh_dip(best)) {      // the window's tanhf one by one
                     best = tanhf(xs[(r0 * CT_W + c0) * CT_D]);
                     for (int r = r0; r < r0 + wv; ++r)
-                        for (int col = c0; col < c0 + wh; ++col)
-                            best = fmaxf_first(best, tanhf(xs[(r * CT_W + col) * CT_D]));
+                        for (int col = c0; col < c0 + wh; ++col) {
+                            const float v = tanhf(xs[(r * CT_W + col) * CT_D]);
+                            if (v > best) best = v;
+                        }
                 } else {
                     best = tanhf(best);
                 }
