@@ -570,7 +570,12 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
     from convnet.device import tuning
     from test_device_emulated import TILED_ARCHS
     gather = tuning.nn_candidates
-    specs = [LENET_SHAPES] + TILED_ARCHS[1:]
+    # and tiles of whole warps whose slices leave 2 (22 slices: 6 a thread) and 3 (43: 11) over
+    # the groups of 4 (ct_slice), the first followed by pooling in its epilogue
+    odd = (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 22 1 1 1 1 1 1",
+            "POOLED MAX LAYER 2 2 2 2", "CONVOLUTIONAL LAYER 43 1 1 1 1 1 1",
+            "FULLY CONNECTED LAYER 5"], 8, 8, 1, 3)
+    specs = [LENET_SHAPES] + TILED_ARCHS[1:] + [odd]
     for lines, rows, cols, bands, ncls in specs:
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
         variants = sorted({t for ct in _backend(arch).conv_tiled.values()

@@ -1298,9 +1298,16 @@ def test_tiled_variants_follow_the_limits():
     # and the 8 x 8 tile with 4 cases, whose 224 threads are 7 whole warps (4 x 3200 floats of
     # outputs staged, two stages of a tap's weights), opted in to 59 KB
     whole = [v for v in wide if v.tps == 1 and v not in got]
-    assert [(v.cases, v.tm, v.tn, v.minb) for v in whole] == [(4, 8, 8, 2)]
+    assert [(v.cases, v.tm, v.tn, v.minb) for v in whole] == [(4, 8, 8, 2), (4, 4, 13, 2)]
     assert whole[0].threads(lenet) == 224 and whole[0].smem(lenet) == 4 * (4 * 3200 + 2 * 20 * 56)
-    assert [(v.cases, v.tm, v.tn) for v in staged] == [(v.cases, v.tm, v.tn) for v in got + whole]
+    # the tiles of whole warps a scheduler: 4 threads across the 50 slices, 13 each, 4 positions
+    # (128 threads a block for 2 cases, within 48 KB; 256 for 4, opted in), 128 registers
+    assert [(v.cases, v.tm, v.tn, v.minb) for v in got if v.tn == 13] == [(2, 4, 13, 4)]
+    assert ForwardVariant(2, 4, 13, 4).threads(lenet) == 128 and whole[1].threads(lenet) == 256
+    assert whole[1].smem(lenet) == 4 * (4 * 3200 + 2 * 20 * 52)
+    assert all(v.threads(s) % 128 == 0 for s in (lenet,) for v in wide if v.tn == 13)
+    assert [(v.cases, v.tm, v.tn) for v in staged] == [(v.cases, v.tm, v.tn) for v in wide if v.tps == 1]
+    assert sorted(wide[:len(wide) // 2], key=str) == sorted(got + whole, key=str)
     assert ForwardVariant(2, 8, 4, 1, 5).smem(lenet) == 33920 + 4 * 2 * 4 * 20 * 52
     assert [(v.cases, v.pad, v.tps) for v in delta_variants(lenet, True, optin)] == [
         (3, False, 1), (2, False, 1), (6, True, 1), (3, True, 1), (3, True, 5)]

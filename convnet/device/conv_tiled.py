@@ -32,6 +32,10 @@ REGISTERS = 65536               # per multiprocessor
 # held to (see forward_variants)
 THREAD_TILES = ((8, 8), (4, 8), (8, 4))
 TILE_REGISTERS = {(8, 8): 128}
+# conv_fwd: threads across the slices of the "whole warps" tiles (see _whole_warp_variants), and
+# the registers those tiles are held to
+WARP_COLUMNS = (4,)
+WARP_TILE_REGISTERS = 128
 # conv_bwd: the registers a thread is budgeted (4 x 16 accumulators and a tap row of weights fit
 # without spilling on LeNet's second layer)
 DELTA_REGISTERS = 96
@@ -234,9 +238,37 @@ def forward_variants(shape, smem_limit=SMEM_BYTES):
                         if (tm, tn) in TILE_REGISTERS and shape.W % tm == 0 else 1)
                 out.append(ForwardVariant(cases, tm, tn, minb))
                 break
+    out += _whole_warp_variants(shape, out, smem_limit)
     if smem_limit > SMEM_BYTES and shape.FH > 1:
         staged = [ForwardVariant(v.cases, v.tm, v.tn, v.minb, shape.FH) for v in out]
         out += [v for v in staged if v.fits(shape, min(smem_limit, SMEM_SHARE))]
+    return out
+
+
+def _whole_warp_variants(shape, taken, smem_limit):
+    """Tiles whose blocks are a multiple of 4 warps, so that each of a multiprocessor's four
+    schedulers gets the same number of warps. With 7 threads across LeNet's 50 slices (8 x 8
+    tiles: 56 slices) no count of cases fills the schedulers evenly (two blocks of 7 warps are
+    4 + 4 + 3 + 3), and a block waits for the busiest. Here 4 threads take the slices, each
+    ceil(depth / 4) of them (any number: conv_tiled.cu deals them out in groups of 4), with as
+    many positions as 64 accumulators allow; for each such tile the fewest cases whose threads
+    are a multiple of 128, and twice that."""
+    out = []
+    hw = shape.H * shape.W
+    for ncol in WARP_COLUMNS:
+        tn = _ceil(shape.D, ncol)
+        tm = next((t for t in (8, 4, 2) if t * tn <= 64), None)
+        if tm is None or tn < 5 or (tm, tn) in THREAD_TILES or hw % tm or shape.W % tm:
+            continue
+        per_case = hw // tm * ncol
+        first = next((c for c in range(1, 17) if c * per_case % 128 == 0), None)
+        if first is None:
+            continue
+        for cases in (first, 2 * first):
+            block = _ceil(cases * per_case, 128) * 128
+            v = ForwardVariant(cases, tm, tn, max(1, REGISTERS // (block * WARP_TILE_REGISTERS)))
+            if v.fits(shape, min(smem_limit, SMEM_SHARE)) and v not in taken:
+                out.append(v)
     return out
 
 

@@ -9,9 +9,10 @@
 // table. The k loop runs over the filter taps (row, column) and, inside a tap, over the prior
 // slices; each tap's weights (prior slices x this layer's slices) are copied to shared memory
 // while the previous tap is multiplied. A thread keeps TM output positions x TN slices in
-// registers; for a position the prior slices are contiguous, so four k steps of its window are
-// one 16-byte load. The results pass through shared memory (after tanh) and leave as one
-// contiguous run per block.
+// registers (its slices dealt out in groups of 4, see ct_slice, so that any TN reads its
+// weights 16 bytes at a time); for a position the prior slices are contiguous, so four k steps
+// of its window are one 16-byte load. The results pass through shared memory (after tanh) and
+// leave as one contiguous run per block.
 //
 // Every output's sum runs over k in gemm_nn's order: window rows, columns, prior slices, then
 // the bias (fmaf(1, bias, acc)); the zero padding is multiplied in as gemm_nn multiplies it
@@ -118,6 +119,7 @@ __device__ __forceinline__ void ct_load_taps(float* Bs, const float* __restrict_
                                              int taps)
 {
     using namespace ct;
+    static_assert(NC % 4 == 0, "16-byte copies");
     constexpr int TAP_UNITS = PD4 * NC / 4;
     for (int u = threadIdx.x; u < taps * TAP_UNITS; u += NT) {
         const int t = u / TAP_UNITS;
@@ -127,6 +129,37 @@ __device__ __forceinline__ void ct_load_taps(float* Bs, const float* __restrict_
         const bool ok = s < CT_PD;
         ct_cp_async16(Bs + t * PD4 * NC + s * NC + c,
                       ok ? Wf + (i64)((tap + t) * CT_PD + s) * CT_LDW + c : Wf, ok);
+    }
+}
+
+// The slices of the threads of column tn (of NCOL), TN each: groups of 4 consecutive slices are
+// dealt to the columns in turn (column tn takes 4 tn .. 4 tn + 3, then 4 (NCOL + tn) .., ...),
+// and the TN % 4 left over come last, as TN % 4 consecutive slices a column. So any TN reads a
+// row of the weights in the layout's own order, 16 bytes at a time where it can.
+template <int NCOL, int TN>
+__device__ __forceinline__ int ct_slice(int tn, int j)
+{
+    constexpr int G = TN / 4, R = TN % 4;
+    return j < 4 * G ? (j / 4) * 4 * NCOL + tn * 4 + j % 4 : 4 * G * NCOL + tn * R + (j - 4 * G);
+}
+
+// Column tn's TN weights of one row (NCOL * TN floats, 16-byte aligned) into b.
+template <int NCOL, int TN>
+__device__ __forceinline__ void ct_load_slices(float (&b)[TN], const float* row, int tn)
+{
+    constexpr int G = TN / 4, R = TN % 4;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const float4 v = *reinterpret_cast<const float4*>(row + g * 4 * NCOL + tn * 4);
+        b[4 * g] = v.x; b[4 * g + 1] = v.y; b[4 * g + 2] = v.z; b[4 * g + 3] = v.w;
+    }
+    const float* rest = row + 4 * G * NCOL + tn * R;
+    if (R == 2) {
+        const float2 v = *reinterpret_cast<const float2*>(rest);
+        b[4 * G] = v.x; b[4 * G + 1] = v.y;
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) b[4 * G + r] = rest[r];
     }
 }
 
@@ -157,9 +190,9 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
 {
     using namespace ct;
     using T = ConvFwdTile<CASES, TM, TN, TPS>;
-    constexpr int NC = T::NC, NT = T::NT, TR = T::TR, ROWS = T::ROWS;
+    constexpr int NC = T::NC, NCOL = T::NCOL, NT = T::NT, TR = T::TR, ROWS = T::ROWS;
     constexpr int STEPS = (TAPS + TPS - 1) / TPS;
-    static_assert(TN % 4 == 0 && NC <= CT_LDW, "slice tile");
+    static_assert(NC <= CT_LDW, "slice tile");
     float* Xs = ct_smem;
     float* Bs = ct_smem + T::XS;            // two stages of TPS taps' weights
 
@@ -209,7 +242,7 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
             const int fr = tap / CT_FH;
             const int fc = tap - fr * CT_FH;
             const float* xs = Xs + fr * ROW + fc * PD4;
-            const float* bs = Bs + (step & 1) * T::STAGE + k * PD4 * NC + tn * TN;
+            const float* bs = Bs + (step & 1) * T::STAGE + k * PD4 * NC;
 #pragma unroll
             for (int s4 = 0; s4 < PD4 / 4; ++s4) {
                 float4 a[TM];
@@ -221,7 +254,7 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     float b[TN];
-                    load_frag<TN>(b, bs + (4 * s4 + q) * NC);
+                    ct_load_slices<NCOL, TN>(b, bs + (4 * s4 + q) * NC, tn);
 #pragma unroll
                     for (int i = 0; i < TM; ++i) {
                         const float x = ct_lane(a[i], q);
@@ -239,10 +272,17 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
     // max pooling without winners (pids null: a forward-only evaluation) stages the net inputs
     // and takes one tanhf of each window's largest (the same values, see near_tanh_dip)
     const bool values_only = POOL && pids == nullptr;
+    // with pooling, a thread's TM staged positions take one float more than their slices (GS),
+    // so the threads of a warp, TM positions apart, store into different banks (where that
+    // fits: it may reach into the weights' stages, idle by now); the pooling reads position g
+    // of the block at staged(g)
+    constexpr int GS = POOL && TR * (TM * CT_D + 1) <= T::XS + 2 * T::STAGE ? TM * CT_D + 1
+                                                                             : TM * CT_D;
+    auto staged = [](unsigned g) { return (int)((g / TM) * GS + g % TM * CT_D); };
     float bias[TN];
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
-        const int n = tn * TN + j;
+        const int n = ct_slice<NCOL, TN>(tn, j);
         bias[j] = n < CT_D ? Wf[(i64)TAPS * CT_PD * CT_LDW + n] : 0.f;
     }
 #pragma unroll
@@ -251,10 +291,10 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
         if (g >= ROWS) continue;
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
-            const int n = tn * TN + j;
+            const int n = ct_slice<NCOL, TN>(tn, j);
             if (n < CT_D) {
                 const float z = fmaf(1.f, bias[j], acc[i][j]);
-                Xs[g * CT_D + n] = values_only ? z : tanhf(z);
+                Xs[tr * GS + i * CT_D + n] = values_only ? z : tanhf(z);
             }
         }
     }
@@ -264,22 +304,24 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
     if (POOL) {
         // pool_forward's values and winners, bit for bit: the first maximum of each window in
         // row-then-column order, the winner as row * W + column of this layer
-        const int W2 = CT_W / wh;
-        const int per_case = (CT_H / wv) * W2 * CT_D;
-        for (int u = tid; u < cases * per_case; u += NT) {
-            const int c = u / per_case;
+        // (unsigned: the divisions by the pooling's runtime sizes are shorter)
+        const unsigned W2 = CT_W / wh;
+        const unsigned per_case = (CT_H / wv) * W2 * CT_D;
+        for (unsigned u = tid; u < cases * per_case; u += NT) {
+            const unsigned c = u / per_case;
             const int j = u - c * per_case;
-            const int q = j / CT_D;
+            const unsigned q = j / CT_D;
             const int n = j - q * CT_D;
-            const int pr = q / W2;
+            const unsigned pr = q / W2;
             const int r0 = pr * wv;
             const int c0 = (q - pr * W2) * wh;
-            const float* xs = Xs + c * OUT + n;
-            float best = xs[(r0 * CT_W + c0) * CT_D];
+            const float* xs = Xs + n;
+            const int g0 = c * HW;
+            float best = xs[staged(g0 + r0 * CT_W + c0)];
             int id = r0 * CT_W + c0;
             for (int r = r0; r < r0 + wv; ++r)
                 for (int col = c0; col < c0 + wh; ++col) {
-                    const float v = xs[(r * CT_W + col) * CT_D];
+                    const float v = xs[staged(g0 + r * CT_W + col)];
                     if (v > best) {
                         best = v;
                         id = r * CT_W + col;
@@ -287,10 +329,10 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
                 }
             if (values_only) {
                 if (near_tanh_dip(best)) {      // the window's tanhf one by one
-                    best = tanhf(xs[(r0 * CT_W + c0) * CT_D]);
+                    best = tanhf(xs[staged(g0 + r0 * CT_W + c0)]);
                     for (int r = r0; r < r0 + wv; ++r)
                         for (int col = c0; col < c0 + wh; ++col) {
-                            const float v = tanhf(xs[(r * CT_W + col) * CT_D]);
+                            const float v = tanhf(xs[staged(g0 + r * CT_W + col)]);
                             if (v > best) best = v;
                         }
                 } else {
