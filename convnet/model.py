@@ -30,7 +30,8 @@ class Model:
         if not isinstance(device, str) or device.lower() not in DEVICES:
             raise ConvnetError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
         self.device = device.lower()
-        self._weights = np.zeros(arch.n_weights)
+        self._own_weights = np.zeros(arch.n_weights)
+        self._weights = self._own_weights
         if self.device == "cpu":
             self.backend = HostBackend(arch, threads=threads)
         else:
@@ -44,7 +45,15 @@ class Model:
 
     @weights.setter
     def weights(self, value):
-        self._weights[:] = check_weights(self.arch, value)
+        self._own_weights[:] = check_weights(self.arch, value)
+        self._weights = self._own_weights
+
+    def keep_weights(self, value):
+        """Hold ``value`` itself as the weights, without a copy, until the next assignment to
+        ``weights`` (which copies into the model's own array again): for a trainer whose
+        optimizer hands over an array each iteration that stays as it is while it is held (the
+        device's, DeviceVectors.host_arrays_kept)."""
+        self._weights = check_weights(self.arch, value)
 
     @property
     def n_weights(self):

@@ -1507,6 +1507,78 @@ def test_emulated_device_vectors_are_the_host_passes(fake_runtime):
         V.array(np.zeros(3))
 
 
+def test_emulated_device_vectors_reuse_memory_and_keep_host_arrays(fake_runtime):
+    """A dropped DeviceVector's memory serves the next one (no allocation per iteration), and
+    host() hands over two page-locked arrays in turn, each left as it is until the call after
+    next."""
+    ev, w, d = _line_problem(0.0)
+    V = ev.vectors
+    allocs = []
+    alloc = ev.backend.alloc
+    ev.backend.alloc = lambda nbytes: allocs.append(nbytes) or alloc(nbytes)
+    xv, gv = V.array(w), V.array(d)
+    assert len(allocs) == 2
+    buf = int(gv.buf)
+    del gv
+    nv = V.neg(xv)
+    assert len(allocs) == 2 and int(nv.buf) == buf
+    assert np.array_equal(V.host(nv), -w)
+    line = ev.line(xv, nv)              # the first line allocates the line search's buffers
+    line.evaluate(0.1)
+    g = line.gradient(1)
+    n = len(allocs)
+    del g
+    line = ev.line(xv, nv)
+    line.evaluate(0.2)
+    g = line.gradient(1)                # an iteration's gradient: in the memory dropped above
+    assert len(allocs) == n
+    a = V.host(xv)
+    b = V.host(g)
+    assert a is not b and np.array_equal(a, w)
+    assert V.host(nv) is a and np.array_equal(b, V.host(g)) and V.host(xv) is a
+
+
+def test_emulated_gpu_training_keeps_the_device_arrays(fake_runtime, monkeypatch, tmp_path):
+    """A TRAIN on one GPU lets the model hold the arrays DeviceVectors.host hands over, without
+    a copy: each is left unchanged while the model holds it, and after the refinement the model
+    is back on its own array, holding the best weights."""
+    import json
+    from convnet import model as model_module
+    from convnet.session import run
+    kept = []
+    keep = model_module.Model.keep_weights
+
+    def checked_keep(self, value):
+        if kept:
+            held, copy = kept[-1]
+            assert self.weights is held and np.array_equal(held, copy)
+        kept.append((value, np.array(value)))
+        keep(self, value)
+
+    finals = []
+    setter = model_module.Model.weights.fset
+
+    def checked_set(self, value):
+        setter(self, value)
+        assert self.weights is self._own_weights
+        finals.append(self)
+
+    monkeypatch.setattr(model_module.Model, "keep_weights", checked_keep)
+    monkeypatch.setattr(model_module.Model, "weights",
+                        property(model_module.Model.weights.fget, checked_set))
+    monkeypatch.setattr("convnet.devices.cuda_status", lambda: (True, "emulated device"))
+    ctl = tmp_path / "gpu.ctl"
+    ctl.write_text("MAKE IMAGE 8 8 1 3 120\nCONVOLUTIONAL LAYER 4 1 1 1 1 1 1\n"
+                   "POOLED MAX LAYER 2 2 2 2\nFULLY CONNECTED LAYER 5\nANNEAL ITERS = 5\n"
+                   "MAXITERS = 6\nWPEN = 0.01\nCUDA = YES\nTRAIN\nTEST\n")
+    out = tmp_path / "out"
+    run([str(ctl)], out=str(out), seed=2)
+    assert json.loads((out / "results.json").read_text())["status"] == "done"
+    assert len(kept) >= 3 and len({id(v) for v, _ in kept}) == 2
+    held, copy = kept[-1]
+    assert np.array_equal(finals[-1].weights, copy) and finals[-1].weights is not held
+
+
 def test_emulated_gpu_training_runs_no_compiled_host_pass(fake_runtime, monkeypatch, tmp_path):
     """A TRAIN on one GPU keeps the refinement's vectors on the device and rounds and penalises
     the annealing's weights with numpy: none of convnet/vectors.py's compiled passes runs, so a GPU

@@ -193,8 +193,16 @@ def _train(model, dataset, params, log, interrupt, rng, progress):
     t0 = time.perf_counter()
     steps = []
 
+    vectors = getattr(ev, "vectors", None)
+    # the device's vectors hand over arrays that stay as they are until the iteration after the
+    # next, so the model can hold them without copying every weight each iteration
+    keep = model.keep_weights if getattr(vectors, "host_arrays_kept", False) else None
+
     def on_iter(it, f, step, w):
-        model.weights = w
+        if keep is not None:
+            keep(w)
+        else:
+            model.weights = w
         steps.append(step)
         log.write(f"Iteration {it} criterion = {f:.6g} step = {step:.4g}")
         if progress is not None:
@@ -204,7 +212,7 @@ def _train(model, dataset, params, log, interrupt, rng, progress):
     # vectors (the device path, one GPU) offers line and vectors
     cres = conjugate_gradients(ev.criterion, ev.gradient, ares.weights, max_iters=max_iters, tol=tol,
                                stop=stop, on_iter=on_iter, line=getattr(ev, "line", None),
-                               vectors=getattr(ev, "vectors", None))
+                               vectors=vectors)
     model.weights = cres.weights
     seconds["refinement"] = time.perf_counter() - t0
     refine_interrupted = cres.interrupted
