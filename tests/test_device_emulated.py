@@ -1538,13 +1538,27 @@ def test_emulated_device_vectors_reuse_memory_and_keep_host_arrays(fake_runtime)
     assert V.host(nv) is a and np.array_equal(b, V.host(g)) and V.host(xv) is a
 
 
+def _emulated_gpu_train(monkeypatch, tmp_path, maxiters):
+    """A small TRAIN and TEST with CUDA = YES on the emulated device, run to the end; returns
+    its output folder."""
+    import json
+    from convnet.session import run
+    monkeypatch.setattr("convnet.devices.cuda_status", lambda: (True, "emulated device"))
+    ctl = tmp_path / "gpu.ctl"
+    ctl.write_text("MAKE IMAGE 8 8 1 3 120\nCONVOLUTIONAL LAYER 4 1 1 1 1 1 1\n"
+                   "POOLED MAX LAYER 2 2 2 2\nFULLY CONNECTED LAYER 5\nANNEAL ITERS = 5\n"
+                   f"MAXITERS = {maxiters}\nWPEN = 0.01\nCUDA = YES\nTRAIN\nTEST\n")
+    out = tmp_path / "out"
+    run([str(ctl)], out=str(out), seed=2)
+    assert json.loads((out / "results.json").read_text())["status"] == "done"
+    return out
+
+
 def test_emulated_gpu_training_keeps_the_device_arrays(fake_runtime, monkeypatch, tmp_path):
     """A TRAIN on one GPU lets the model hold the arrays DeviceVectors.host hands over, without
     a copy: each is left unchanged while the model holds it, and after the refinement the model
     is back on its own array, holding the best weights."""
-    import json
     from convnet import model as model_module
-    from convnet.session import run
     kept = []
     keep = model_module.Model.keep_weights
 
@@ -1566,14 +1580,7 @@ def test_emulated_gpu_training_keeps_the_device_arrays(fake_runtime, monkeypatch
     monkeypatch.setattr(model_module.Model, "keep_weights", checked_keep)
     monkeypatch.setattr(model_module.Model, "weights",
                         property(model_module.Model.weights.fget, checked_set))
-    monkeypatch.setattr("convnet.devices.cuda_status", lambda: (True, "emulated device"))
-    ctl = tmp_path / "gpu.ctl"
-    ctl.write_text("MAKE IMAGE 8 8 1 3 120\nCONVOLUTIONAL LAYER 4 1 1 1 1 1 1\n"
-                   "POOLED MAX LAYER 2 2 2 2\nFULLY CONNECTED LAYER 5\nANNEAL ITERS = 5\n"
-                   "MAXITERS = 6\nWPEN = 0.01\nCUDA = YES\nTRAIN\nTEST\n")
-    out = tmp_path / "out"
-    run([str(ctl)], out=str(out), seed=2)
-    assert json.loads((out / "results.json").read_text())["status"] == "done"
+    _emulated_gpu_train(monkeypatch, tmp_path, maxiters=6)
     assert len(kept) >= 3 and len({id(v) for v, _ in kept}) == 2
     held, copy = kept[-1]
     assert np.array_equal(finals[-1].weights, copy) and finals[-1].weights is not held
@@ -1583,9 +1590,7 @@ def test_emulated_gpu_training_runs_no_compiled_host_pass(fake_runtime, monkeypa
     """A TRAIN on one GPU keeps the refinement's vectors on the device and rounds and penalises
     the annealing's weights with numpy: none of convnet/vectors.py's compiled passes runs, so a GPU
     run never pays for starting the compiler."""
-    import json
     from convnet import vectors
-    from convnet.session import run
     from convnet.train import conjgrad
 
     def refuse(*args, **kwargs):
@@ -1595,14 +1600,7 @@ def test_emulated_gpu_training_runs_no_compiled_host_pass(fake_runtime, monkeypa
         monkeypatch.setattr(vectors.HostVectors, name, staticmethod(refuse))
     monkeypatch.setattr(vectors, "selected_sum_of_squares", refuse)
     monkeypatch.setattr(conjgrad, "step_into", refuse)
-    monkeypatch.setattr("convnet.devices.cuda_status", lambda: (True, "emulated device"))
-    ctl = tmp_path / "gpu.ctl"
-    ctl.write_text("MAKE IMAGE 8 8 1 3 120\nCONVOLUTIONAL LAYER 4 1 1 1 1 1 1\n"
-                   "POOLED MAX LAYER 2 2 2 2\nFULLY CONNECTED LAYER 5\nANNEAL ITERS = 5\n"
-                   "MAXITERS = 4\nWPEN = 0.01\nCUDA = YES\nTRAIN\nTEST\n")
-    out = tmp_path / "out"
-    run([str(ctl)], out=str(out), seed=2)
-    assert json.loads((out / "results.json").read_text())["status"] == "done"
+    out = _emulated_gpu_train(monkeypatch, tmp_path, maxiters=4)
     assert "Line search trial points formed on the device" in (out / "CUDA.LOG").read_text()
     with pytest.raises(AssertionError):             # the refusal itself works
         vectors.HostVectors().step_into(None, None, 0.0, None)

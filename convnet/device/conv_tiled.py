@@ -34,7 +34,7 @@ THREAD_TILES = ((8, 8), (4, 8), (8, 4))
 TILE_REGISTERS = {(8, 8): 128}
 # conv_fwd: threads across the slices of the "whole warps" tiles (see _whole_warp_variants), and
 # the registers those tiles are held to
-WARP_COLUMNS = (4,)
+WARP_COLUMNS = 4
 WARP_TILE_REGISTERS = 128
 # conv_bwd: the registers a thread is budgeted (4 x 16 accumulators and a tap row of weights fit
 # without spilling on LeNet's second layer)
@@ -253,22 +253,19 @@ def _whole_warp_variants(shape, taken, smem_limit):
     ceil(depth / 4) of them (any number: conv_tiled.cu deals them out in groups of 4), with as
     many positions as 64 accumulators allow; for each such tile the fewest cases whose threads
     are a multiple of 128, and twice that."""
-    out = []
     hw = shape.H * shape.W
-    for ncol in WARP_COLUMNS:
-        tn = _ceil(shape.D, ncol)
-        tm = next((t for t in (8, 4, 2) if t * tn <= 64), None)
-        if tm is None or tn < 5 or (tm, tn) in THREAD_TILES or hw % tm or shape.W % tm:
-            continue
-        per_case = hw // tm * ncol
-        first = next((c for c in range(1, 17) if c * per_case % 128 == 0), None)
-        if first is None:
-            continue
-        for cases in (first, 2 * first):
-            block = _ceil(cases * per_case, 128) * 128
-            v = ForwardVariant(cases, tm, tn, max(1, REGISTERS // (block * WARP_TILE_REGISTERS)))
-            if v.fits(shape, min(smem_limit, SMEM_SHARE)) and v not in taken:
-                out.append(v)
+    tn = _ceil(shape.D, WARP_COLUMNS)
+    tm = next((t for t in (8, 4, 2) if t * tn <= 64), None)
+    if tm is None or tn < 5 or (tm, tn) in THREAD_TILES or hw % tm or shape.W % tm:
+        return []
+    per_case = hw // tm * WARP_COLUMNS
+    first = next((c for c in range(1, 17) if c * per_case % 128 == 0), None)
+    out = []
+    for cases in ((first, 2 * first) if first else ()):
+        block = _ceil(cases * per_case, 128) * 128
+        v = ForwardVariant(cases, tm, tn, max(1, REGISTERS // (block * WARP_TILE_REGISTERS)))
+        if v.fits(shape, min(smem_limit, SMEM_SHARE)) and v not in taken:
+            out.append(v)
     return out
 
 

@@ -125,7 +125,8 @@ class DeviceVectors:
 
     host_arrays_kept = True
 
-    def _new(self):
+    def new(self):
+        """An uninitialised vector (the memory of a dropped one where there is one)."""
         buf = self.spares.pop() if self.spares else self.backend.alloc(8 * self.n)
         return DeviceVector(buf, self.n, self.spares)
 
@@ -137,7 +138,7 @@ class DeviceVectors:
             raise ValueError(f"a vector of {self.n} weights, not of shape {a.shape}")
         rt = self.rt
         with rt.active():
-            v = self._new()
+            v = self.new()
             rt.stream.synchronize()
             rt.cuda.memcpy_htod(v.buf, a)
         return v
@@ -147,7 +148,7 @@ class DeviceVectors:
             return self.array(a)            # the upload is a copy
         rt = self.rt
         with rt.active():
-            v = self._new()
+            v = self.new()
             rt.cuda.memcpy_dtod_async(v.buf, a.buf, 8 * self.n, rt.stream)
         return v
 
@@ -168,7 +169,7 @@ class DeviceVectors:
     def neg(self, v):
         rt = self.rt
         with rt.active():
-            out = self._new()
+            out = self.new()
             K.vec_neg(rt, out=out.buf, v=v.buf, n=self.n)
         return out
 
@@ -272,6 +273,6 @@ class DeviceLine:
         else:
             raise RuntimeError(f"evaluation {handle} of this line is neither the latest nor the lowest")
         with rt.active():
-            g = ev.vectors._new()
+            g = ev.vectors.new()
             rt.cuda.memcpy_dtod_async(g.buf, src, 8 * st.n, rt.stream)
         return ev.vectors.result(g) if self.host_arrays else g

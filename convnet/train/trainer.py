@@ -196,13 +196,14 @@ def _train(model, dataset, params, log, interrupt, rng, progress):
     vectors = getattr(ev, "vectors", None)
     # the device's vectors hand over arrays that stay as they are until the iteration after the
     # next, so the model can hold them without copying every weight each iteration
-    keep = model.keep_weights if getattr(vectors, "host_arrays_kept", False) else None
+    if getattr(vectors, "host_arrays_kept", False):
+        hold = model.keep_weights
+    else:
+        def hold(w):
+            model.weights = w
 
     def on_iter(it, f, step, w):
-        if keep is not None:
-            keep(w)
-        else:
-            model.weights = w
+        hold(w)
         steps.append(step)
         log.write(f"Iteration {it} criterion = {f:.6g} step = {step:.4g}")
         if progress is not None:
