@@ -200,6 +200,12 @@ def _tn_fitting(tile, R, N):
                 next(iter(tuning.TN_TILES)))
 
 
+def _nn_fitting(tile, dense):
+    """tile, or where it is a dense variant and the launch's rows are not dense, the first shape."""
+    from convnet.device import tuning
+    return tile if dense or tile not in tuning.NN_DENSE else next(iter(tuning.NN_TILES))
+
+
 @pytest.mark.parametrize("seed", [3, 5])
 def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     from convnet.device import tuning
@@ -219,7 +225,8 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     for i in range(max(len(nns), len(tns), len(tiled))):       # every shape at least once
         nn, tn, ct = nns[i % len(nns)], tns[i % len(tns)], tiled[i % len(tiled)]
         monkeypatch.setattr(tuning, "nn_candidates",
-                            lambda M, N, conv=(), t=nn, ct=ct: [ct] if ct in conv else [t])
+                            lambda M, N, conv=(), dense=False, t=nn, ct=ct:
+                            [ct] if ct in conv else [_nn_fitting(t, dense)])
         monkeypatch.setattr(tuning, "tn_candidates", lambda R, N, t=tn: [_tn_fitting(t, R, N)])
         monkeypatch.setattr(tuning, "grad_candidates",
                             lambda grad, ct=ct: [ct] if ct in grad else list(grad)[:1])
@@ -523,7 +530,7 @@ def test_pooled_values_at_tanhf_dip_give_the_same_bits(monkeypatch):
     ref = None
     for tile in [None] + sorted(be.conv_tiled[0].fwd):
         monkeypatch.setattr(tuning, "nn_candidates",
-                            lambda M, N, conv=(), t=tile: [t] if t in conv else gather(M, N)[:1])
+                            lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather(M, N)[:1])
         be = _backend(arch)
         ev = be.evaluator(x, c, 0.01)
         for kind in ("criterion", "gradient"):
@@ -532,6 +539,37 @@ def test_pooled_values_at_tanhf_dip_give_the_same_bits(monkeypatch):
             ref = h if ref is None else ref
             assert np.array_equal(h, ref), (tile, kind)
         assert ev.criterion(w) == ev.gradient(w)[0], tile
+
+
+def test_dense_products_give_the_same_bits(monkeypatch):
+    """gemm_nn's dense variants (fully connected layers' activations and deltas, 16-byte copies),
+    each forced where it is allowed: the same criterion, gradient and outputs, bit for bit, as
+    the gather tiles, MAX BATCH all and 256; 500 columns as in LeNet, and a layer of 68 whose
+    last block of 128 columns is mostly past the end."""
+    from convnet.device import tuning
+    gather = tuning.nn_candidates
+    specs = [(["CONVOLUTIONAL LAYER 12 1 1 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+               "FULLY CONNECTED LAYER 500"], 12, 12, 1, 10),
+             (["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "FULLY CONNECTED LAYER 72",
+               "FULLY CONNECTED LAYER 68"], 6, 6, 2, 3)]
+    for spec in specs:
+        arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(*spec, n=1301)
+        out = {}
+        for tile in [None] + tuning.NN_DENSE:
+            monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, conv=(), dense=False, t=tile:
+                                [t] if dense and t else gather(M, N, conv)[:1])
+            for params in ({}, {"MAX BATCH": 256}):
+                be = _backend(arch, params)
+                ev = be.evaluator(x, c, 0.01)
+                out[tile, str(params)] = (*ev.gradient(w), ev.criterion(w), ev.outputs(w))
+                chosen = set(ev.tuner.choice.values())
+                assert (tile in chosen) == (tile is not None), (tile, chosen)
+        crit, grad, crit_only, probs = out[None, "{}"]
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+        assert crit_only == crit
+        for key, (cr, g, co, p) in out.items():
+            assert cr == crit and co == crit_only and np.array_equal(g, grad), (spec[0], key)
+            assert np.array_equal(p, probs), (spec[0], key)
 
 
 def test_pooling_in_the_forward_epilogue_gives_the_same_bits(monkeypatch):
@@ -553,7 +591,7 @@ def test_pooling_in_the_forward_epilogue_gives_the_same_bits(monkeypatch):
         tiles = sorted({t for i in pooled for t in be.conv_tiled[i - 1].fwd})
         for tile in [None] + tiles:
             monkeypatch.setattr(tuning, "nn_candidates",
-                                lambda M, N, conv=(), t=tile: [t] if t in conv else gather(M, N)[:1])
+                                lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather(M, N)[:1])
             for params in ({}, {"MAX BATCH": 256}):
                 ev = _backend(arch, params).evaluator(x, c, 0.01)
                 crit, grad = ev.gradient(w)
@@ -584,7 +622,7 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
         runs = {}
         for tile in [None] + variants:
             monkeypatch.setattr(tuning, "nn_candidates",
-                                lambda M, N, conv=(), t=tile: [t] if t in conv else gather(M, N)[:1])
+                                lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather(M, N)[:1])
             monkeypatch.setattr(tuning, "grad_candidates",
                                 lambda grad, t=tile: [t] if t in grad else list(grad)[:1])
             for params in ({}, {"MAX BATCH": 256}):

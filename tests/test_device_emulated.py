@@ -200,6 +200,8 @@ class _Kernels:
         _covered((grid[2], grid[1]), BM, BN, M, N)
         assert 1 <= grid[0] <= G
         d = self.mem.view(desc, np.int32, 5 * G).reshape(G, 5).astype(np.int64)
+        if tile in tuning.NN_DENSE:
+            self.check_dense(tab, d, src, lda, B, b_ld)
         m = np.arange(M)
         n = np.arange(N)
         for a_start, b_start, K, b_add, o_add in d:
@@ -224,6 +226,23 @@ class _Kernels:
                 C = C * (1 - p * p)
             o = self.mem.view(out, np.float32, int(oidx.max()) + 1)
             o[oidx] = C.astype(np.float32)
+
+    def check_dense(self, tab, d, src, lda, B, b_ld):
+        """What gemm_nn's dense variants take for granted: one group, its A columns a0, a0 + 1,
+        ... (then perhaps the bias, A_ONE), its B rows evenly spaced, every row 16-byte aligned."""
+        assert len(d) == 1
+        a_start, b_start, K, b_add, _ = (int(v) for v in d[0])
+        ao = self.gather(tab, np.int32, a_start + np.arange(K)).astype(np.int64)
+        kd = K - int(K > 0 and ao[-1] == -2)
+        assert np.array_equal(ao[:kd], ao[0] + np.arange(kd)) and (ao[:kd] >= 0).all()
+        if b_ld > 0:
+            step, first = b_ld, 0
+        else:
+            bo = self.gather(tab, np.int32, b_start + np.arange(K)).astype(np.int64)
+            step, first = (int(bo[1] - bo[0]) if K > 1 else 0), int(bo[0])
+            assert np.array_equal(bo, first + step * np.arange(K))
+        assert lda % 4 == 0 and (kd == 0 or ao[0] % 4 == 0) and step % 4 == 0
+        assert (first + b_add) % 4 == 0 and int(src) % 16 == 0 and int(B) % 16 == 0
 
     # gemm_tn(src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi, n_cases, chunk, groups,
     #         gps, slots, local_cols, part, nz)
@@ -751,7 +770,11 @@ class FakeRuntime:
         self.launches.append(name)
         self.launch_streams.append(self.stream)
         args = [_arg(a) for a in args]
-        assert shared <= max(48 * 1024, self.shared_allowed.get(name, 0)), name
+        # (the runtime opts in the gemm_nn variants of tuning.NN_SHARED when it loads them)
+        built = tuning.NN_SHARED.get(name[8:], 0) if name.startswith("gemm_nn_") else 0
+        assert shared <= max(48 * 1024, self.shared_allowed.get(name, 0), built), name
+        if name.startswith("gemm_nn_"):
+            assert shared == built, name
         if name in self.specialized:
             family, d, variant = self.specialized[name]
             getattr(self.kernels, family)(d, variant, grid, block, shared, *args)
@@ -1152,6 +1175,44 @@ def test_emulated_split_upload_gives_the_same_bits(fake_runtime, max_batch):
     assert fake_runtime.graph_launches > 0
 
 
+def test_emulated_dense_products(fake_runtime, monkeypatch):
+    """The fully connected layers' activations and deltas take gemm_nn's dense variants where
+    they are timed (launches.dense_allowed; the emulation checks the tables' form, one group and
+    the alignment): the float64 model's results, with and without batches of 256 cases, and
+    never a dense variant for rows that are not dense."""
+    lines = ["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "FULLY CONNECTED LAYER 72", "FULLY CONNECTED LAYER 68"]
+    arch, x, c, w, crit_ref, grad_ref, p_ref = _problem(lines, 6, 6, 1, 3, n=300, seed=6)
+    plan = ModelPlan(arch)
+    fc = [lp for lp in plan.layers if lp.kind.whole_prior]
+    assert len(fc) == 3 and all(lp.fwd.dense is not None for lp in fc)
+    assert all(lp.bwd.dense is not None for lp in fc) and plan.layers[0].fwd.dense is None
+    gather = tuning.nn_candidates
+    for tile in tuning.NN_DENSE:
+        monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, conv=(), dense=False, t=tile:
+                            [t] if dense else gather(M, N, conv)[:1])
+        for params in ({}, {"MAX BATCH": 256}):
+            fake_runtime.launches.clear()
+            ev = dbe.DeviceBackend(arch, params).evaluator(x, c, 0.01)
+            crit, grad = ev.gradient(w)
+            assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+            assert abs(ev.criterion(w) - crit_ref) <= 1e-6 * crit_ref
+            assert np.abs(ev.outputs(w) - p_ref).max() < 1e-6
+            # FC 72 and FC 68 forward (72 and 68 columns), the deltas into the 288 neurons of
+            # the convolutional layer and into FC 72; the output layer's 3 columns are too few
+            dense = [nm for nm in fake_runtime.launches if nm == f"gemm_nn_{tile}"]
+            assert len(dense) >= 4, fake_runtime.launches
+    # rows that do not start on 16-byte boundaries keep the gather tiles
+    lp = fc[0]
+    assert launches.dense_allowed(lp.fwd, src=1 << 20, lda=288, B=1 << 20, b_ld=96)
+    assert not launches.dense_allowed(lp.fwd, src=1 << 20, lda=290, B=1 << 20, b_ld=96)
+    assert not launches.dense_allowed(lp.fwd, src=(1 << 20) + 4, lda=288, B=1 << 20, b_ld=96)
+    assert not launches.dense_allowed(lp.bwd, src=1 << 20, lda=72, B=(1 << 20) + 8, b_ld=0)
+    assert not launches.dense_allowed(plan.layers[0].fwd, src=1 << 20, lda=36, B=1 << 20, b_ld=32)
+    assert gather(1000, 72, (), True)[-len(tuning.NN_DENSE):] == tuning.NN_DENSE
+    assert not set(gather(1000, 64, (), True)) & set(tuning.NN_DENSE)
+    assert not set(gather(1000, 72)) & set(tuning.NN_DENSE)
+
+
 # convolutional layers for the tiled kernels: LeNet's second layer, padding, strides, prior
 # depths that are not a multiple of 4, depths that are not a multiple of the thread tile
 TILED_ARCHS = [
@@ -1195,7 +1256,7 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
     gather_first = tuning.nn_candidates
     for tile in variants:
         monkeypatch.setattr(tuning, "nn_candidates",
-                            lambda M, N, conv=(), t=tile: [t] if t in conv else gather_first(M, N)[:1])
+                            lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather_first(M, N)[:1])
         monkeypatch.setattr(tuning, "grad_candidates",
                             lambda grad, t=tile: [t] if t in grad else list(grad)[:1])
         fake_runtime.launches.clear()
@@ -1253,7 +1314,7 @@ def test_emulated_pooling_in_the_forward_epilogue(fake_runtime, monkeypatch, spe
     tiles = sorted({t for i in pooled for t in dbe.DeviceBackend(arch).conv_tiled[i - 1].fwd})[:2]
     for tile in [None] + tiles:
         monkeypatch.setattr(tuning, "nn_candidates",
-                            lambda M, N, conv=(), t=tile: [t] if t in conv else gather_first(M, N)[:1])
+                            lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather_first(M, N)[:1])
         for params in ({}, {"MAX BATCH": 40}) if tile == tiles[0] else ({},):
             fake_runtime.launches.clear()
             be = dbe.DeviceBackend(arch, params)

@@ -273,12 +273,26 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
         grid = (min(G, MAX_GRID_X), (M + BM - 1) // BM, (N + BN - 1) // BN)
         rt.launch(f"gemm_nn_{tile}", grid, (nt, 1, 1),
                   *GEMM_NN.pack(src=src, lda=lda, tables=tables, desc=desc, B=B, b_ld=b_ld, M=M,
-                                N=N, out=out, ldo=ldo, prior=prior, epi=epi, n_groups=G))
+                                N=N, out=out, ldo=ldo, prior=prior, epi=epi, n_groups=G),
+                  shared=tuning.NN_SHARED.get(tile, 0))
 
     work = float(M) * N * groups.max_k * G
     if pool is not None:
         site = (site[0] + " pooled",) + site[1:]
-    tuner.run(site + (M,), tuning.nn_candidates(M, N, variants), work, launch)
+    dense = dense_allowed(groups, src=src, lda=lda, B=B, b_ld=b_ld)
+    tuner.run(site + (M,), tuning.nn_candidates(M, N, variants, dense), work, launch)
+
+
+def dense_allowed(groups, *, src, lda, B, b_ld):
+    """Whether gemm_nn's dense variants may compute this launch: one group of dense rows
+    (plan.DenseRows) whose every row begins on a 16-byte boundary, in A and in B."""
+    d = groups.dense
+    if d is None or groups.n_groups != 1:
+        return False
+    b_step = b_ld if b_ld > 0 else d.b_step
+    b_add = int(groups.desc[0, 3])                  # B's first row: B + b_add
+    return (lda % 4 == 0 and d.a0 % 4 == 0 and b_step % 4 == 0 and b_add % 4 == 0
+            and int(src) % 16 == 0 and int(B) % 16 == 0)
 
 
 def gemm_tn(rt, tuner, site, *, src, lda, tables, desc, delta, ldd, depth, rows, n_lo, n_hi,

@@ -75,14 +75,28 @@ class TableBuilder:
         return out.astype(np.int32)
 
 
-class GemmGroups:
-    """Descriptors of one gemm_nn launch: per group (a_start, b_start, K, b_add, o_add)."""
+class DenseRows:
+    """The form of a one-group product whose A columns are consecutive floats of each case's row
+    (a0, a0 + 1, ...; then the bias when `bias`) and whose B rows lie b_step floats apart, the
+    first at b_add: the dense variants of gemm_nn (gemm_async.cu) copy such rows 16 bytes at a
+    time."""
 
-    def __init__(self, desc, n_cols, max_k):
+    def __init__(self, a0, b_step, bias):
+        self.a0 = a0
+        self.b_step = b_step
+        self.bias = bias
+
+
+class GemmGroups:
+    """Descriptors of one gemm_nn launch: per group (a_start, b_start, K, b_add, o_add); dense:
+    a DenseRows where the tables have that form (fully connected and output layers)."""
+
+    def __init__(self, desc, n_cols, max_k, dense=None):
         self.desc = np.asarray(desc, dtype=np.int64).reshape(-1, 5)
         self.n_groups = self.desc.shape[0]
         self.n_cols = n_cols            # N
         self.max_k = max_k
+        self.dense = dense
 
 
 def _window_offsets(layer):
@@ -159,7 +173,7 @@ class GatherLayerPlan(LayerPlan):
             K = aoff.size
             a0 = tables.add(aoff)
             b0 = tables.add(np.arange(K) * cols)
-            self.fwd = GemmGroups([[a0, b0, K, 0, 0]], self.depth, K)
+            self.fwd = GemmGroups([[a0, b0, K, 0, 0]], self.depth, K, DenseRows(0, cols, True))
             self.fwd_aoff = aoff.reshape(1, K)
         else:
             off = _window_offsets(layer)
@@ -180,7 +194,8 @@ class GatherLayerPlan(LayerPlan):
             if self.kind.whole_prior:
                 a0 = tables.add(np.arange(d))
                 b0 = tables.add(np.arange(d) * lay.bwd_ld)
-                self.bwd = GemmGroups([[a0, b0, d, 0, 0]], self.n_prior, d)
+                self.bwd = GemmGroups([[a0, b0, d, 0, 0]], self.n_prior, d,
+                                      DenseRows(0, lay.bwd_ld, False))
             else:
                 pd = layer.prior_depth
                 taps = layer.spec.filter_v * layer.spec.filter_h

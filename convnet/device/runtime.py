@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import ConvnetError
 from .graphs import DriverAPI, DriverEvent, Graph
 from .kernel_args import compiled_functions
-from .tuning import NN_TILES, tile_source, tn_tiles
+from .tuning import NN_SHARED, NN_TILES, SHARED_BYTES, tile_source, tn_tiles
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 # built when a runtime starts
@@ -140,6 +140,9 @@ class Runtime:
             f = self.modules[source].get_function(name)
             f.prepare(params.signature)
             self.functions[name] = f
+        for tile, nbytes in NN_SHARED.items():
+            if nbytes > SHARED_BYTES:
+                self.allow_shared(f"gemm_nn_{tile}", nbytes)
 
     def specialize(self, name, defines, kernels):
         """Builds kernels/NAME for the constants `defines` (-D NAME=value) with the given

@@ -19,7 +19,24 @@ NN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
             # exactly 20 columns (no padded columns for a 20-slice layer)
             "320x20_8x4_k10": (320, 20, 200), "320x20_8x4_k10_s3": (320, 20, 200),
             # taller blocks: fewer, fuller rounds of blocks for large products
-            "160x64_8x4_k20": (160, 64, 320)}
+            "160x64_8x4_k20": (160, 64, 320),
+            # dense rows only (plan.DenseRows), 16-byte copies, dynamic shared memory (NN_SHARED)
+            "dense_160x128_10x8_k16_s3": (160, 128, 256), "dense_160x128_10x8_k16_s4": (160, 128, 256),
+            "dense_128x128_8x8_k16_s3": (128, 128, 256)}
+
+
+def _dense_shared(tile):
+    """Bytes of the stages of a dense variant: STAGES x (BM rows of BK + 4 floats, BK rows of BN)."""
+    BM, BN, _ = NN_TILES[tile]
+    bk, stages = (int(part[1:]) for part in tile.split("_")[-2:])
+    return 4 * stages * (BM * (bk + 4) + bk * BN)
+
+
+NN_DENSE = [t for t in NN_TILES if t.startswith("dense_")]
+# dynamic shared memory of a gemm_nn variant (over 48 KB: the runtime opts in when it loads them)
+NN_SHARED = {t: _dense_shared(t) for t in NN_DENSE}
+# the dense variants are worth timing for products this wide (a block takes 128 columns)
+DENSE_MIN_COLS = 64
 TN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
             "128x32_4x4": (128, 32, 256), "128x32_8x4": (128, 32, 128),
             "64x32_4x4": (64, 32, 128), "64x16_4x2": (64, 16, 128),
@@ -89,10 +106,11 @@ def grad_candidates(variants):
     return list(variants)
 
 
-def nn_candidates(M, N, conv=()):
+def nn_candidates(M, N, conv=(), dense=False):
     """Tile shapes worth trying for a gemm_nn launch of M cases and N columns, best guess first;
     conv: a convolutional layer's tiled variants (conv_tiled.py), timed after the gather tiles
-    (the first of which serves launches too small to time)."""
+    (the first of which serves launches too small to time); dense: whether the launch may take
+    the dense variants (its tables and alignment allow them, launches.dense_allowed)."""
     if N > 32:
         tiles = ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16", "128x64_8x4_k16_s3",
                  "128x64_8x8_k16_s3", "160x64_8x4_k20"]
@@ -103,6 +121,8 @@ def nn_candidates(M, N, conv=()):
         tiles = (big + small if M >= 4096 else small + big) + exact
     else:
         tiles = ["64x16_4x2", "128x16_8x2", "64x16_4x2_s4"]
+    if dense and N > DENSE_MIN_COLS:
+        tiles = tiles + NN_DENSE
     return tiles + list(conv)
 
 

@@ -145,6 +145,171 @@ GEMM_NN_ASYNC(gemm_nn_256x32_8x4_s4, 256, 32, 8, 8, 4, 4)
 GEMM_NN_ASYNC(gemm_nn_64x16_4x2_s4, 64, 16, 8, 4, 2, 4)
 GEMM_NN_ASYNC(gemm_nn_320x20_8x4_k10_s3, 320, 20, 10, 8, 4, 3)
 
+// ------------------------------------------------------------------ gemm_nn over dense rows
+// The products of fully connected and output layers (one group) read whole rows: A's columns
+// are consecutive floats of each case's row (table a0, a0 + 1, ...), perhaps followed by the
+// bias (A_ONE, last), and B's rows are evenly spaced. These variants copy both operands 16 bytes
+// at a time with cp.async. The A stage keeps the cases' rows as they are in memory ([case][k],
+// a thread reads two k of a row in one load), so no register staging is needed to transpose it.
+// A thread's TN = 8 columns are two runs of 4, half a tile apart, so that a warp's B loads cover
+// 256 contiguous bytes. The host launches them only where the tables have that form (plan.py:
+// GemmGroups.dense) and the rows are 16-byte aligned. Every output adds its products in k order,
+// then the bias, as the other variants do, so the bits are the same.
+
+__device__ __forceinline__ void cp_async16(float* smem, const float* gmem, int bytes)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+
+template <int BM, int BN, int BK, int TM, int STAGES>
+__device__ __forceinline__ void gemm_nn_dense_body(
+    const float* __restrict__ src, int lda, const int* __restrict__ tab,
+    const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
+    float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
+{
+    constexpr int TN = 8;
+    constexpr int TX = BN / TN;                  // threads across the columns
+    constexpr int NT = (BM / TM) * TX;
+    constexpr int AS = BK + 4;                   // floats from one A row to the next: 16-byte
+                                                 // aligned, and a warp's two rows in other banks
+    constexpr int A_CHUNKS = BM * BK / 4;
+    constexpr int B_CHUNKS = BK * BN / 4;
+    static_assert(BK % 4 == 0 && BN % 8 == 0, "dense tile shape");
+    extern __shared__ __align__(16) float dense_stages[];
+    float* As = dense_stages;                    // [STAGES][BM][AS]
+    float* Bs = dense_stages + STAGES * BM * AS; // [STAGES][BK][BN]
+
+    const int tid = threadIdx.x;
+    const int tn = tid % TX;
+    const int tm = tid / TX;
+    const int m0 = blockIdx.y * BM;
+    const int n0 = blockIdx.z * BN;
+
+    for (int g = blockIdx.x; g < G; g += gridDim.x) {
+        const int a_start = desc[g * 5 + 0];
+        const int b_start = desc[g * 5 + 1];
+        const int K = desc[g * 5 + 2];
+        const int b_add = desc[g * 5 + 3];
+        const int o_add = desc[g * 5 + 4];
+        const int bias = K > 0 && tab[a_start + K - 1] == A_ONE;
+        const int Kd = K - bias;                 // the dense part of the table
+        const float* a_rows = src + (Kd > 0 ? tab[a_start] : 0);
+        const float* b_rows = B + (b_ld > 0 ? 0 : (K > 0 ? tab[b_start] : 0)) + b_add;
+        const i64 b_step = b_ld > 0 ? b_ld : (K > 1 ? tab[b_start + 1] - tab[b_start] : 0);
+        const int nk = (Kd + BK - 1) / BK;
+
+        float acc[TM][TN];
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+        // rows past M read the last case (never stored); k past the dense part and columns past
+        // N are zero-filled by the copy (source size below 16 bytes)
+        auto issue = [&](int t) {
+            float* as = As + (t % STAGES) * BM * AS;
+            float* bs = Bs + (t % STAGES) * BK * BN;
+            const int k0 = t * BK;
+#pragma unroll
+            for (int c0 = 0; c0 < A_CHUNKS; c0 += NT) {
+                const int c = c0 + tid;
+                if (A_CHUNKS % NT == 0 || c < A_CHUNKS) {
+                    const int r = c / (BK / 4), q = c % (BK / 4);
+                    const int k = k0 + 4 * q;
+                    const int bytes = max(0, min(16, 4 * (Kd - k)));
+                    const float* p = a_rows + (i64)min(m0 + r, M - 1) * lda + k;
+                    cp_async16(as + r * AS + 4 * q, bytes ? p : src, bytes);
+                }
+            }
+#pragma unroll
+            for (int c0 = 0; c0 < B_CHUNKS; c0 += NT) {
+                const int c = c0 + tid;
+                if (B_CHUNKS % NT == 0 || c < B_CHUNKS) {
+                    const int r = c / (BN / 4), q = c % (BN / 4);
+                    const int k = k0 + r, n = n0 + 4 * q;
+                    const int bytes = k < Kd ? max(0, min(16, 4 * (N - n))) : 0;
+                    cp_async16(bs + r * BN + 4 * q, bytes ? b_rows + k * b_step + n : B, bytes);
+                }
+            }
+        };
+
+        auto multiply = [&](int st) {
+            const float* as = As + st * BM * AS + tm * TM * AS;
+            const float* bs = Bs + st * BK * BN + tn * 4;
+            // not unrolled: unrolled, the compiler hoists the loads of later steps and needs
+            // over 180 registers (two blocks a multiprocessor allow 128)
+#pragma unroll 1
+            for (int kk = 0; kk < BK; kk += 2) {
+                float2 a[TM];
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+                    a[i] = *reinterpret_cast<const float2*>(as + i * AS + kk);
+#pragma unroll
+                for (int s = 0; s < 2; ++s) {
+                    const float4 lo = *reinterpret_cast<const float4*>(bs + (kk + s) * BN);
+                    const float4 hi = *reinterpret_cast<const float4*>(bs + (kk + s) * BN + BN / 2);
+                    const float b[TN] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+                    for (int i = 0; i < TM; ++i) {
+                        const float av = s ? a[i].y : a[i].x;
+#pragma unroll
+                        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av, b[j], acc[i][j]);
+                    }
+                }
+            }
+        };
+
+        cp_async_stages<STAGES>(nk, issue, multiply);
+
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int n = n0 + (j / 4) * (BN / 2) + tn * 4 + j % 4;
+            if (!bias || n >= N) continue;
+            const float bv = b_rows[(i64)Kd * b_step + n];      // the bias row: A = 1, last
+#pragma unroll
+            for (int i = 0; i < TM; ++i) acc[i][j] = fmaf(1.f, bv, acc[i][j]);
+        }
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int m = m0 + tm * TM + i;
+            if (m >= M) continue;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int n = n0 + (j / 4) * (BN / 2) + tn * 4 + j % 4;
+                if (n >= N) continue;
+                const i64 o = (i64)m * ldo + o_add + n;
+                float v = acc[i][j];
+                if (epi == EPI_TANH) {
+                    v = tanhf(v);
+                } else if (epi == EPI_DERIV) {
+                    const float p = prior[o];
+                    v *= 1.f - p * p;
+                }
+                out[o] = v;
+            }
+        }
+    }
+}
+
+// name: gemm_nn_dense_BMxBN_TMx8_kBK_sSTAGES; shared memory STAGES * (BM * (BK + 4) + BK * BN)
+// floats (tuning.nn_shared); at most 128 registers, so that two blocks share a multiprocessor
+#define GEMM_NN_DENSE(NAME, BM, BN, BK, TM, STAGES)                                               \
+    extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / 8), 2)                         \
+    NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
+         const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,      \
+         float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)      \
+    {                                                                                             \
+        gemm_nn_dense_body<BM, BN, BK, TM, STAGES>(src, lda, tab, desc, B, b_ld, M, N, out, ldo, \
+                                                   prior, epi, G);                                \
+    }
+
+// 160 x 128: 63 x 4 blocks for 10,000 cases and 500 columns, one round of two blocks on 132
+// multiprocessors
+GEMM_NN_DENSE(gemm_nn_dense_160x128_10x8_k16_s3, 160, 128, 16, 10, 3)
+GEMM_NN_DENSE(gemm_nn_dense_128x128_8x8_k16_s3, 128, 128, 16, 8, 3)
+GEMM_NN_DENSE(gemm_nn_dense_160x128_10x8_k16_s4, 160, 128, 16, 10, 4)
+
 template <int BM, int BN, int BK, int TM, int TN, int STAGES>
 __device__ __forceinline__ void gemm_tn_async_body(
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
