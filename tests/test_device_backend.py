@@ -200,10 +200,14 @@ def _tn_fitting(tile, R, N):
                 next(iter(tuning.TN_TILES)))
 
 
-def _nn_fitting(tile, dense):
-    """tile, or where it is a dense variant and the launch's rows are not dense, the first shape."""
+def _nn_fitting(tile, M, N, dense, candidates):
+    """tile, or where it is a variant for dense rows that this launch cannot take (not among
+    its candidates), the first shape."""
     from convnet.device import tuning
-    return tile if dense or tile not in tuning.NN_DENSE else next(iter(tuning.NN_TILES))
+    special = {*tuning.NN_DENSE, *tuning.NN_NARROW}
+    if tile in special and tile not in candidates(M, N, (), dense):
+        return next(iter(tuning.NN_TILES))
+    return tile
 
 
 @pytest.mark.parametrize("seed", [3, 5])
@@ -217,6 +221,7 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     c = rng.integers(0, arch.n_classes, 900)
     w = rng.normal(0, 0.4, arch.n_weights)
     nns, tns = list(tuning.NN_TILES), tuning.tn_tiles()
+    gather = tuning.nn_candidates
     # and the tiled variants of the convolutional layers' activations (conv_tiled.cu)
     tiled = sorted({t for ct in _backend(arch).conv_tiled.values()
                     for t in [*ct.fwd, *ct.bwd, *ct.grad]}) or [None]
@@ -226,7 +231,7 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
         nn, tn, ct = nns[i % len(nns)], tns[i % len(tns)], tiled[i % len(tiled)]
         monkeypatch.setattr(tuning, "nn_candidates",
                             lambda M, N, conv=(), dense=False, t=nn, ct=ct:
-                            [ct] if ct in conv else [_nn_fitting(t, dense)])
+                            [ct] if ct in conv else [_nn_fitting(t, M, N, dense, gather)])
         monkeypatch.setattr(tuning, "tn_candidates", lambda R, N, t=tn: [_tn_fitting(t, R, N)])
         monkeypatch.setattr(tuning, "grad_candidates",
                             lambda grad, ct=ct: [ct] if ct in grad else list(grad)[:1])
@@ -542,10 +547,11 @@ def test_pooled_values_at_tanhf_dip_give_the_same_bits(monkeypatch):
 
 
 def test_dense_products_give_the_same_bits(monkeypatch):
-    """gemm_nn's dense variants (fully connected layers' activations and deltas, 16-byte copies),
-    each forced where it is allowed: the same criterion, gradient and outputs, bit for bit, as
-    the gather tiles, MAX BATCH all and 256; 500 columns as in LeNet, and a layer of 68 whose
-    last block of 128 columns is mostly past the end."""
+    """gemm_nn's variants for dense rows (fully connected layers' activations and deltas, 16-byte
+    copies; the output layer's activation, a thread an output), each forced where it is allowed:
+    the same criterion, gradient and outputs, bit for bit, as the gather tiles, MAX BATCH all and
+    256; 500 columns as in LeNet, and a layer of 68 whose last block of 128 columns is mostly
+    past the end; 10 and 3 classes."""
     from convnet.device import tuning
     gather = tuning.nn_candidates
     specs = [(["CONVOLUTIONAL LAYER 12 1 1 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
@@ -555,15 +561,16 @@ def test_dense_products_give_the_same_bits(monkeypatch):
     for spec in specs:
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(*spec, n=1301)
         out = {}
-        for tile in [None] + tuning.NN_DENSE:
-            monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, conv=(), dense=False, t=tile:
-                                [t] if dense and t else gather(M, N, conv)[:1])
+        for tile, narrow in zip([None] + tuning.NN_DENSE, [None] + tuning.NN_NARROW * 3):
+            monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, conv=(), dense=False, t=tile,
+                                nt=narrow: [t if N > 16 else nt] if dense and t
+                                else gather(M, N, conv)[:1])
             for params in ({}, {"MAX BATCH": 256}):
                 be = _backend(arch, params)
                 ev = be.evaluator(x, c, 0.01)
                 out[tile, str(params)] = (*ev.gradient(w), ev.criterion(w), ev.outputs(w))
                 chosen = set(ev.tuner.choice.values())
-                assert (tile in chosen) == (tile is not None), (tile, chosen)
+                assert (tile in chosen) == (narrow in chosen) == (tile is not None), (tile, chosen)
         crit, grad, crit_only, probs = out[None, "{}"]
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         assert crit_only == crit

@@ -195,12 +195,19 @@ class _Kernels:
 
     # gemm_nn(src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi, G); grid (groups, m, n)
     def gemm_nn(self, tile, grid, block, src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi, G):
-        BM, BN, nt = tuning.NN_TILES[tile]
+        _, BN, nt = tuning.NN_TILES[tile]
         assert block[0] == nt
+        if tile in tuning.NN_NARROW:
+            # a thread an output, 32 // N cases a warp (gemm.cu, gemm_nn_narrow_body)
+            assert N <= tuning.NARROW_MAX_COLS
+            BM = nt // 32 * (32 // N)
+        else:
+            BM = tuning.NN_TILES[tile][0]
+        assert tuning.nn_rows(tile, N) == BM
         _covered((grid[2], grid[1]), BM, BN, M, N)
         assert 1 <= grid[0] <= G
         d = self.mem.view(desc, np.int32, 5 * G).reshape(G, 5).astype(np.int64)
-        if tile in tuning.NN_DENSE:
+        if tile in tuning.NN_DENSE or tile in tuning.NN_NARROW:
             self.check_dense(tab, d, src, lda, B, b_ld)
         m = np.arange(M)
         n = np.arange(N)
@@ -1177,9 +1184,10 @@ def test_emulated_split_upload_gives_the_same_bits(fake_runtime, max_batch):
 
 def test_emulated_dense_products(fake_runtime, monkeypatch):
     """The fully connected layers' activations and deltas take gemm_nn's dense variants where
-    they are timed (launches.dense_allowed; the emulation checks the tables' form, one group and
-    the alignment): the float64 model's results, with and without batches of 256 cases, and
-    never a dense variant for rows that are not dense."""
+    they are timed, and the output layer's activation the narrow ones (launches.dense_allowed;
+    the emulation checks the tables' form, one group and the alignment): the float64 model's
+    results, with and without batches of 256 cases, and never such a variant for rows that are
+    not dense."""
     lines = ["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "FULLY CONNECTED LAYER 72", "FULLY CONNECTED LAYER 68"]
     arch, x, c, w, crit_ref, grad_ref, p_ref = _problem(lines, 6, 6, 1, 3, n=300, seed=6)
     plan = ModelPlan(arch)
@@ -1187,9 +1195,9 @@ def test_emulated_dense_products(fake_runtime, monkeypatch):
     assert len(fc) == 3 and all(lp.fwd.dense is not None for lp in fc)
     assert all(lp.bwd.dense is not None for lp in fc) and plan.layers[0].fwd.dense is None
     gather = tuning.nn_candidates
-    for tile in tuning.NN_DENSE:
-        monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, conv=(), dense=False, t=tile:
-                            [t] if dense else gather(M, N, conv)[:1])
+    for tile, narrow in zip(tuning.NN_DENSE, tuning.NN_NARROW * len(tuning.NN_DENSE)):
+        monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, conv=(), dense=False, t=tile,
+                            nt=narrow: [t if N > 16 else nt] if dense else gather(M, N, conv)[:1])
         for params in ({}, {"MAX BATCH": 256}):
             fake_runtime.launches.clear()
             ev = dbe.DeviceBackend(arch, params).evaluator(x, c, 0.01)
@@ -1201,6 +1209,8 @@ def test_emulated_dense_products(fake_runtime, monkeypatch):
             # the convolutional layer and into FC 72; the output layer's 3 columns are too few
             dense = [nm for nm in fake_runtime.launches if nm == f"gemm_nn_{tile}"]
             assert len(dense) >= 4, fake_runtime.launches
+            # and the output layer's 3 columns, the narrow variant
+            assert f"gemm_nn_{narrow}" in fake_runtime.launches
     # rows that do not start on 16-byte boundaries keep the gather tiles
     lp = fc[0]
     assert launches.dense_allowed(lp.fwd, src=1 << 20, lda=288, B=1 << 20, b_ld=96)
@@ -1208,9 +1218,12 @@ def test_emulated_dense_products(fake_runtime, monkeypatch):
     assert not launches.dense_allowed(lp.fwd, src=(1 << 20) + 4, lda=288, B=1 << 20, b_ld=96)
     assert not launches.dense_allowed(lp.bwd, src=1 << 20, lda=72, B=(1 << 20) + 8, b_ld=0)
     assert not launches.dense_allowed(plan.layers[0].fwd, src=1 << 20, lda=36, B=1 << 20, b_ld=32)
+    special = set(tuning.NN_DENSE) | set(tuning.NN_NARROW)
     assert gather(1000, 72, (), True)[-len(tuning.NN_DENSE):] == tuning.NN_DENSE
-    assert not set(gather(1000, 64, (), True)) & set(tuning.NN_DENSE)
-    assert not set(gather(1000, 72)) & set(tuning.NN_DENSE)
+    assert gather(1000, 10, (), True)[-len(tuning.NN_NARROW):] == tuning.NN_NARROW
+    assert not set(gather(1000, 64, (), True)) & special
+    assert not set(gather(1000, 72)) & special and not set(gather(1000, 10)) & special
+    assert tuning.nn_rows("narrow_w8", 10) == 24 and tuning.nn_rows("narrow_w4", 16) == 8
 
 
 # convolutional layers for the tiled kernels: LeNet's second layer, padding, strides, prior

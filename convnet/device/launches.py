@@ -269,7 +269,8 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
                 tiled.delta(tile, delta=src, ldd=lda, weights=B, M=M, out=out, ldo=ldo,
                             prior=prior, epi=epi)
             return
-        BM, BN, nt = tuning.NN_TILES[tile]
+        _, BN, nt = tuning.NN_TILES[tile]
+        BM = tuning.nn_rows(tile, N)
         grid = (min(G, MAX_GRID_X), (M + BM - 1) // BM, (N + BN - 1) // BN)
         rt.launch(f"gemm_nn_{tile}", grid, (nt, 1, 1),
                   *GEMM_NN.pack(src=src, lda=lda, tables=tables, desc=desc, B=B, b_ld=b_ld, M=M,

@@ -22,7 +22,10 @@ NN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
             "160x64_8x4_k20": (160, 64, 320),
             # dense rows only (plan.DenseRows), 16-byte copies, dynamic shared memory (NN_SHARED)
             "dense_160x128_10x8_k16_s3": (160, 128, 256), "dense_160x128_10x8_k16_s4": (160, 128, 256),
-            "dense_128x128_8x8_k16_s3": (128, 128, 256)}
+            "dense_128x128_8x8_k16_s3": (128, 128, 256),
+            # dense rows only, at most 16 columns: a thread an output, WARPS x (32 // N) cases a
+            # block (nn_rows; BM here is the fewest, at 16 columns)
+            "narrow_w8": (16, 16, 256), "narrow_w4": (8, 16, 128)}
 
 
 def _dense_shared(tile):
@@ -33,6 +36,8 @@ def _dense_shared(tile):
 
 
 NN_DENSE = [t for t in NN_TILES if t.startswith("dense_")]
+NN_NARROW = [t for t in NN_TILES if t.startswith("narrow_")]
+NARROW_MAX_COLS = 16
 # dynamic shared memory of a gemm_nn variant (over 48 KB: the runtime opts in when it loads them)
 NN_SHARED = {t: _dense_shared(t) for t in NN_DENSE}
 # the dense variants are worth timing for products this wide (a block takes 128 columns)
@@ -110,7 +115,8 @@ def nn_candidates(M, N, conv=(), dense=False):
     """Tile shapes worth trying for a gemm_nn launch of M cases and N columns, best guess first;
     conv: a convolutional layer's tiled variants (conv_tiled.py), timed after the gather tiles
     (the first of which serves launches too small to time); dense: whether the launch may take
-    the dense variants (its tables and alignment allow them, launches.dense_allowed)."""
+    the variants for dense rows (its tables and alignment allow them, launches.dense_allowed):
+    the dense tiles for wide products, the narrow ones for a few columns."""
     if N > 32:
         tiles = ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16", "128x64_8x4_k16_s3",
                  "128x64_8x8_k16_s3", "160x64_8x4_k20"]
@@ -123,7 +129,17 @@ def nn_candidates(M, N, conv=(), dense=False):
         tiles = ["64x16_4x2", "128x16_8x2", "64x16_4x2_s4"]
     if dense and N > DENSE_MIN_COLS:
         tiles = tiles + NN_DENSE
+    if dense and N <= NARROW_MAX_COLS:
+        tiles = tiles + NN_NARROW
     return tiles + list(conv)
+
+
+def nn_rows(tile, N):
+    """Cases a block of gemm_nn variant `tile` takes in a launch of N columns."""
+    BM, _, threads = NN_TILES[tile]
+    if tile in NN_NARROW:
+        return threads // 32 * (32 // N)
+    return BM
 
 
 def tn_candidates(R, N):

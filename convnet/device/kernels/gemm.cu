@@ -137,6 +137,75 @@ GEMM_NN(gemm_nn_320x20_8x4_k10, 320, 20, 10, 8, 4)
 // rounds of two blocks per multiprocessor on 132 multiprocessors (128 rows: 79 x 8, 2.4 rounds)
 GEMM_NN(gemm_nn_160x64_8x4_k20, 160, 64, 20, 8, 4)
 
+// ----------------------------------------------------------------- gemm_nn for a few columns
+// The output layer's product: one group of dense rows (plan.DenseRows; A's columns a0, a0 + 1,
+// ..., then perhaps the bias; B's rows evenly spaced, 16-byte aligned) and N <= 16 columns. A
+// thread per output: 32 / N cases a warp, N lanes a case, so that 10 classes keep 30 lanes of a
+// warp busy and 10,000 cases make over 3,000 warps. Each thread reads its case's row 16 bytes
+// at a time and the B rows from the L1 cache (the lanes of a warp share them), and adds its
+// products in k order, then the bias, as the tiles do: the same bits.
+template <int WARPS>
+__device__ __forceinline__ void gemm_nn_narrow_body(
+    const float* __restrict__ src, int lda, const int* __restrict__ tab,
+    const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
+    float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
+{
+    const int lane = threadIdx.x % 32;
+    const int per_warp = 32 / N;                         // cases a warp
+    const int m = (blockIdx.y * WARPS + threadIdx.x / 32) * per_warp + lane / N;
+    const int n = lane % N;
+    if (lane >= per_warp * N || m >= M) return;
+
+    for (int g = blockIdx.x; g < G; g += gridDim.x) {
+        const int a_start = desc[g * 5 + 0];
+        const int b_start = desc[g * 5 + 1];
+        const int K = desc[g * 5 + 2];
+        const int b_add = desc[g * 5 + 3];
+        const int o_add = desc[g * 5 + 4];
+        const int bias = K > 0 && tab[a_start + K - 1] == A_ONE;
+        const int Kd = K - bias;
+        const float* a = src + (Kd > 0 ? tab[a_start] : 0) + (i64)m * lda;
+        const float* b = B + (b_ld > 0 ? 0 : (K > 0 ? tab[b_start] : 0)) + b_add + n;
+        const i64 b_step = b_ld > 0 ? b_ld : (K > 1 ? tab[b_start + 1] - tab[b_start] : 0);
+
+        float acc = 0.f;
+        int k = 0;
+#pragma unroll 4
+        for (; k + 4 <= Kd; k += 4) {
+            const float4 av = *reinterpret_cast<const float4*>(a + k);
+            acc = fmaf(av.x, b[k * b_step], acc);
+            acc = fmaf(av.y, b[(k + 1) * b_step], acc);
+            acc = fmaf(av.z, b[(k + 2) * b_step], acc);
+            acc = fmaf(av.w, b[(k + 3) * b_step], acc);
+        }
+        for (; k < Kd; ++k) acc = fmaf(a[k], b[k * b_step], acc);
+        if (bias) acc = fmaf(1.f, b[Kd * b_step], acc);            // the bias row, last
+
+        const i64 o = (i64)m * ldo + o_add + n;
+        if (epi == EPI_TANH) {
+            acc = tanhf(acc);
+        } else if (epi == EPI_DERIV) {
+            const float p = prior[o];
+            acc *= 1.f - p * p;
+        }
+        out[o] = acc;
+    }
+}
+
+// name: gemm_nn_narrow_wWARPS; a block of WARPS warps takes WARPS * (32 / N) cases
+// (tuning.nn_rows)
+#define GEMM_NN_NARROW(NAME, WARPS)                                                               \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                      \
+    NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
+         const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,      \
+         float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)      \
+    {                                                                                             \
+        gemm_nn_narrow_body<WARPS>(src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi, G); \
+    }
+
+GEMM_NN_NARROW(gemm_nn_narrow_w8, 8)
+GEMM_NN_NARROW(gemm_nn_narrow_w4, 4)
+
 // ------------------------------------------------------------------------------------ gemm_tn
 // Tile: BM weight rows (k) x BN columns (n); the reduction runs over (group, case) in BK steps.
 // Grid z enumerates partials: z = chunk * slots + slot; a slot is a range of gps groups.
