@@ -1220,7 +1220,7 @@ def test_emulated_dense_products(fake_runtime, monkeypatch):
     assert not launches.dense_allowed(plan.layers[0].fwd, src=1 << 20, lda=36, B=1 << 20, b_ld=32)
     special = set(tuning.NN_DENSE) | set(tuning.NN_NARROW)
     assert gather(1000, 72, (), True)[-len(tuning.NN_DENSE):] == tuning.NN_DENSE
-    assert gather(1000, 10, (), True)[-len(tuning.NN_NARROW):] == tuning.NN_NARROW
+    assert gather(1000, 10, (), True)[:len(tuning.NN_NARROW)] == tuning.NN_NARROW
     assert not set(gather(1000, 64, (), True)) & special
     assert not set(gather(1000, 72)) & special and not set(gather(1000, 10)) & special
     assert tuning.nn_rows("narrow_w8", 10) == 24 and tuning.nn_rows("narrow_w4", 16) == 8

@@ -165,21 +165,23 @@ __device__ __forceinline__ void gemm_nn_narrow_body(
         const int bias = K > 0 && tab[a_start + K - 1] == A_ONE;
         const int Kd = K - bias;
         const float* a = src + (Kd > 0 ? tab[a_start] : 0) + (i64)m * lda;
-        const float* b = B + (b_ld > 0 ? 0 : (K > 0 ? tab[b_start] : 0)) + b_add + n;
+        const float* b = B + (b_ld > 0 ? 0 : (K > 0 ? tab[b_start] : 0)) + b_add + n;  // row k
         const i64 b_step = b_ld > 0 ? b_ld : (K > 1 ? tab[b_start + 1] - tab[b_start] : 0);
 
         float acc = 0.f;
         int k = 0;
-#pragma unroll 4
+        // 8 of the case's 16-byte loads in flight at once: the rows come from L2 or memory
+#pragma unroll 8
         for (; k + 4 <= Kd; k += 4) {
             const float4 av = *reinterpret_cast<const float4*>(a + k);
-            acc = fmaf(av.x, b[k * b_step], acc);
-            acc = fmaf(av.y, b[(k + 1) * b_step], acc);
-            acc = fmaf(av.z, b[(k + 2) * b_step], acc);
-            acc = fmaf(av.w, b[(k + 3) * b_step], acc);
+            acc = fmaf(av.x, b[0], acc);
+            acc = fmaf(av.y, b[b_step], acc);
+            acc = fmaf(av.z, b[2 * b_step], acc);
+            acc = fmaf(av.w, b[3 * b_step], acc);
+            b += 4 * b_step;
         }
-        for (; k < Kd; ++k) acc = fmaf(a[k], b[k * b_step], acc);
-        if (bias) acc = fmaf(1.f, b[Kd * b_step], acc);            // the bias row, last
+        for (; k < Kd; ++k, b += b_step) acc = fmaf(a[k], b[0], acc);
+        if (bias) acc = fmaf(1.f, b[0], acc);                       // the bias row, last
 
         const i64 o = (i64)m * ldo + o_add + n;
         if (epi == EPI_TANH) {
