@@ -293,7 +293,7 @@ __device__ __forceinline__ void gemm_nn_dense_body(
 }
 
 // name: gemm_nn_dense_BMxBN_TMx8_kBK_sSTAGES; shared memory STAGES * (BM * (BK + 4) + BK * BN)
-// floats (tuning.nn_shared); at most 128 registers, so that two blocks share a multiprocessor
+// floats (tuning.NN_SHARED); at most 128 registers, so that two blocks share a multiprocessor
 #define GEMM_NN_DENSE(NAME, BM, BN, BK, TM, STAGES)                                               \
     extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / 8), 2)                         \
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
