@@ -70,6 +70,45 @@ __device__ __forceinline__ void tile_multiply_add(float (&acc)[TM][TN], const fl
     }
 }
 
+// The NN products' epilogue of the output at out[o]: v, tanh(v), or v times the prior layer's
+// tanh derivative 1 - p^2.
+__device__ __forceinline__ float nn_epilogue(float v, int epi, const float* __restrict__ prior, i64 o)
+{
+    if (epi == EPI_TANH) return tanhf(v);
+    if (epi == EPI_DERIV) {
+        const float p = prior[o];
+        return v * (1.f - p * p);
+    }
+    return v;
+}
+
+// One group of a gemm_nn launch whose tables are dense rows (plan.DenseRows): A's columns
+// a0, a0 + 1, ... of each case's row (K_dense of them), then the bias when `bias` (A_ONE, last);
+// B's rows b_step floats apart from b_rows (b_ld > 0: the activation's rows; else the table's
+// first offset and its step).
+struct DenseGroup {
+    int K_dense, bias, o_add;
+    const float* a_rows;
+    const float* b_rows;
+    i64 b_step;
+
+    __device__ __forceinline__ DenseGroup(const float* src, const int* __restrict__ tab,
+                                          const int* __restrict__ desc, int g, const float* B,
+                                          int b_ld)
+    {
+        const int a_start = desc[g * 5 + 0];
+        const int b_start = desc[g * 5 + 1];
+        const int K = desc[g * 5 + 2];
+        const int b_add = desc[g * 5 + 3];
+        o_add = desc[g * 5 + 4];
+        bias = K > 0 && tab[a_start + K - 1] == A_ONE;
+        K_dense = K - bias;
+        a_rows = src + (K_dense > 0 ? tab[a_start] : 0);
+        b_rows = B + (b_ld > 0 ? 0 : (K > 0 ? tab[b_start] : 0)) + b_add;
+        b_step = b_ld > 0 ? b_ld : (K > 1 ? tab[b_start + 1] - tab[b_start] : 0);
+    }
+};
+
 // The NN products' epilogue: out[m*ldo + o_add + n] = epi(acc) for the thread's rows and columns
 // inside M x N.
 template <int TM, int TN>
@@ -86,14 +125,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[TM][TN], float* __
             const int n = n_first + j;
             if (n >= N) continue;
             const i64 o = (i64)m * ldo + o_add + n;
-            float v = acc[i][j];
-            if (epi == EPI_TANH) {
-                v = tanhf(v);
-            } else if (epi == EPI_DERIV) {
-                const float p = prior[o];
-                v *= 1.f - p * p;
-            }
-            out[o] = v;
+            out[o] = nn_epilogue(acc[i][j], epi, prior, o);
         }
     }
 }

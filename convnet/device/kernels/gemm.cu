@@ -157,16 +157,11 @@ __device__ __forceinline__ void gemm_nn_narrow_body(
     if (lane >= per_warp * N || m >= M) return;
 
     for (int g = blockIdx.x; g < G; g += gridDim.x) {
-        const int a_start = desc[g * 5 + 0];
-        const int b_start = desc[g * 5 + 1];
-        const int K = desc[g * 5 + 2];
-        const int b_add = desc[g * 5 + 3];
-        const int o_add = desc[g * 5 + 4];
-        const int bias = K > 0 && tab[a_start + K - 1] == A_ONE;
-        const int Kd = K - bias;
-        const float* a = src + (Kd > 0 ? tab[a_start] : 0) + (i64)m * lda;
-        const float* b = B + (b_ld > 0 ? 0 : (K > 0 ? tab[b_start] : 0)) + b_add + n;  // row k
-        const i64 b_step = b_ld > 0 ? b_ld : (K > 1 ? tab[b_start + 1] - tab[b_start] : 0);
+        const DenseGroup dg(src, tab, desc, g, B, b_ld);
+        const int Kd = dg.K_dense;
+        const i64 b_step = dg.b_step;
+        const float* a = dg.a_rows + (i64)m * lda;
+        const float* b = dg.b_rows + n;                             // row k of column n
 
         float acc = 0.f;
         int k = 0;
@@ -181,16 +176,10 @@ __device__ __forceinline__ void gemm_nn_narrow_body(
             b += 4 * b_step;
         }
         for (; k < Kd; ++k, b += b_step) acc = fmaf(a[k], b[0], acc);
-        if (bias) acc = fmaf(1.f, b[0], acc);                       // the bias row, last
+        if (dg.bias) acc = fmaf(1.f, b[0], acc);                    // the bias row, last
 
-        const i64 o = (i64)m * ldo + o_add + n;
-        if (epi == EPI_TANH) {
-            acc = tanhf(acc);
-        } else if (epi == EPI_DERIV) {
-            const float p = prior[o];
-            acc *= 1.f - p * p;
-        }
-        out[o] = acc;
+        const i64 o = (i64)m * ldo + dg.o_add + n;
+        out[o] = nn_epilogue(acc, epi, prior, o);
     }
 }
 
