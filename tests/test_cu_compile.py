@@ -129,7 +129,7 @@ def test_fixed_first_layer_kernels_compile(tmp_path):
                                     "FULLY CONNECTED LAYER 5"], 28, 28, 1, 10)
     first = FirstLayerPool(HOPPER, arch.layers[0], arch.layers[1], 20)
     kernels = first.kernels()
-    assert [p.family for _, _, p in kernels] == ["conv_small_pool_fixed", "conv_small_pool_values"] * 2
+    assert [p.family for _, _, p in kernels] == ["conv_small_pool_fixed", "conv_small_pool_values"] * 3
     src = tmp_path / "conv_small_fixed.cu"
     src.write_text(runtime.specialized_source("conv_small.cu", [line for _, line, _ in kernels]))
     res = subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-Werror", "all-warnings",

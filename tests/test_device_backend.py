@@ -416,7 +416,7 @@ def test_fixed_first_layer_variants_give_the_same_bits():
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
         first = _backend(arch).first_pool
         variants = list(zip(first.candidates, first.value_candidates))
-        assert variants[0] == ("generic", "generic") and len(variants) == 3, lines
+        assert variants[0] == ("generic", "generic") and len(variants) == 4, lines
         for scale in (1.0, 8.0):
             ws = w * scale
             results = {}
@@ -514,7 +514,8 @@ def test_pooled_values_at_tanhf_dip_give_the_same_bits(monkeypatch):
     arch, x, c, w = _dip_problem(["CONVOLUTIONAL LAYER 4 0 0 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                                   "FULLY CONNECTED LAYER 3"], 8, 8, 1, (1.0, -1.0))
     pooled = {}
-    for variant, values in (("fixed_b4", "fixed_b4_v"), ("generic", "generic")):
+    for variant, values in (("fixed_b4", "fixed_b4_v"), ("rolled_b4", "rolled_b4_v"),
+                            ("generic", "generic")):
         be = _backend(arch)
         be.first_pool.candidates = [variant]
         be.first_pool.value_candidates = [values]

@@ -409,11 +409,12 @@ class _Kernels:
                               fv, fh, pv, ph, sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids,
                               total):
         assert not d
-        FV, FH, PDc, SV, SH, PV, PZ, PHc, PWc, WV, WH, NP, padded, minb = variant
+        FV, FH, PDc, SV, SH, PV, PZ, PHc, PWc, WV, WH, NP, padded, minb, rolled = variant
         assert (FV, FH, PDc, SV, SH, PV, PZ, PHc, PWc, WV, WH) == (fv, fh, PD, sv, sh, pv, ph, PH,
                                                                  PW, wv2, wh2)
         assert padded == int(pv > 0 or ph > 0 or (H - 1) * sv + fv > PH or (W - 1) * sh + fh > PW)
         assert WV * WH * NP <= launches.FirstLayerPool.MAX_ACCUMULATORS and minb in (3, 4)
+        assert rolled in (0, 1)
         self.conv_small_pool(NP, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph,
                              sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids, total)
 
@@ -502,10 +503,11 @@ class _Kernels:
 
     # conv_bwd (conv_tiled.cu): the prior layer's delta, for strides of 1;
     # conv_bwd(delta, ldd, weights, M, out, ldo, prior, epi), weights in [tap][slice][prior slice]
-    # conv_fwd_pool: conv_fwd, then the max pooling (wv x wh windows that tile the layer) of
-    # pool_forward, only the pooled values and winners written
-    def conv_fwd_pool(self, d, variant, grid, block, shared, src, lda, Wf, M, pout, ldp, pids,
-                      wv, wh):
+    # conv_fwd_pool: conv_fwd, then the max pooling (wv x wh windows that tile the layer, the
+    # last two constants of the variant) of pool_forward, only the pooled values and winners
+    # written
+    def conv_fwd_pool(self, d, variant, grid, block, shared, src, lda, Wf, M, pout, ldp, pids):
+        *variant, wv, wh = variant
         H, W, D = d["H"], d["W"], d["D"]
         assert H % wv == 0 and W % wh == 0 and ldp == (H // wv) * (W // wh) * D
         conv = self.mem.alloc(4 * M * H * W * D)
@@ -1014,10 +1016,11 @@ def test_emulated_fixed_first_layer_variants(fake_runtime):
         w = rng.normal(0, 0.5, arch.n_weights)
         crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
         for variant, values in (("generic", "generic"), ("fixed_b4", "fixed_b4_v"),
-                                ("fixed_b3", "fixed_b3_v")):
+                                ("fixed_b3", "fixed_b3_v"), ("rolled_b4", "rolled_b4_v")):
             be = dbe.DeviceBackend(arch)
-            assert be.first_pool.candidates == ["generic", "fixed_b4", "fixed_b3"]
-            assert be.first_pool.value_candidates == ["generic", "fixed_b4_v", "fixed_b3_v"]
+            assert be.first_pool.candidates == ["generic", "fixed_b4", "fixed_b3", "rolled_b4"]
+            assert be.first_pool.value_candidates == ["generic", "fixed_b4_v", "fixed_b3_v",
+                                                      "rolled_b4_v"]
             be.first_pool.candidates = [variant]
             be.first_pool.value_candidates = [values]
             ev = be.evaluator(x, c, 0.01)

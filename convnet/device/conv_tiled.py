@@ -340,15 +340,17 @@ class ConvTiled:
 
     def function(self, tile, kind="fwd"):
         v = self.variants(kind)[tile]
-        return f"conv_{kind}_{self.shape.tag}_{v.suffix}"
+        # the pooling window is compiled in too, so it is part of the name
+        window = f"_w{self.pool[0]}x{self.pool[1]}" if kind == "fwd_pool" else ""
+        return f"conv_{kind}_{self.shape.tag}{window}_{v.suffix}"
 
     def kernels(self):
         """(function name, instantiation line, KernelParams) of every variant."""
         out = [(self.function(t), f"CONV_FWD({self.function(t)}, {v.cases}, {v.tm}, {v.tn}, "
                 f"{v.minb}, {v.tps})", CONV_FWD) for t, v in self.fwd.items()]
         out += [(self.function(t, "fwd_pool"), f"CONV_FWD_POOL({self.function(t, 'fwd_pool')}, "
-                 f"{v.cases}, {v.tm}, {v.tn}, {v.minb}, {v.tps})", CONV_FWD_POOL)
-                for t, v in self.variants("fwd_pool").items()]
+                 f"{v.cases}, {v.tm}, {v.tn}, {v.minb}, {v.tps}, {self.pool[0]}, {self.pool[1]})",
+                 CONV_FWD_POOL) for t, v in self.variants("fwd_pool").items()]
         out += [(self.function(t, "bwd"), f"CONV_BWD({self.function(t, 'bwd')}, {v.cases}, "
                  f"{int(v.pad)}, {v.tps}, {v.minb(self.shape)})", CONV_BWD) for t, v in self.bwd.items()]
         out += [(self.function(t, "grad"), f"CONV_GRAD({self.function(t, 'grad')}, {v.tn}, "
@@ -377,11 +379,10 @@ class ConvTiled:
         case) for M cases, with forward variant `tile` and the pooling in its epilogue."""
         self._build()
         v = self.fwd[tile]
-        wv, wh = self.pool
         self.rt.launch(self.function(tile, "fwd_pool"), (_ceil(M, v.cases), 1, 1),
                        (v.threads(self.shape), 1, 1),
                        *CONV_FWD_POOL.pack(src=src, lda=lda, weights=weights, M=M, pout=pout, ldp=ldp,
-                                           pids=pids, width_v=wv, width_h=wh),
+                                           pids=pids),
                        shared=v.smem(self.shape))
 
     def delta(self, tile, *, delta, ldd, weights, M, out, ldo, prior, epi):

@@ -65,7 +65,7 @@ CONV_SMALL = KernelParams("conv_small", "conv_small.cu", **_CONV_SHAPE, out=PTR,
 CONV_FWD = KernelParams("conv_fwd", "conv_tiled.cu", src=PTR, lda=INT, weights=PTR, M=INT, out=PTR,
                         ldo=INT)
 CONV_FWD_POOL = KernelParams("conv_fwd_pool", "conv_tiled.cu", src=PTR, lda=INT, weights=PTR,
-                             M=INT, pout=PTR, ldp=INT, pids=PTR, width_v=INT, width_h=INT)
+                             M=INT, pout=PTR, ldp=INT, pids=PTR)
 CONV_BWD = KernelParams("conv_bwd", "conv_tiled.cu", delta=PTR, ldd=INT, weights=PTR, M=INT, out=PTR,
                         ldo=INT, prior=PTR, epi=INT)
 CONV_GRAD = KernelParams("conv_grad", "conv_tiled.cu", src=PTR, lda=INT, delta=PTR, ldd=INT,

@@ -172,8 +172,9 @@ class FirstLayerPool:
     conv_small_pool_values variants (one tanhf per slice instead of one per window position) at
     ("forward pooled values", 0, cases)."""
 
-    # (variant, blocks a multiprocessor the compiler is asked to fit: 128 or 168 registers)
-    FIXED = (("fixed_b4", 4), ("fixed_b3", 3))
+    # variant: (blocks a multiprocessor the compiler is asked to fit: 128 or 168 registers,
+    # whether the loop over filter rows stays rolled: a fifth of the code, see conv_small.cu)
+    FIXED = {"fixed_b4": (4, 0), "fixed_b3": (3, 0), "rolled_b4": (4, 1)}
     VALUES = "_v"                   # the suffix of the fixed variants that write no winners
     MAX_ACCUMULATORS = 128          # window positions x padded slices a thread may sum at once
 
@@ -206,11 +207,11 @@ class FirstLayerPool:
         winners and without them."""
         consts = ", ".join(map(str, self.constants))
         out = []
-        for v, minb in self.fixed.items():
+        for v, (minb, rolled) in self.fixed.items():
             for name, params in ((v, CONV_SMALL_POOL_FIXED),
                                  (v + self.VALUES, CONV_SMALL_POOL_VALUES)):
                 f = self.function(name)
-                out.append((f, f"{params.family.upper()}({f}, {consts}, {minb})", params))
+                out.append((f, f"{params.family.upper()}({f}, {consts}, {minb}, {rolled})", params))
         return out
 
     def launch(self, tuner, lp, src, lda, nb, weights, out, ids):

@@ -259,8 +259,12 @@ CONV_SMALL_POOL(32)
 // same order (padding skipped, the bias last), and the maxima are taken in the window's
 // row-then-column order, keeping the first: the values and winners are conv_small_pool's, bit for
 // bit. The runtime shape arguments are conv_small_pool's; those fixed here are not read.
+// ROLLED keeps the loop over filter rows rolled: unrolled, LeNet's first layer is 4,600
+// instructions (74 KB), more than the instruction cache holds for warps at different places in
+// it, and warps waited on instruction fetch; rolled, one filter row's taps (a fifth) are the loop
+// body, at the price of reading each input row from the L1 cache once per filter row it meets.
 template <int FV, int FH, int PD, int SV, int SH, int PV, int PZ, int PH, int PW, int WV, int WH,
-          int NP, bool PADDED, bool WINNERS>
+          int NP, bool PADDED, bool WINNERS, bool ROLLED>
 __device__ __forceinline__ void conv_small_pool_fixed_body(
     const float* __restrict__ src, int lda, const float* __restrict__ Wf, int ldw, int N, int W,
     int H2, int W2, float* __restrict__ pout, int* __restrict__ pids, int total)
@@ -278,7 +282,7 @@ __device__ __forceinline__ void conv_small_pool_fixed_body(
             for (int w = 0; w < NW; ++w)
 #pragma unroll
                 for (int n = 0; n < NP; ++n) acc[w][n] = 0.f;
-#pragma unroll
+#pragma unroll(ROLLED ? 1 : FV)
             for (int fr = 0; fr < FV; ++fr)
 #pragma unroll
                 for (int fc = 0; fc < FH; ++fc)
@@ -348,22 +352,26 @@ __device__ __forceinline__ void conv_small_pool_fixed_body(
 }
 
 #define CONV_SMALL_POOL_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED,   \
-                               WINNERS, MINB)                                                     \
+                               WINNERS, MINB, ROLLED)                                             \
     extern "C" __global__ void __launch_bounds__(CONV_SMALL_THREADS, MINB) NAME(                  \
         const float* __restrict__ src, int lda, int, int, int, int, int W, int, int, int, int,    \
         int, int, const float* __restrict__ Wf, int ldw, int N, int H2, int W2, int, int,         \
         float* __restrict__ pout, int* __restrict__ pids, int total)                              \
     {                                                                                             \
         conv_small_pool_fixed_body<FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED,        \
-                                   WINNERS>(src, lda, Wf, ldw, N, W, H2, W2, pout, pids, total);  \
+                                   WINNERS, ROLLED>(src, lda, Wf, ldw, N, W, H2, W2, pout, pids,  \
+                                                    total);                                       \
     }
-#define CONV_SMALL_POOL_FIXED(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, MINB) \
-    CONV_SMALL_POOL_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, true, MINB)
+#define CONV_SMALL_POOL_FIXED(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, MINB, \
+                              ROLLED)                                                             \
+    CONV_SMALL_POOL_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, true, MINB, \
+                           ROLLED)
 // The pooled values alone (pids is not read), for forward-only evaluations: each slice's largest
 // net input first, then one tanhf (the same values, bit for bit).
-#define CONV_SMALL_POOL_VALUES(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, MINB)\
+#define CONV_SMALL_POOL_VALUES(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, MINB,\
+                               ROLLED)                                                            \
     CONV_SMALL_POOL_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, false,   \
-                           MINB)
+                           MINB, ROLLED)
 
 // The weight gradient of a conv_small first layer followed by max pooling whose windows tile it,
 // straight from the pooling layer's deltas and winners. The first layer's delta is nonzero only

@@ -179,15 +179,17 @@ struct ConvFwdTile {
     static constexpr int SMEM = 4 * (XS + 2 * STAGE);       // bytes
 };
 
-// POOL: the layer is followed by max pooling whose windows (wv x wh, strides equal to the widths)
-// tile it, and the kernel writes that layer's activation and winners instead of its own (pout,
-// ldp, pids; the winners only where pids is not null; see the end of the body).
-template <int CASES, int TM, int TN, int TPS, int POOL>
+// PWV x PWH (0 x 0: none): the layer is followed by max pooling whose windows (strides equal to
+// the widths) tile it, and the kernel writes that layer's activation and winners instead of its
+// own (pout, ldp, pids; the winners only where pids is not null; see the end of the body).
+template <int CASES, int TM, int TN, int TPS, int PWV, int PWH>
 __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int lda,
                                               const float* __restrict__ Wf, int M,
                                               float* __restrict__ out, int ldo,
-                                              int* __restrict__ pids, int wv, int wh)
+                                              int* __restrict__ pids)
 {
+    constexpr bool POOL = PWV > 0;
+    static_assert(!POOL || (CT_H % PWV == 0 && CT_W % PWH == 0), "pooling windows tile the layer");
     using namespace ct;
     using T = ConvFwdTile<CASES, TM, TN, TPS>;
     constexpr int NC = T::NC, NCOL = T::NCOL, NT = T::NT, TR = T::TR, ROWS = T::ROWS;
@@ -301,40 +303,44 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
     __syncthreads();
     const int cases = min(CASES, M - m0);
     float* o = out + (i64)m0 * ldo;
-    if (POOL) {
+    if constexpr (POOL) {
         // pool_forward's values and winners, bit for bit: the first maximum of each window in
-        // row-then-column order, the winner as row * W + column of this layer
-        // (unsigned: the divisions by the pooling's runtime sizes are shorter)
-        const unsigned W2 = CT_W / wh;
-        const unsigned per_case = (CT_H / wv) * W2 * CT_D;
-        for (unsigned u = tid; u < cases * per_case; u += NT) {
-            const unsigned c = u / per_case;
-            const int j = u - c * per_case;
+        // row-then-column order, the winner as row * W + column of this layer. The window is
+        // known when compiled, so its values are read at once (independent loads) and the
+        // divisions below are by constants; a thread takes two pooled neurons at a time.
+        constexpr int NWIN = PWV * PWH;
+        constexpr unsigned W2 = CT_W / PWH;
+        constexpr unsigned PER_CASE = (CT_H / PWV) * W2 * CT_D;
+        const unsigned count = cases * PER_CASE;
+#pragma unroll 2
+        for (unsigned u = tid; u < count; u += NT) {
+            const unsigned c = u / PER_CASE;
+            const unsigned j = u - c * PER_CASE;
             const unsigned q = j / CT_D;
-            const int n = j - q * CT_D;
+            const unsigned n = j - q * CT_D;
             const unsigned pr = q / W2;
-            const int r0 = pr * wv;
-            const int c0 = (q - pr * W2) * wh;
-            const float* xs = Xs + n;
-            const int g0 = c * HW;
-            float best = xs[staged(g0 + r0 * CT_W + c0)];
-            int id = r0 * CT_W + c0;
-            for (int r = r0; r < r0 + wv; ++r)
-                for (int col = c0; col < c0 + wh; ++col) {
-                    const float v = xs[staged(g0 + r * CT_W + col)];
-                    if (v > best) {
-                        best = v;
-                        id = r * CT_W + col;
-                    }
+            const unsigned r0 = pr * PWV;
+            const unsigned c0 = (q - pr * W2) * PWH;
+            const unsigned g0 = c * HW + r0 * CT_W + c0;
+            float v[NWIN];
+#pragma unroll
+            for (int w = 0; w < NWIN; ++w) v[w] = Xs[staged(g0 + (w / PWH) * CT_W + w % PWH) + n];
+            float best = v[0];
+            int win = 0;
+#pragma unroll
+            for (int w = 1; w < NWIN; ++w)
+                if (v[w] > best) {
+                    best = v[w];
+                    win = w;
                 }
             if (values_only) {
                 if (near_tanh_dip(best)) {      // the window's tanhf one by one
-                    best = tanhf(xs[staged(g0 + r0 * CT_W + c0)]);
-                    for (int r = r0; r < r0 + wv; ++r)
-                        for (int col = c0; col < c0 + wh; ++col) {
-                            const float v = tanhf(xs[staged(g0 + r * CT_W + col)]);
-                            if (v > best) best = v;
-                        }
+                    best = tanhf(v[0]);
+#pragma unroll
+                    for (int w = 1; w < NWIN; ++w) {
+                        const float t = tanhf(v[w]);
+                        if (t > best) best = t;
+                    }
                 } else {
                     best = tanhf(best);
                 }
@@ -342,7 +348,7 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
                 continue;
             }
             o[(i64)c * ldo + j] = best;
-            pids[(i64)(m0 + c) * ldo + j] = id;
+            pids[(i64)(m0 + c) * ldo + j] = (r0 + win / PWH) * CT_W + c0 + win % PWH;
         }
         return;
     }
@@ -365,18 +371,18 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
     NAME(const float* __restrict__ src, int lda, const float* __restrict__ weights, int M,        \
          float* __restrict__ out, int ldo)                                                        \
     {                                                                                             \
-        conv_fwd_body<CASES, TM, TN, TPS, 0>(src, lda, weights, M, out, ldo, nullptr, 1, 1);      \
+        conv_fwd_body<CASES, TM, TN, TPS, 0, 0>(src, lda, weights, M, out, ldo, nullptr);        \
     }
 
-// The same tile variant followed by the max pooling (wv x wh windows that tile the layer): pout
-// and pids (ldp floats and ints a case) get the pooled layer's activation and winners; this
+// The same tile variant followed by the max pooling (PWV x PWH windows that tile the layer):
+// pout and pids (ldp floats and ints a case) get the pooled layer's activation and winners; this
 // layer's own activation is not written.
-#define CONV_FWD_POOL(NAME, CASES, TM, TN, MINB, TPS)                                            \
+#define CONV_FWD_POOL(NAME, CASES, TM, TN, MINB, TPS, PWV, PWH)                                  \
     extern "C" __global__ void __launch_bounds__(ConvFwdTile<CASES, TM, TN, TPS>::NT, MINB)       \
     NAME(const float* __restrict__ src, int lda, const float* __restrict__ weights, int M,        \
-         float* __restrict__ pout, int ldp, int* __restrict__ pids, int wv, int wh)               \
+         float* __restrict__ pout, int ldp, int* __restrict__ pids)                               \
     {                                                                                             \
-        conv_fwd_body<CASES, TM, TN, TPS, 1>(src, lda, weights, M, pout, ldp, pids, wv, wh);      \
+        conv_fwd_body<CASES, TM, TN, TPS, PWV, PWH>(src, lda, weights, M, pout, ldp, pids);       \
     }
 
 // ------------------------------------------------------------------ delta backpropagation
@@ -782,7 +788,7 @@ CONV_FWD(conv_fwd_c3_m8_n8_b3, 3, 8, 8, 3, 1)
 CONV_FWD(conv_fwd_c2_m4_n8_b3, 2, 4, 8, 3, 1)
 CONV_FWD(conv_fwd_c2_m8_n4_b4, 2, 8, 4, 4, 1)
 CONV_FWD(conv_fwd_c2_m8_n4_b4_t5, 2, 8, 4, 4, 5)
-CONV_FWD_POOL(conv_fwd_pool_c2_m8_n8_b4, 2, 8, 8, 4, 1)
+CONV_FWD_POOL(conv_fwd_pool_w2x2_c2_m8_n8_b4, 2, 8, 8, 4, 1, 2, 2)
 CONV_BWD(conv_bwd_c2, 2, 0, 1, 5)
 CONV_BWD(conv_bwd_c3, 3, 0, 1, 2)
 CONV_BWD(conv_bwd_c6_w, 6, 1, 1, 1)
