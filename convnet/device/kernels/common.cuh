@@ -82,6 +82,18 @@ __device__ __forceinline__ float nn_epilogue(float v, int epi, const float* __re
     return v;
 }
 
+// A product group's descriptor (plan.py: five ints a group): where its A and B tables start,
+// their length K, and the offsets added to B's and the output's columns.
+struct GroupDesc {
+    int a_start, b_start, K, b_add, o_add;
+
+    __device__ __forceinline__ GroupDesc(const int* __restrict__ desc, int g)
+        : a_start(desc[g * 5 + 0]), b_start(desc[g * 5 + 1]), K(desc[g * 5 + 2]),
+          b_add(desc[g * 5 + 3]), o_add(desc[g * 5 + 4])
+    {
+    }
+};
+
 // One group of a gemm_nn launch whose tables are dense rows (plan.DenseRows): A's columns
 // a0, a0 + 1, ... of each case's row (K_dense of them), then the bias when `bias` (A_ONE, last);
 // B's rows b_step floats apart from b_rows (b_ld > 0: the activation's rows; else the table's
@@ -96,16 +108,13 @@ struct DenseGroup {
                                           const int* __restrict__ desc, int g, const float* B,
                                           int b_ld)
     {
-        const int a_start = desc[g * 5 + 0];
-        const int b_start = desc[g * 5 + 1];
-        const int K = desc[g * 5 + 2];
-        const int b_add = desc[g * 5 + 3];
-        o_add = desc[g * 5 + 4];
-        bias = K > 0 && tab[a_start + K - 1] == A_ONE;
-        K_dense = K - bias;
-        a_rows = src + (K_dense > 0 ? tab[a_start] : 0);
-        b_rows = B + (b_ld > 0 ? 0 : (K > 0 ? tab[b_start] : 0)) + b_add;
-        b_step = b_ld > 0 ? b_ld : (K > 1 ? tab[b_start + 1] - tab[b_start] : 0);
+        const GroupDesc d(desc, g);
+        o_add = d.o_add;
+        bias = d.K > 0 && tab[d.a_start + d.K - 1] == A_ONE;
+        K_dense = d.K - bias;
+        a_rows = src + (K_dense > 0 ? tab[d.a_start] : 0);
+        b_rows = B + (b_ld > 0 ? 0 : (d.K > 0 ? tab[d.b_start] : 0)) + d.b_add;
+        b_step = b_ld > 0 ? b_ld : (d.K > 1 ? tab[d.b_start + 1] - tab[d.b_start] : 0);
     }
 };
 

@@ -42,11 +42,7 @@ __device__ __forceinline__ void gemm_nn_body(
     const int b_k = tid / BN;
 
     for (int g = blockIdx.x; g < G; g += gridDim.x) {
-        const int a_start = desc[g * 5 + 0];
-        const int b_start = desc[g * 5 + 1];
-        const int K = desc[g * 5 + 2];
-        const int b_add = desc[g * 5 + 3];
-        const int o_add = desc[g * 5 + 4];
+        const GroupDesc d(desc, g);
 
         float acc[TM][TN];
 #pragma unroll
@@ -55,12 +51,12 @@ __device__ __forceinline__ void gemm_nn_body(
             for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
         float ra[A_PER], rb[B_PER];
-        const int nk = (K + BK - 1) / BK;
+        const int nk = (d.K + BK - 1) / BK;
 
         auto load = [&](int k0) {
             const int k = k0 + a_k;
             int ao = A_ZERO;
-            if (k < K) ao = tab[a_start + k];
+            if (k < d.K) ao = tab[d.a_start + k];
 #pragma unroll
             for (int i = 0; i < A_PER; ++i) {
                 const int m = m0 + a_m + i * (NT / BK);
@@ -76,9 +72,9 @@ __device__ __forceinline__ void gemm_nn_body(
             for (int i = 0; i < B_PER; ++i) {
                 const int kb = k0 + b_k + i * (NT / BN);
                 float v = 0.f;
-                if (kb < K && n < N) {
-                    const i64 bo = b_ld > 0 ? (i64)kb * b_ld : (i64)tab[b_start + kb];
-                    v = B[bo + b_add + n];
+                if (kb < d.K && n < N) {
+                    const i64 bo = b_ld > 0 ? (i64)kb * b_ld : (i64)tab[d.b_start + kb];
+                    v = B[bo + d.b_add + n];
                 }
                 rb[i] = v;
             }
@@ -104,7 +100,7 @@ __device__ __forceinline__ void gemm_nn_body(
             __syncthreads();
         }
 
-        store_tile<TM, TN>(acc, out, prior, epi, m0 + tm * TM, n0 + tn * TN, M, N, ldo, o_add);
+        store_tile<TM, TN>(acc, out, prior, epi, m0 + tm * TM, n0 + tn * TN, M, N, ldo, d.o_add);
     }
 }
 

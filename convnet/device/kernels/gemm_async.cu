@@ -86,12 +86,8 @@ __device__ __forceinline__ void gemm_nn_async_body(
     const int n = n0 + b_n;
 
     for (int g = blockIdx.x; g < G; g += gridDim.x) {
-        const int a_start = desc[g * 5 + 0];
-        const int b_start = desc[g * 5 + 1];
-        const int K = desc[g * 5 + 2];
-        const int b_add = desc[g * 5 + 3];
-        const int o_add = desc[g * 5 + 4];
-        const int nk = (K + BK - 1) / BK;
+        const GroupDesc d(desc, g);
+        const int nk = (d.K + BK - 1) / BK;
 
         float acc[TM][TN];
 #pragma unroll
@@ -102,7 +98,7 @@ __device__ __forceinline__ void gemm_nn_async_body(
         auto issue = [&](int t) {
             const int st = t % STAGES;
             const int k = t * BK + a_k;
-            const int ao = k < K ? tab[a_start + k] : A_ZERO;
+            const int ao = k < d.K ? tab[d.a_start + k] : A_ZERO;
 #pragma unroll
             for (int i = 0; i < A_PER; ++i) {
                 const bool ok = ((a_valid >> i) & 1u) && ao != A_ZERO;
@@ -112,9 +108,9 @@ __device__ __forceinline__ void gemm_nn_async_body(
 #pragma unroll
             for (int i = 0; i < B_PER; ++i) {
                 const int kb = t * BK + b_k + i * B_STEP;
-                const bool ok = kb < K && n < N;
+                const bool ok = kb < d.K && n < N;
                 const float* p = B;
-                if (ok) p = B + (b_ld > 0 ? (i64)kb * b_ld : (i64)tab[b_start + kb]) + b_add + n;
+                if (ok) p = B + (b_ld > 0 ? (i64)kb * b_ld : (i64)tab[d.b_start + kb]) + d.b_add + n;
                 cp_async4(&Bs[st][b_k + i * B_STEP][b_n], p, ok);
             }
         };
@@ -124,7 +120,7 @@ __device__ __forceinline__ void gemm_nn_async_body(
                                                 tm * TM, tn * TN);
         });
 
-        store_tile<TM, TN>(acc, out, prior, epi, m0 + tm * TM, n0 + tn * TN, M, N, ldo, o_add);
+        store_tile<TM, TN>(acc, out, prior, epi, m0 + tm * TM, n0 + tn * TN, M, N, ldo, d.o_add);
     }
 }
 
@@ -187,18 +183,14 @@ __device__ __forceinline__ void gemm_nn_dense_body(
     const int n0 = blockIdx.z * BN;
 
     for (int g = blockIdx.x; g < G; g += gridDim.x) {
-        // (the same reads as common.cuh's DenseGroup, written out: through the struct, the
-        // 128 x 128 tile spills 8 bytes at its 128 registers)
-        const int a_start = desc[g * 5 + 0];
-        const int b_start = desc[g * 5 + 1];
-        const int K = desc[g * 5 + 2];
-        const int b_add = desc[g * 5 + 3];
-        const int o_add = desc[g * 5 + 4];
-        const int bias = K > 0 && tab[a_start + K - 1] == A_ONE;
-        const int Kd = K - bias;                 // the dense part of the table
-        const float* a_rows = src + (Kd > 0 ? tab[a_start] : 0);
-        const float* b_rows = B + (b_ld > 0 ? 0 : (K > 0 ? tab[b_start] : 0)) + b_add;
-        const i64 b_step = b_ld > 0 ? b_ld : (K > 1 ? tab[b_start + 1] - tab[b_start] : 0);
+        // (DenseGroup's values, written out: through that struct, the 128 x 128 tile spills 8
+        // bytes at its 128 registers)
+        const GroupDesc d(desc, g);
+        const int bias = d.K > 0 && tab[d.a_start + d.K - 1] == A_ONE;
+        const int Kd = d.K - bias;               // the dense part of the table
+        const float* a_rows = src + (Kd > 0 ? tab[d.a_start] : 0);
+        const float* b_rows = B + (b_ld > 0 ? 0 : (d.K > 0 ? tab[d.b_start] : 0)) + d.b_add;
+        const i64 b_step = b_ld > 0 ? b_ld : (d.K > 1 ? tab[d.b_start + 1] - tab[d.b_start] : 0);
         const int nk = (Kd + BK - 1) / BK;
 
         float acc[TM][TN];
@@ -280,7 +272,7 @@ __device__ __forceinline__ void gemm_nn_dense_body(
             for (int j = 0; j < TN; ++j) {
                 const int n = n0 + (j / 4) * (BN / 2) + tn * 4 + j % 4;
                 if (n >= N) continue;
-                const i64 o = (i64)m * ldo + o_add + n;
+                const i64 o = (i64)m * ldo + d.o_add + n;
                 out[o] = nn_epilogue(acc[i][j], epi, prior, o);
             }
         }
