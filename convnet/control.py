@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .architecture import KINDS, LayerSpec
 from .errors import ConvnetError
+from .params import DEFAULTS, PARAMETER_DEFS
 
 
 @dataclass
@@ -301,49 +302,24 @@ COMMANDS: List[CommandSpec] = [
                 "the first hidden layer's activations for one case as a PNG"),
 ]
 
+def _param_arg(definition):
+    """The argument of a ``NAME = value`` line, from its definition in params.py."""
+    d = definition
+    if d.kind == "choice":
+        return Arg(d.phrase, "choice", choices=d.choices)
+    if d.kind == "devices":
+        return Arg(d.phrase, "devices", joined=True)
+    return Arg(d.phrase, d.kind, d.minimum, d.maximum, exclusive_min=d.exclusive_min)
+
+
+# The NAME = value entries, made from the one table of parameters (params.PARAMETER_DEFS).
 PARAMETERS: List[ParamSpec] = [
-    ParamSpec("MAX BATCH", _int("MAX BATCH", 1), "cases per device batch",
-              default_note="as many as fit in device memory"),
-    ParamSpec("MAX HID GRAD", _int("MAX HID GRAD", 1, 65535),
-              "hidden neurons per device gradient launch", 65535),
-    ParamSpec("MAX MEM GRAD", _int("MAX MEM GRAD", 1, 2047),
-              "megabytes of device convolution-gradient scratch", 2047),
-    ParamSpec("ANNEAL ITERS", _int("ANNEAL ITERS", 0), "annealing criterion evaluations", 100),
-    ParamSpec("ANNEAL RANGE", _float("ANNEAL RANGE", 0.0, exclusive_min=True),
-              "approximate range of the random starting weights, the same for every weight "
-              "unless ANNEAL SCALE = FANIN", 0.1),
-    ParamSpec("ANNEAL SCALE", Arg("ANNEAL SCALE", "choice", choices=("FLAT", "FANIN")),
-              "FLAT (the book's meaning): every starting weight is drawn within ANNEAL RANGE; "
-              "FANIN: a layer whose neurons have n inputs gets ANNEAL RANGE * sqrt(300 / n), so "
-              "that every layer's net inputs start about equally spread (benchmarks/NOTES.md "
-              "compares the two)", "FLAT"),
-    ParamSpec("MAXITERS", _int("MAXITERS", 0), "conjugate-gradient iterations at most", 1000,
-              aliases=("MAX ITERS",)),
-    ParamSpec("TOL", _float("TOL", 0.0, exclusive_min=True),
-              "convergence test of the refinement: after each conjugate-gradient iteration the "
-              "relative improvement (f_before - f_after) / abs(f_before) of the criterion is "
-              "compared with TOL; when it is below, the next iteration restarts along the negative "
-              "gradient, and when that iteration's improvement is below TOL too, refinement ends. "
-              "Refinement also ends at MAXITERS iterations, when the gradient vanishes, or when the "
-              "negative gradient gives no lower point", 0.00005),
-    ParamSpec("WPEN", _float("WPEN", 0.0), "weight penalty", 0.0),
-    ParamSpec("CUDA", Arg("CUDA", "choice", choices=("YES", "NO", "AUTO")),
-              "use the GPU: YES, NO or AUTO", "AUTO"),
-    ParamSpec("CUDA DEVICES", Arg("CUDA DEVICES", "devices", joined=True),
-              "GPUs that share every evaluation, each with its shard of the cases",
-              default_note="GPU 0 alone"),
-    ParamSpec("THREADS", _int("THREADS", 1), "host threads", default_note="all cores"),
-    ParamSpec("RANDOM SEED", _int("RANDOM SEED", 0), "seed of every random choice"),
-    ParamSpec("SERIES COLUMN", _int("SERIES COLUMN", 1), "1-based column of the series", 1),
-    ParamSpec("SERIES WINDOW", _int("SERIES WINDOW", 2), "window length = image width", 16),
-    ParamSpec("SERIES RESOLUTION", _int("SERIES RESOLUTION", 2), "image height", 16),
-    ParamSpec("SERIES SHIFT", _int("SERIES SHIFT", 1), "records between windows", 1),
-    ParamSpec("SERIES FRAC FULL", _float("SERIES FRAC FULL", 0.0, 1.0),
-              "fraction of windows scaled to full height", 0.2),
+    ParamSpec(d.phrase, _param_arg(d), d.meaning, d.default, d.default_note, d.aliases)
+    for d in PARAMETER_DEFS
 ]
 
 # Every parameter's value before a control file sets it (None: decided at run time).
-DEFAULT_PARAMETERS = {p.name: p.default for p in PARAMETERS}
+DEFAULT_PARAMETERS = DEFAULTS
 
 _PARAM_BY_NAME: Dict[Tuple[str, ...], ParamSpec] = {}
 for _p in PARAMETERS:

@@ -1,0 +1,168 @@
+"""Typed parameters: every ``NAME = value`` of the control language, its default and its range.
+
+This is the one home of the parameters. The control-language registry (control.py) builds its
+``NAME = value`` entries from ``PARAMETER_DEFS``; the session keeps the values a control file set
+(keyed by phrase, as the logs print them) and hands everything below it a frozen :class:`Params`,
+so no module below the session reads the parser or a dict of control-file phrases.
+
+    params = Params.from_phrases(session_values)
+    params.training.maxiters, params.device.max_batch, params.series.window
+"""
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class ParamDef:
+    """One parameter: its phrase in control files, where it lives in :class:`Params` (group and
+    attribute), the type and range of its value, its default (None: decided at run time, see
+    ``default_note``) and its meaning in words for the keyword reference."""
+
+    phrase: str
+    group: str                       # "training", "device", "series" or "" (the Params itself)
+    attr: str
+    kind: str                        # "int", "float", "choice" or "devices"
+    meaning: str
+    default: Any = None
+    default_note: str = ""
+    minimum: Any = None
+    maximum: Any = None
+    exclusive_min: bool = False
+    choices: Optional[Tuple[str, ...]] = None
+    aliases: Tuple[str, ...] = ()
+
+
+ANNEAL_SCALES = ("FLAT", "FANIN")
+
+PARAMETER_DEFS = (
+    ParamDef("MAX BATCH", "device", "max_batch", "int", "cases per device batch", minimum=1,
+             default_note="as many as fit in device memory"),
+    ParamDef("MAX HID GRAD", "device", "max_hid_grad", "int",
+             "hidden neurons per device gradient launch", 65535, minimum=1, maximum=65535),
+    ParamDef("MAX MEM GRAD", "device", "max_mem_grad", "int",
+             "megabytes of device convolution-gradient scratch", 2047, minimum=1, maximum=2047),
+    ParamDef("ANNEAL ITERS", "training", "anneal_iters", "int", "annealing criterion evaluations",
+             100, minimum=0),
+    ParamDef("ANNEAL RANGE", "training", "anneal_range", "float",
+             "approximate range of the random starting weights, the same for every weight "
+             "unless ANNEAL SCALE = FANIN", 0.1, minimum=0.0, exclusive_min=True),
+    ParamDef("ANNEAL SCALE", "training", "anneal_scale", "choice",
+             "FLAT (the book's meaning): every starting weight is drawn within ANNEAL RANGE; "
+             "FANIN: a layer whose neurons have n inputs gets ANNEAL RANGE * sqrt(300 / n), so "
+             "that every layer's net inputs start about equally spread (benchmarks/NOTES.md "
+             "compares the two)", "FLAT", choices=ANNEAL_SCALES),
+    ParamDef("MAXITERS", "training", "maxiters", "int", "conjugate-gradient iterations at most",
+             1000, minimum=0, aliases=("MAX ITERS",)),
+    ParamDef("TOL", "training", "tol", "float",
+             "convergence test of the refinement: after each conjugate-gradient iteration the "
+             "relative improvement (f_before - f_after) / abs(f_before) of the criterion is "
+             "compared with TOL; when it is below, the next iteration restarts along the negative "
+             "gradient, and when that iteration's improvement is below TOL too, refinement ends. "
+             "Refinement also ends at MAXITERS iterations, when the gradient vanishes, or when the "
+             "negative gradient gives no lower point", 0.00005, minimum=0.0, exclusive_min=True),
+    ParamDef("WPEN", "training", "wpen", "float", "weight penalty", 0.0, minimum=0.0),
+    ParamDef("CUDA", "", "cuda", "choice", "use the GPU: YES, NO or AUTO", "AUTO",
+             choices=("YES", "NO", "AUTO")),
+    ParamDef("CUDA DEVICES", "device", "cuda_devices", "devices",
+             "GPUs that share every evaluation, each with its shard of the cases",
+             default_note="GPU 0 alone"),
+    ParamDef("THREADS", "", "threads", "int", "host threads", default_note="all cores",
+             minimum=1),
+    ParamDef("RANDOM SEED", "", "seed", "int", "seed of every random choice", minimum=0),
+    ParamDef("SERIES COLUMN", "series", "column", "int", "1-based column of the series", 1,
+             minimum=1),
+    ParamDef("SERIES WINDOW", "series", "window", "int", "window length = image width", 16,
+             minimum=2),
+    ParamDef("SERIES RESOLUTION", "series", "resolution", "int", "image height", 16, minimum=2),
+    ParamDef("SERIES SHIFT", "series", "shift", "int", "records between windows", 1, minimum=1),
+    ParamDef("SERIES FRAC FULL", "series", "frac_full", "float",
+             "fraction of windows scaled to full height", 0.2, minimum=0.0, maximum=1.0),
+)
+
+# Every parameter's value before a control file sets it (None: decided at run time).
+DEFAULTS = {d.phrase: d.default for d in PARAMETER_DEFS}
+
+
+def _default(phrase):
+    return field(default=DEFAULTS[phrase])
+
+
+@dataclass(frozen=True)
+class TrainingParams:
+    """What TRAIN reads: annealing (ANNEAL ITERS, RANGE, SCALE), refinement (MAXITERS, TOL) and
+    the weight penalty (WPEN)."""
+
+    anneal_iters: int = _default("ANNEAL ITERS")
+    anneal_range: float = _default("ANNEAL RANGE")
+    anneal_scale: str = _default("ANNEAL SCALE")
+    maxiters: int = _default("MAXITERS")
+    tol: float = _default("TOL")
+    wpen: float = _default("WPEN")
+
+
+@dataclass(frozen=True)
+class DeviceParams:
+    """What the device backend reads: MAX BATCH (None: as many as fit), MAX HID GRAD, MAX MEM
+    GRAD, and CUDA DEVICES (None: GPU 0 alone; else '0,1' or 'ALL')."""
+
+    max_batch: Optional[int] = _default("MAX BATCH")
+    max_hid_grad: int = _default("MAX HID GRAD")
+    max_mem_grad: int = _default("MAX MEM GRAD")
+    cuda_devices: Optional[str] = _default("CUDA DEVICES")
+
+
+@dataclass(frozen=True)
+class SeriesParams:
+    """How READ SERIES images a series (the keyword settings, SERIES DIFFLOG and the like, are
+    the reader's own SeriesSettings fields)."""
+
+    column: int = _default("SERIES COLUMN")
+    window: int = _default("SERIES WINDOW")
+    resolution: int = _default("SERIES RESOLUTION")
+    shift: int = _default("SERIES SHIFT")
+    frac_full: float = _default("SERIES FRAC FULL")
+
+
+_GROUPS = {"training": TrainingParams, "device": DeviceParams, "series": SeriesParams}
+
+
+@dataclass(frozen=True)
+class Params:
+    """Every parameter in force, typed; made by the session with :meth:`from_phrases`."""
+
+    training: TrainingParams = field(default_factory=TrainingParams)
+    device: DeviceParams = field(default_factory=DeviceParams)
+    series: SeriesParams = field(default_factory=SeriesParams)
+    cuda: str = _default("CUDA")
+    threads: Optional[int] = _default("THREADS")
+    seed: Optional[int] = _default("RANDOM SEED")
+
+    @classmethod
+    def from_phrases(cls, values):
+        """Params from {phrase: value} (a control file's settings); a phrase not given, or given
+        as None, takes its default. Unknown phrases are an error (a registry mistake)."""
+        unknown = set(values) - set(DEFAULTS)
+        if unknown:
+            raise KeyError(f"not a parameter: {', '.join(sorted(unknown))}")
+        groups = {name: {} for name in _GROUPS}
+        top = {}
+        for d in PARAMETER_DEFS:
+            value = values.get(d.phrase)
+            value = d.default if value is None else value
+            (groups[d.group] if d.group else top)[d.attr] = value
+        return cls(**{name: _GROUPS[name](**kw) for name, kw in groups.items()}, **top)
+
+    def phrases(self):
+        """{phrase: value} in the registry's order: what the logs and results.json print."""
+        return {d.phrase: getattr(getattr(self, d.group) if d.group else self, d.attr)
+                for d in PARAMETER_DEFS}
+
+    def replace(self, **changes):
+        """A copy with some phrases changed: ``params.replace(**{"CUDA DEVICES": "0,1"})``."""
+        return Params.from_phrases(dict(self.phrases(), **changes))
+
+
+def group_fields(group):
+    """The attribute names of one group, for tests and docs."""
+    return [f.name for f in fields(_GROUPS[group])]
