@@ -127,7 +127,16 @@ def capped(text, name, cuda):
     return "\n".join(lines) + "\n"
 
 
-def normalised_log(text):
+# On a real GPU the free memory and the CUDA.LOG timing section (section 4, up to the book's
+# activities) vary from run to run as well.
+GPU_PATTERNS = [(re.compile(r"\(\d+ MiB free\)"), "(<free> MiB free)"),
+                (re.compile(r"\n\d+\. Device time by layer.*?(?=\nThe book's activities)", re.S),
+                 "\n<device time section>")]
+
+
+def normalised_log(text, gpu=False):
+    for pattern, replacement in GPU_PATTERNS if gpu else ():
+        text = pattern.sub(replacement, text)
     for pattern, replacement in TIME_PATTERNS:
         text = pattern.sub(replacement, text)
     kept = []
@@ -153,7 +162,7 @@ def normalised_results(data):
     return data
 
 
-def control_runs(device, keep=None):
+def control_runs(device, keep=None, real_gpu=False):
     from convnet.session import run
     out = {}
     folder = tempfile.mkdtemp(prefix="convnet-hashes-")
@@ -175,7 +184,8 @@ def control_runs(device, keep=None):
                 path = os.path.join(run_out, log_name)
                 if os.path.exists(path):
                     with open(path) as f:
-                        files[log_name] = normalised_log(f.read().replace(folder, "<dir>"))
+                        files[log_name] = normalised_log(f.read().replace(folder, "<dir>"),
+                                                         gpu=real_gpu)
             with open(os.path.join(run_out, "results.json")) as f:
                 results = json.loads(f.read().replace(folder, "<dir>"))
             files["results.json"] = json.dumps(normalised_results(results), indent=1,
@@ -201,7 +211,8 @@ def all_hashes(args):
             result[f"{device} golden"] = golden(device)
             result[f"{device} random"] = random_nets(device, args.random)
             if not args.no_runs:
-                result[f"{device} runs"] = control_runs(device, args.keep)
+                result[f"{device} runs"] = control_runs(device, args.keep,
+                                                        args.gpu and device == "cuda")
         print(f"{device} done", file=sys.stderr, flush=True)
     return result
 
