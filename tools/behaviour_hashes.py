@@ -162,7 +162,7 @@ def normalised_results(data):
     return data
 
 
-def control_runs(device, keep=None, real_gpu=False):
+def control_runs(device, keep=None, real_gpu=False, only=None):
     from convnet.session import run
     out = {}
     folder = tempfile.mkdtemp(prefix="convnet-hashes-")
@@ -170,7 +170,7 @@ def control_runs(device, keep=None, real_gpu=False):
         shutil.copytree(os.path.join(ROOT, "data"), os.path.join(folder, "data"))
         os.makedirs(os.path.join(folder, "controlfiles"))
         for name in sorted(os.listdir(os.path.join(ROOT, "controlfiles"))):
-            if not name.endswith(".ctl"):
+            if not name.endswith(".ctl") or (only and name not in only):
                 continue
             with open(os.path.join(ROOT, "controlfiles", name)) as f:
                 text = capped(f.read(), name, device != "cpu")
@@ -205,28 +205,32 @@ def control_runs(device, keep=None, real_gpu=False):
 def all_hashes(args):
     result = {}
     devices = [("cpu", contextlib.nullcontext)]
-    devices.append(("cuda", contextlib.nullcontext if args.gpu else emulated_device))
+    if not args.host_only:
+        devices.append(("cuda", contextlib.nullcontext if args.gpu else emulated_device))
     for device, context in devices:
         with context():
             result[f"{device} golden"] = golden(device)
             result[f"{device} random"] = random_nets(device, args.random)
             if not args.no_runs:
                 result[f"{device} runs"] = control_runs(device, args.keep,
-                                                        args.gpu and device == "cuda")
+                                                        args.gpu and device == "cuda",
+                                                        args.files and args.files.split(","))
         print(f"{device} done", file=sys.stderr, flush=True)
     return result
 
 
 def compare(now, before):
-    differences = 0
+    """Print every item whose hash differs; items run on one side only are counted apart."""
+    differences = compared = 0
     for group in sorted(set(now) | set(before)):
         a, b = now.get(group, {}), before.get(group, {})
-        for item in sorted(set(a) | set(b)):
-            if a.get(item) != b.get(item):
+        for item in sorted(set(a) & set(b)):
+            compared += 1
+            if a[item] != b[item]:
                 differences += 1
-                print(f"DIFFERS  {group}: {item}  {b.get(item)} -> {a.get(item)}")
-    total = sum(len(v) for v in now.values())
-    print(f"{total} hashes, {differences} differ")
+                print(f"DIFFERS  {group}: {item}  {b[item]} -> {a[item]}")
+    one_side = sum(len(set(now.get(g, {})) ^ set(before.get(g, {}))) for g in set(now) | set(before))
+    print(f"{compared} hashes compared, {differences} differ ({one_side} on one side only)")
     return differences
 
 
@@ -236,6 +240,8 @@ def main():
     parser.add_argument("--compare", help="hashes written earlier to compare with")
     parser.add_argument("--random", type=int, default=12, help="random architectures (12)")
     parser.add_argument("--no-runs", action="store_true", help="skip the control-file runs")
+    parser.add_argument("--files", help="run only these control files (comma-separated names)")
+    parser.add_argument("--host-only", action="store_true", help="skip the device path")
     parser.add_argument("--gpu", action="store_true", help="the real GPU instead of the emulation")
     parser.add_argument("--keep", help="keep the normalised logs and results in this folder")
     args = parser.parse_args()
