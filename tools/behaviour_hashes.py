@@ -27,6 +27,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -178,6 +179,7 @@ def control_runs(device, keep=None, real_gpu=False, only=None):
             with open(ctl, "w") as f:
                 f.write(text)
             run_out = os.path.join(folder, "out-" + name)
+            start = time.perf_counter()
             run([ctl], out=run_out, seed=1, threads=2, device=device, report=False)
             files = {}
             for log_name in ("CONVNET.LOG", "CUDA.LOG"):
@@ -196,7 +198,8 @@ def control_runs(device, keep=None, real_gpu=False, only=None):
                     os.makedirs(keep, exist_ok=True)
                     with open(os.path.join(keep, f"{device}-{name}-{file_name}.txt"), "w") as f:
                         f.write(text)
-            print(f"  {device} {name}", file=sys.stderr, flush=True)
+            print(f"  {device} {name} {time.perf_counter() - start:.0f} s", file=sys.stderr,
+                  flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return out
@@ -204,9 +207,9 @@ def control_runs(device, keep=None, real_gpu=False, only=None):
 
 def all_hashes(args):
     result = {}
-    devices = [("cpu", contextlib.nullcontext)]
-    if not args.host_only:
-        devices.append(("cuda", contextlib.nullcontext if args.gpu else emulated_device))
+    devices = [("cpu", contextlib.nullcontext),
+               ("cuda", contextlib.nullcontext if args.gpu else emulated_device)]
+    devices = [d for d in devices if args.path in (None, d[0])]
     for device, context in devices:
         with context():
             result[f"{device} golden"] = golden(device)
@@ -241,7 +244,7 @@ def main():
     parser.add_argument("--random", type=int, default=12, help="random architectures (12)")
     parser.add_argument("--no-runs", action="store_true", help="skip the control-file runs")
     parser.add_argument("--files", help="run only these control files (comma-separated names)")
-    parser.add_argument("--host-only", action="store_true", help="skip the device path")
+    parser.add_argument("--path", choices=("cpu", "cuda"), help="only the host or the device path")
     parser.add_argument("--gpu", action="store_true", help="the real GPU instead of the emulation")
     parser.add_argument("--keep", help="keep the normalised logs and results in this folder")
     args = parser.parse_args()
