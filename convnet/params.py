@@ -22,7 +22,7 @@ class ParamDef:
     phrase: str
     group: str                       # "training", "device", "series" or "" (the Params itself)
     attr: str
-    kind: str                        # "int", "float", "choice" or "devices"
+    value_type: str                  # "int", "float", "choice" or "devices"
     meaning: str
     default: Any = None
     default_note: str = ""
@@ -81,7 +81,29 @@ PARAMETER_DEFS = (
 )
 
 # Every parameter's value before a control file sets it (None: decided at run time).
-DEFAULTS = {d.phrase: d.default for d in PARAMETER_DEFS}
+DEFAULTS = {definition.phrase: definition.default for definition in PARAMETER_DEFS}
+
+
+ALL_DEVICES = "ALL"
+
+
+def parse_devices(text):
+    """'0,1' or 'all' (any case, blanks ignored) -> the canonical '0,1' or 'ALL'.
+
+    Raises ValueError with a message for anything else (an empty list, a repeated device, a
+    negative or non-integer index)."""
+    compact = "".join(str(text).split())
+    if compact.upper() == ALL_DEVICES:
+        return ALL_DEVICES
+    parts = compact.split(",")
+    if not compact or any(not (part.isascii() and part.isdigit()) for part in parts):
+        raise ValueError(f"expected device numbers separated by commas (0,1) or ALL, "
+                         f"not '{text}'")
+    numbers = [int(part) for part in parts]
+    repeated = sorted({n for n in numbers if numbers.count(n) > 1})
+    if repeated:
+        raise ValueError(f"device {repeated[0]} is named twice in '{text}'")
+    return ",".join(str(n) for n in numbers)
 
 
 def _default(phrase):
@@ -147,16 +169,17 @@ class Params:
             raise KeyError(f"not a parameter: {', '.join(sorted(unknown))}")
         groups = {name: {} for name in _GROUPS}
         top = {}
-        for d in PARAMETER_DEFS:
-            value = values.get(d.phrase)
-            value = d.default if value is None else value
-            (groups[d.group] if d.group else top)[d.attr] = value
-        return cls(**{name: _GROUPS[name](**kw) for name, kw in groups.items()}, **top)
+        for definition in PARAMETER_DEFS:
+            value = values.get(definition.phrase)
+            value = definition.default if value is None else value
+            (groups[definition.group] if definition.group else top)[definition.attr] = value
+        return cls(**{name: _GROUPS[name](**given) for name, given in groups.items()}, **top)
 
     def phrases(self):
         """{phrase: value} in the registry's order: what the logs and results.json print."""
-        return {d.phrase: getattr(getattr(self, d.group) if d.group else self, d.attr)
-                for d in PARAMETER_DEFS}
+        return {definition.phrase: getattr(getattr(self, definition.group) if definition.group
+                                           else self, definition.attr)
+                for definition in PARAMETER_DEFS}
 
     def replace(self, **changes):
         """A copy with some phrases changed: ``params.replace(**{"CUDA DEVICES": "0,1"})``."""

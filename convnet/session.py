@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .architecture import Architecture
 from .control import DEFAULT_PARAMETERS, parse_file
 from .errors import ConvnetError, Interrupted
@@ -211,7 +211,7 @@ class Session:
 
     def _read_mnist_labels(self, cmd):
         from .data import mnist
-        if self.dataset is None or self.dataset.kind != "MNIST":
+        if self.dataset is None or self.dataset.source != "MNIST":
             raise cmd.error("READ MNIST LABELS must follow READ MNIST IMAGE")
         if self.dataset.classes is not None:
             raise cmd.error("MNIST labels were already read for these images (use CLEAR first)")
@@ -220,7 +220,7 @@ class Session:
 
     def _read_c10_image(self, cmd):
         from .data import cifar
-        if self.dataset is not None and self.dataset.kind != "C10":
+        if self.dataset is not None and self.dataset.source != "C10":
             raise cmd.error("READ C10 IMAGE: other data is already present (use CLEAR first)")
         self.dataset = cifar.read_c10(cmd.args["path"], existing=self.dataset)
         self._data_note(cmd)

@@ -25,10 +25,10 @@ N_CLASSES = 10
 def read_c10(path, existing=None):
     """Read one CIFAR-10 batch file; with ``existing`` (a C10 Dataset) append to it.
 
-    Returns a new Dataset of kind "C10".
+    Returns a new Dataset from source "C10".
     """
     what = "CIFAR-10 file"
-    if existing is not None and existing.kind != "C10":
+    if existing is not None and existing.source != "C10":
         raise ConvnetError(f"{what} '{path}': other data is already present; "
                            "CIFAR-10 batches can only be added to CIFAR-10 data")
     data = read_bytes(path, what)

@@ -59,7 +59,7 @@ def _parse_idx(data, path, what, ndims, magic):
 
 
 def read_images(path):
-    """READ MNIST IMAGE: a Dataset of kind "MNIST" with 10 classes and no classes yet (None)."""
+    """READ MNIST IMAGE: a Dataset from source "MNIST" with 10 classes and no classes yet (None)."""
     what = "MNIST image file"
     data = gunzip_if_gzip(read_bytes(path, what), path, what)
     (n, rows, cols), payload = _parse_idx(data, path, what, 3, IMAGE_MAGIC)
@@ -73,7 +73,7 @@ def read_images(path):
 def read_labels(path, dataset):
     """READ MNIST LABELS: ``dataset`` (from read_images) with its classes; a new Dataset."""
     what = "MNIST label file"
-    if dataset is None or dataset.kind != "MNIST":
+    if dataset is None or dataset.source != "MNIST":
         raise ConvnetError(f"{what} '{path}': READ MNIST LABELS must follow READ MNIST IMAGE")
     data = gunzip_if_gzip(read_bytes(path, what), path, what)
     (n,), payload = _parse_idx(data, path, what, 1, LABEL_MAGIC)

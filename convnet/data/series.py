@@ -184,16 +184,16 @@ class SeriesInfo:
             raise ConvnetError(f"the saved series information is not a table of values: {d!r}")
         if "version" not in d and "thresholds" in d and "target_diff" in d:
             d = cls._from_fields(d)
-        def get(key, kind):
+        def get(key, value_type):
             if key not in d:
                 raise ConvnetError(f"the saved series information has no '{key}'")
             value = d[key]
             try:
-                if kind is str:
+                if value_type is str:
                     if not isinstance(value, str):
                         raise ValueError
                     return value
-                if kind is int:
+                if value_type is int:
                     if isinstance(value, bool) or int(value) != value:
                         raise ValueError
                     return int(value)
@@ -262,6 +262,10 @@ class SeriesCases:
         return SeriesCases(self.windows[start:stop].copy(), self.targets[start:stop].copy(),
                            self.lines[start:stop].copy(), self.settings, self.path,
                            self.own_scaling)
+
+    def imaged(self, scaling=None):
+        """Images, classes and SeriesInfo of these cases (see :func:`image_cases`)."""
+        return image_cases(self, scaling)
 
 
 # ---------------------------------------------------------------------------------- reading
@@ -425,7 +429,7 @@ def _check_scaling(scaling, settings, path):
 
 
 def read_series(path, settings=None, scaling=None):
-    """READ SERIES: read a series file and return its images as a Dataset of kind "SERIES".
+    """READ SERIES: read a series file and return its images as a Dataset from source "SERIES".
 
     ``settings`` is a SeriesSettings (defaults when None). ``scaling`` is a trained model's
     SeriesInfo (or its dict form, as SAVE MODEL stores it): when given, the images and classes are made with its scale and thresholds instead
