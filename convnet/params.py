@@ -110,8 +110,31 @@ def _default(phrase):
     return field(default=DEFAULTS[phrase])
 
 
+class _PhraseReading:
+    """TRANSITIONAL, to be removed once every module below the session reads typed attributes:
+    lets a reader that still looks values up by phrase (``params.get("MAX BATCH")``,
+    ``dict(params)``) read a typed group or the whole :class:`Params`."""
+
+    def phrases(self):
+        raise NotImplementedError
+
+    def keys(self):
+        return self.phrases().keys()
+
+    def __getitem__(self, phrase):
+        return self.phrases()[phrase]
+
+    def get(self, phrase, default=None):
+        return self.phrases().get(phrase, default)
+
+
+def _group_phrases(group, values):
+    return {definition.phrase: getattr(values, definition.attr)
+            for definition in PARAMETER_DEFS if definition.group == group}
+
+
 @dataclass(frozen=True)
-class TrainingParams:
+class TrainingParams(_PhraseReading):
     """What TRAIN reads: annealing (ANNEAL ITERS, RANGE, SCALE), refinement (MAXITERS, TOL) and
     the weight penalty (WPEN)."""
 
@@ -122,9 +145,13 @@ class TrainingParams:
     tol: float = _default("TOL")
     wpen: float = _default("WPEN")
 
+    def phrases(self):
+        """{phrase: value} of this group, in the registry's order."""
+        return _group_phrases("training", self)
+
 
 @dataclass(frozen=True)
-class DeviceParams:
+class DeviceParams(_PhraseReading):
     """What the device backend reads: MAX BATCH (None: as many as fit), MAX HID GRAD, MAX MEM
     GRAD, and CUDA DEVICES (None: GPU 0 alone; else '0,1' or 'ALL')."""
 
@@ -133,9 +160,13 @@ class DeviceParams:
     max_mem_grad: int = _default("MAX MEM GRAD")
     cuda_devices: Optional[str] = _default("CUDA DEVICES")
 
+    def phrases(self):
+        """{phrase: value} of this group, in the registry's order."""
+        return _group_phrases("device", self)
+
 
 @dataclass(frozen=True)
-class SeriesParams:
+class SeriesParams(_PhraseReading):
     """How READ SERIES images a series (the keyword settings, SERIES DIFFLOG and the like, are
     the reader's own SeriesSettings fields)."""
 
@@ -145,12 +176,16 @@ class SeriesParams:
     shift: int = _default("SERIES SHIFT")
     frac_full: float = _default("SERIES FRAC FULL")
 
+    def phrases(self):
+        """{phrase: value} of this group, in the registry's order."""
+        return _group_phrases("series", self)
+
 
 _GROUPS = {"training": TrainingParams, "device": DeviceParams, "series": SeriesParams}
 
 
 @dataclass(frozen=True)
-class Params:
+class Params(_PhraseReading):
     """Every parameter in force, typed; made by the session with :meth:`from_phrases`."""
 
     training: TrainingParams = field(default_factory=TrainingParams)
