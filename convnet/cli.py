@@ -216,9 +216,9 @@ def log_plot(logfile, output, number):
 def log_compare(log_a, log_b, train_a, train_b):
     """Architecture and results of a TRAIN in LOG_A and one in LOG_B, side by side."""
     from .logs.reader import compare_lines
-    a, b = _read_logs([log_a, log_b])
+    first, second = _read_logs([log_a, log_b])
     try:
-        lines = compare_lines(a, b, train_a, train_b)
+        lines = compare_lines(first, second, train_a, train_b)
     except ConvnetError as e:
         fail(e)
     for line in lines:

@@ -318,10 +318,10 @@ def tokenize(text):
     pos = 0
     text = text.rstrip()
     while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if not m:
+        match = _TOKEN.match(text, pos)
+        if not match:
             break
-        quoted, equals, word, stray = m.groups()
+        quoted, equals, word, stray = match.groups()
         if stray is not None:
             raise ValueError("a quoted file name is missing its closing double quote")
         if quoted is not None:
@@ -330,7 +330,7 @@ def tokenize(text):
             tokens.append(Token("="))
         else:
             tokens.append(Token(word))
-        pos = m.end()
+        pos = match.end()
     return tokens
 
 
@@ -344,14 +344,12 @@ def _suggest(words):
     if not best:
         # compare with the same number of leading words as each phrase has
         scored = []
-        for ph in phrases:
-            n = len(ph.split())
-            cand = " ".join(words[:n]).upper()
-            r = difflib.SequenceMatcher(None, cand, ph).ratio()
-            scored.append((r, ph))
-        r, ph = max(scored)
-        if r >= 0.6:
-            best = [ph]
+        for phrase in phrases:
+            leading = " ".join(words[:len(phrase.split())]).upper()
+            scored.append((difflib.SequenceMatcher(None, leading, phrase).ratio(), phrase))
+        ratio, phrase = max(scored)
+        if ratio >= 0.6:
+            best = [phrase]
     return best[0] if best else None
 
 
@@ -393,9 +391,9 @@ def parse_line(text, file=None, line=None):
 
     upper = [t.text.upper() if not t.quoted else None for t in tokens]
     for spec in _COMMANDS_BY_LENGTH:
-        n = len(spec.words)
-        if tuple(upper[:n]) == spec.words:
-            return _parse_args(spec, tokens[n:], file, line, stripped)
+        length = len(spec.words)
+        if tuple(upper[:length]) == spec.words:
+            return _parse_args(spec, tokens[length:], file, line, stripped)
     hint = _suggest([t.text for t in tokens if not t.quoted][:SUGGEST_WORDS])
     msg = f"unknown command '{shown(stripped)}'"
     raise err(msg + (f" (did you mean {hint}?)" if hint else ""))

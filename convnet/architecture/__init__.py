@@ -119,10 +119,10 @@ class Architecture:
         offset = 0
         for i, spec in enumerate(self.specs):
             prior_name = "input image" if i == 0 else f"layer {i}"
-            h, w, d, npw, nw = spec.kind.shape(spec, ph, pw, pd, prior_name)
-            self.layers.append(Layer(spec, i, ph, pw, pd, h, w, d, npw, nw, offset))
+            height, width, depth, npw, nw = spec.kind.shape(spec, ph, pw, pd, prior_name)
+            self.layers.append(Layer(spec, i, ph, pw, pd, height, width, depth, npw, nw, offset))
             offset += nw
-            ph, pw, pd = h, w, d
+            ph, pw, pd = height, width, depth
         self.n_hid_weights = offset
         npw = ph * pw * pd + 1
         out_spec = LayerSpec(FC, slices=n_classes)

@@ -1,9 +1,10 @@
 """Layer lines (``CONVOLUTIONAL LAYER 6 1 1 1 1 1 1``) read without the control parser.
 
-A saved model keeps its architecture as layer lines, and :meth:`Architecture.from_lines` reads them
-back (``LayerSpec.from_line``); this module reads them with the layer kinds' own keywords and ranges, so the architecture
-needs nothing from the control language (which sits above it). Its messages are the control
-parser's for the same lines (tests/test_architecture.py compares the two).
+A saved model keeps its architecture as layer lines, and :meth:`Architecture.from_lines` reads
+them back (``LayerSpec.from_line``); this module reads them with the layer kinds' own keywords
+and ranges, so the architecture needs nothing from the control language (which sits above it).
+Its messages are the control parser's for the same lines (tests/test_architecture.py compares
+the two).
 """
 
 import re
@@ -33,7 +34,8 @@ def _whole_number(kind, name, minimum, text, err):
 
 def layer_words(text, file=None, line=None):
     """One layer line -> (its kind, the numbers after the keyword), range-checked as numbers;
-    ConvnetError, at ``file``/``line``, for anything else. ``LayerSpec.from_line`` makes the spec."""
+    ConvnetError, at ``file``/``line``, for anything else (``LayerSpec.from_line`` makes the
+    spec)."""
     def err(message):
         return ConvnetError(message, file, line)
 

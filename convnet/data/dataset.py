@@ -20,8 +20,8 @@ SOURCES = ("MAKE", "MNIST", "C10", "SERIES")
 _SOURCE_WORDS = {"MAKE": "MAKE IMAGE", "MNIST": "MNIST", "C10": "CIFAR-10", "SERIES": "series"}
 
 
-def _plural(n, word):
-    return f"{n} {word}" + ("" if n == 1 else "s")
+def _plural(count, word):
+    return f"{count} {word}" + ("" if count == 1 else "s")
 
 
 class Dataset:
