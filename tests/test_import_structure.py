@@ -7,10 +7,11 @@ The rule, from the top down (docs/ARCHITECTURE.md):
 
     cli, __main__, the package itself -> batch, cluster -> session -> control -> params
     session -> data, architecture, model, train, logs, report, display, ...
+    everything -> params, errors, _version (which import nothing of the package)
 
 A module may import modules of its own layer or below, never above. Everything that is not named
 in ``LAYERS`` lies below the control parser, so none of it may import control, the session, the
-batch runner, the cluster or the command line.
+batch runner, the cluster or the command line; the bottom layer imports only itself.
 
 Run as a script to print the graph's circles and upward edges:
 ``python3 tests/test_import_structure.py``.
@@ -30,6 +31,8 @@ LAYERS = {
     f"{PACKAGE}.batch": 1, f"{PACKAGE}.cluster": 1,
     f"{PACKAGE}.session": 2,
     f"{PACKAGE}.control": 3,
+    # BELOW_CONTROL (4): every module not named here
+    f"{PACKAGE}.params": 5, f"{PACKAGE}.errors": 5, f"{PACKAGE}._version": 5,
 }
 BELOW_CONTROL = 4
 
@@ -140,6 +143,14 @@ def test_the_graph_sees_the_package():
     assert f"{PACKAGE}.session" in graph and f"{PACKAGE}.params" in graph
     assert f"{PACKAGE}.params" in graph[f"{PACKAGE}.control"]
     assert f"{PACKAGE}.control" in graph[f"{PACKAGE}.session"]
+
+
+def test_an_upward_import_is_found():
+    graph = {f"{PACKAGE}.params": {f"{PACKAGE}.data"}, f"{PACKAGE}.data": {f"{PACKAGE}.control"},
+             f"{PACKAGE}.control": {f"{PACKAGE}.params"}}
+    assert upward_edges(graph) == [(f"{PACKAGE}.data", f"{PACKAGE}.control"),
+                                   (f"{PACKAGE}.params", f"{PACKAGE}.data")]
+    assert circles(graph) == [sorted(graph)]
 
 
 def test_deferred_and_relative_imports_are_counted(tmp_path):
