@@ -111,7 +111,7 @@ def _command(path, folder, device, threads, seed, gpu=None):
 
 def batch_gpus(spec):
     """The GPU indices of --gpus ('0,1' or 'ALL'), checked against the GPUs present."""
-    from .control import parse_devices
+    from .params import parse_devices
     from .device.multi import resolve_devices
     try:
         spec = parse_devices(spec)
@@ -300,3 +300,31 @@ def summary_table(rows):
         left.append(cells[-2].ljust(widths[-1]))
         lines.append("  ".join(left + [cells[-1]]))
     return lines
+
+
+def read_summary(folder):
+    """The rows of a batch folder's summary.csv, each with its run's folder."""
+    try:
+        with open(os.path.join(folder, "summary.csv"), newline="", encoding="utf-8") as f:
+            records = list(csv.DictReader(f))
+    except (OSError, csv.Error) as e:
+        raise ConvnetError(f"cannot read summary.csv: {getattr(e, 'strerror', None) or e}",
+                           folder) from None
+
+    def num(text, convert=float):
+        try:
+            return convert(text) if text not in (None, "") else None
+        except ValueError:
+            return None
+    files = [r.get("file", "") for r in records]
+    rows = []
+    for record, out in zip(records, output_folders(files, folder)):
+        rows.append(BatchRow(
+            file=record.get("file", ""), out=out, weights=num(record.get("weights"), int),
+            annealing_criterion=num(record.get("annealing_criterion")),
+            final_criterion=num(record.get("final_criterion")),
+            train_misclassification=num(record.get("train_misclassification")),
+            test_misclassification=num(record.get("test_misclassification")),
+            seconds=num(record.get("seconds")), device=record.get("device") or None,
+            status=record.get("status") or "unknown"))
+    return rows

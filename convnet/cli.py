@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from . import __version__
+from ._version import __version__
 from .errors import ConvnetError, Interrupted
 
 
@@ -19,7 +19,7 @@ def _gpu_list(ctx, param, value):
     """--gpus: '0,1' or 'all' in the canonical form of CUDA DEVICES."""
     if value is None:
         return None
-    from .control import parse_devices
+    from .params import parse_devices
     try:
         return parse_devices(value)
     except ValueError as e:
@@ -216,9 +216,9 @@ def log_plot(logfile, output, number):
 def log_compare(log_a, log_b, train_a, train_b):
     """Architecture and results of a TRAIN in LOG_A and one in LOG_B, side by side."""
     from .logs.reader import compare_lines
-    a, b = _read_logs([log_a, log_b])
+    first, second = _read_logs([log_a, log_b])
     try:
-        lines = compare_lines(a, b, train_a, train_b)
+        lines = compare_lines(first, second, train_a, train_b)
     except ConvnetError as e:
         fail(e)
     for line in lines:
@@ -233,9 +233,10 @@ def report(paths):
     Each PATH is a run's folder, its CONVNET.LOG or results.json (report.html goes beside the log),
     or a batch folder (a page for every run and PATH/report.html for the batch).
     """
+    from .batch import read_summary
     from .report.build import write_reports
     try:
-        written = write_reports(list(paths))
+        written = write_reports(list(paths), read_summary)
     except ConvnetError as e:
         fail(e)
     for path in written:

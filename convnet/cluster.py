@@ -49,11 +49,11 @@ POLL_S = 0.5
 # ------------------------------------------------------------------ files
 def file_digest(path):
     """SHA-256 of a file, hex."""
-    h = hashlib.sha256()
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def control_inputs(path):
@@ -65,11 +65,12 @@ def control_inputs(path):
         return []
     seen, out = set(), []
     for cmd in commands:
-        p = cmd.args.get("path")
-        if p is None or p in seen or not os.path.isfile(p):
+        input_path = cmd.args.get("path")
+        if input_path is None or input_path in seen or not os.path.isfile(input_path):
             continue
-        seen.add(p)
-        out.append((os.path.abspath(p), file_digest(p), os.path.getsize(p)))
+        seen.add(input_path)
+        out.append((os.path.abspath(input_path), file_digest(input_path),
+                    os.path.getsize(input_path)))
     return out
 
 
@@ -149,6 +150,85 @@ def _cancelled(event):
         return True
 
 
+def _stage_inputs(worker, root, spec, blobs):
+    """The control file and its inputs at their client paths under ``root`` (inputs linked to
+    the worker's own copy or its cache, where a travelled blob is stored); returns the control
+    file's path there."""
+    os.makedirs(_mirror(root, spec["cwd"]), exist_ok=True)
+    control = _mirror(root, spec["abs"])
+    os.makedirs(os.path.dirname(control), exist_ok=True)
+    with open(control, "wb") as f:
+        f.write(spec["text"])
+    for path, digest, size in spec["inputs"]:
+        local = _local_copy(worker, path, digest, size)
+        if local is None and digest in blobs:
+            os.makedirs(_cache_dir(worker), exist_ok=True)
+            local = os.path.join(_cache_dir(worker), digest)
+            part = f"{local}.{uuid.uuid4().hex}.part"
+            with open(part, "wb") as f:
+                f.write(blobs[digest])
+            os.replace(part, local)
+        if local is not None:
+            link = _mirror(root, path)
+            os.makedirs(os.path.dirname(link), exist_ok=True)
+            if not os.path.lexists(link):
+                os.symlink(local, link)
+    return control
+
+
+def _session_command(worker, spec, control, out_dir):
+    """The ``convnet run`` command line of the task's session."""
+    threads = spec["threads"] or max(1, (os.cpu_count() or 1) // max(1, worker.state.nthreads))
+    name = spec["name"] if not os.path.isabs(spec["name"]) else control
+    command = [sys.executable, "-m", "convnet", "run", name, "--out", out_dir, "--quiet",
+               "--device", spec["device"], "--threads", str(threads)]
+    if spec["seed"] is not None:
+        command += ["--seed", str(spec["seed"])]
+    return command
+
+
+def _run_session(command, cwd, env, cancel):
+    """Run the session to its end (terminated when the batch is cancelled); returns its exit
+    status, its standard error, its seconds and whether it was interrupted."""
+    start = time.monotonic()
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                preexec_fn=_parent_death_signal)
+        interrupted = False
+        while proc.poll() is None:
+            try:
+                proc.wait(POLL_S)
+            except subprocess.TimeoutExpired:
+                if not interrupted and _cancelled(cancel):
+                    interrupted = True
+                    proc.terminate()
+        seconds = time.monotonic() - start
+        err.seek(0)
+        stderr = err.read().decode("utf-8", "replace")
+    return proc.returncode, stderr, seconds, interrupted
+
+
+def _written_files(out_dir, root, client_paths):
+    """{relative path: bytes} of every file the session wrote; text that names the worker's
+    folders names the client's instead."""
+    files = {}
+    for top, _, names in os.walk(out_dir):
+        for name in names:
+            full = os.path.join(top, name)
+            with open(full, "rb") as f:
+                data = f.read()
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                if out_dir in text or root in text:
+                    data = client_paths(text).encode("utf-8")
+            files[os.path.relpath(full, out_dir)] = data
+    return files
+
+
 def run_task(spec, blobs):
     """Run one control file as a session on this worker; return what it wrote.
 
@@ -160,70 +240,20 @@ def run_task(spec, blobs):
     root = tempfile.mkdtemp(prefix="convnet-task-")
     out_dir = tempfile.mkdtemp(prefix="convnet-out-")
     try:
-        os.makedirs(_mirror(root, spec["cwd"]), exist_ok=True)
-        control = _mirror(root, spec["abs"])
-        os.makedirs(os.path.dirname(control), exist_ok=True)
-        with open(control, "wb") as f:
-            f.write(spec["text"])
-        for path, digest, size in spec["inputs"]:
-            local = _local_copy(worker, path, digest, size)
-            if local is None and digest in blobs:
-                os.makedirs(_cache_dir(worker), exist_ok=True)
-                local = os.path.join(_cache_dir(worker), digest)
-                part = f"{local}.{uuid.uuid4().hex}.part"
-                with open(part, "wb") as f:
-                    f.write(blobs[digest])
-                os.replace(part, local)
-            if local is not None:
-                link = _mirror(root, path)
-                os.makedirs(os.path.dirname(link), exist_ok=True)
-                if not os.path.lexists(link):
-                    os.symlink(local, link)
-        threads = spec["threads"] or max(1, (os.cpu_count() or 1) // max(1, worker.state.nthreads))
-        name = spec["name"] if not os.path.isabs(spec["name"]) else control
-        cmd = [sys.executable, "-m", "convnet", "run", name, "--out", out_dir, "--quiet",
-               "--device", spec["device"], "--threads", str(threads)]
-        if spec["seed"] is not None:
-            cmd += ["--seed", str(spec["seed"])]
+        control = _stage_inputs(worker, root, spec, blobs)
         env = _environment()
         env[INPUT_ROOT_ENV] = root
         cancel = Event(spec["cancel"]) if spec.get("cancel") else None
-        start = time.monotonic()
-        with tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(cmd, cwd=_mirror(root, spec["cwd"]), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=err, env=env,
-                                    preexec_fn=_parent_death_signal)
-            interrupted = False
-            while proc.poll() is None:
-                try:
-                    proc.wait(POLL_S)
-                except subprocess.TimeoutExpired:
-                    if not interrupted and _cancelled(cancel):
-                        interrupted = True
-                        proc.terminate()
-            seconds = time.monotonic() - start
-            err.seek(0)
-            stderr = err.read().decode("utf-8", "replace")
+        returncode, stderr, seconds, interrupted = _run_session(
+            _session_command(worker, spec, control, out_dir), _mirror(root, spec["cwd"]), env,
+            cancel)
 
         def client_paths(text):
             return text.replace(out_dir, spec["folder"]).replace(root + os.sep, os.sep)
 
-        files = {}
-        for top, _, names in os.walk(out_dir):
-            for n in names:
-                full = os.path.join(top, n)
-                with open(full, "rb") as f:
-                    data = f.read()
-                try:
-                    text = data.decode("utf-8")
-                except UnicodeDecodeError:
-                    pass
-                else:
-                    if out_dir in text or root in text:
-                        data = client_paths(text).encode("utf-8")
-                files[os.path.relpath(full, out_dir)] = data
-        return {"returncode": proc.returncode, "stderr": client_paths(stderr), "files": files,
-                "seconds": seconds, "worker": worker.address, "interrupted": interrupted}
+        return {"returncode": returncode, "stderr": client_paths(stderr),
+                "files": _written_files(out_dir, root, client_paths), "seconds": seconds,
+                "worker": worker.address, "interrupted": interrupted}
     finally:
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -284,6 +314,58 @@ def run_cluster_batch(files, out, scheduler, device="auto", threads=None, seed=N
             pass
 
 
+def _task_specs(files, folders, rows, batch, options, cancel, gpu_workers):
+    """{index: task spec} of every control file that exists (a missing one gets its row now)."""
+    device = options["device"]
+    specs = {}
+    for index, (path, folder) in enumerate(zip(files, folders)):
+        if not os.path.isfile(path):
+            rows[index] = BatchRow(file=path, out=folder,
+                                   status=f"error: {path}: no such control file")
+            continue
+        with open(path, "rb") as f:
+            text = f.read()
+        gpu = wants_gpu(path, device)
+        specs[index] = {"id": f"{batch}-{index}", "name": path, "abs": os.path.abspath(path),
+                        "cwd": os.getcwd(), "text": text, "inputs": control_inputs(path),
+                        "folder": folder, **options, "cancel": cancel.name,
+                        "gpu": bool(gpu_workers) and gpu is not False}
+    return specs
+
+
+def _scatter_inputs(client, specs):
+    """{sha256: future} of the inputs some worker cannot supply, sent to those workers once."""
+    inputs = {digest: (path, digest, size)
+              for spec in specs.values() for path, digest, size in spec["inputs"]}
+    held = client.run(worker_holdings, list(inputs.values())) if inputs else {}
+    blobs = {}
+    for digest, (path, _, _) in inputs.items():
+        lacking = [worker for worker, have in held.items() if digest not in have]
+        if lacking:
+            with open(path, "rb") as f:
+                blobs[digest] = client.scatter(f.read(), workers=lacking, broadcast=True,
+                                               hash=True)
+    return blobs
+
+
+def _submit(client, specs, blobs, cpu_workers):
+    """{future: index}: every task submitted, a GPU session on a worker with a GPU."""
+    futures = {}
+    for index, spec in specs.items():
+        needed = {digest: blobs[digest] for _, digest, _ in spec["inputs"] if digest in blobs}
+        placement = ({"resources": {"GPU": 1}} if spec["gpu"] else
+                     {"workers": cpu_workers, "allow_other_workers": True} if cpu_workers else {})
+        future = client.submit(run_task, spec, needed, key=f"convnet-{spec['id']}", pure=False,
+                               **placement)
+        futures[future] = index
+    return futures
+
+
+def _write_batch(rows, out):
+    write_summary(rows, os.path.join(out, "summary.csv"))
+    write_batch_report(rows, out)
+
+
 def _run(client, files, folders, out, scheduler, device, threads, seed):
     distributed = _distributed()
     try:
@@ -291,61 +373,33 @@ def _run(client, files, folders, out, scheduler, device, threads, seed):
     except Exception:
         raise ConvnetError(f"no Dask worker is connected to the scheduler at {scheduler}") from None
     workers = client.scheduler_info()["workers"]
-    gpu_workers = [a for a, w in workers.items() if w.get("resources", {}).get("GPU", 0) >= 1]
-    cpu_workers = [a for a in workers if a not in gpu_workers]
+    gpu_workers = [address for address, worker in workers.items()
+                   if worker.get("resources", {}).get("GPU", 0) >= 1]
+    cpu_workers = [address for address in workers if address not in gpu_workers]
     batch = uuid.uuid4().hex[:12]
     cancel = distributed.Event(f"convnet-cancel-{batch}", client=client)
     rows = [None] * len(files)
-    specs = {}
-    for i, (path, folder) in enumerate(zip(files, folders)):
-        if not os.path.isfile(path):
-            rows[i] = BatchRow(file=path, out=folder, status=f"error: {path}: no such control file")
-            continue
-        with open(path, "rb") as f:
-            text = f.read()
-        gpu = wants_gpu(path, device)
-        specs[i] = {"id": f"{batch}-{i}", "name": path, "abs": os.path.abspath(path),
-                    "cwd": os.getcwd(), "text": text, "inputs": control_inputs(path),
-                    "folder": folder, "device": device, "threads": threads, "seed": seed,
-                    "cancel": cancel.name, "gpu": bool(gpu_workers) and gpu is not False}
-    # inputs some worker cannot supply travel to those workers, once each
-    inputs = {d: (p, d, s) for spec in specs.values() for p, d, s in spec["inputs"]}
-    held = client.run(worker_holdings, list(inputs.values())) if inputs else {}
-    blobs = {}
-    for digest, (path, _, _) in inputs.items():
-        lacking = [w for w, have in held.items() if digest not in have]
-        if lacking:
-            with open(path, "rb") as f:
-                blobs[digest] = client.scatter(f.read(), workers=lacking, broadcast=True,
-                                               hash=True)
-    futures = {}
-    for i, spec in specs.items():
-        needed = {d: blobs[d] for _, d, _ in spec["inputs"] if d in blobs}
-        placement = ({"resources": {"GPU": 1}} if spec["gpu"] else
-                     {"workers": cpu_workers, "allow_other_workers": True} if cpu_workers else {})
-        fut = client.submit(run_task, spec, needed, key=f"convnet-{spec['id']}", pure=False,
-                            **placement)
-        futures[fut] = i
+    options = {"device": device, "threads": threads, "seed": seed}
+    specs = _task_specs(files, folders, rows, batch, options, cancel, gpu_workers)
+    futures = _submit(client, specs, _scatter_inputs(client, specs), cpu_workers)
     try:
-        for fut in distributed.as_completed(list(futures), loop=client.loop):
-            i = futures[fut]
-            rows[i] = _row(fut, files[i], folders[i])
+        for future in distributed.as_completed(list(futures), loop=client.loop):
+            index = futures[future]
+            rows[index] = _row(future, files[index], folders[index])
     except KeyboardInterrupt:
         try:
             cancel.set()                # the running sessions stop (see run_task)
-            client.cancel([f for f in futures if not f.done()])
+            client.cancel([future for future in futures if not future.done()])
         except Exception:               # the scheduler is gone: nothing left to cancel
             pass
-        for fut, i in futures.items():
-            if rows[i] is None:
-                rows[i] = BatchRow(file=files[i], out=folders[i],
-                                   status="not run (batch interrupted)")
-        write_summary(rows, os.path.join(out, "summary.csv"))
-        write_batch_report(rows, out)
+        for index in futures.values():
+            if rows[index] is None:
+                rows[index] = BatchRow(file=files[index], out=folders[index],
+                                       status="not run (batch interrupted)")
+        _write_batch(rows, out)
         raise
     _note_retries(client, specs, rows)
-    write_summary(rows, os.path.join(out, "summary.csv"))
-    write_batch_report(rows, out)
+    _write_batch(rows, out)
     return rows
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .architecture import KINDS, LayerSpec
-from .errors import ConvnetError
-from .params import DEFAULTS, PARAMETER_DEFS
+from .errors import MAX_DIGITS, SHOWN_CHARS, ConvnetError, shown  # noqa: F401 (re-exported)
+from .params import ALL_DEVICES, DEFAULTS, PARAMETER_DEFS, parse_devices  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -37,58 +37,46 @@ class Command:
         return ConvnetError(message, self.file, self.line)
 
 
-# Messages quote at most this many characters of what was written.
-SHOWN_CHARS = 60
 # Suggestions compare at most this many words of this many characters each, so a huge line costs
 # no more than a short one.
 SUGGEST_WORDS, SUGGEST_CHARS = 6, 40
 # Longest control file read (far beyond any real one).
 MAX_CONTROL_CHARS = 16 << 20
-# Longest whole number read (far beyond any size that fits; Python refuses much longer ones).
-MAX_DIGITS = 100
-
-
-def shown(text, limit=SHOWN_CHARS):
-    """``text`` as a message quotes it: control characters escaped, cut to ``limit`` characters."""
-    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit + 1])
-    if len(out) > limit:
-        out = out[:limit] + f"... ({len(text)} characters)"
-    return out
 
 
 # ---------------------------------------------------------------------------------- argument types
 class Arg:
     """One argument of a command: a name, a type and a range check."""
 
-    def __init__(self, name, kind, minimum=None, maximum=None, choices=None, optional=False,
+    def __init__(self, name, value_type, minimum=None, maximum=None, choices=None, optional=False,
                  exclusive_min=False, joined=False):
-        self.name, self.kind = name, kind
+        self.name, self.value_type = name, value_type
         self.joined = joined            # the words after '=' are one value ("0, 1")
         self.minimum, self.maximum, self.exclusive_min = minimum, maximum, exclusive_min
         self.choices, self.optional = choices, optional
 
     def describe(self):
-        if self.kind == "file":
+        if self.value_type == "file":
             return f'"{self.name}"'
-        if self.kind == "choice":
+        if self.value_type == "choice":
             return " | ".join(self.choices)
-        if self.kind == "devices":
+        if self.value_type == "devices":
             return "0,1,... | ALL"
         return self.name
 
     def placeholder(self):
         """What stands for the value in the docs: ``n`` (whole number), ``x`` (number) or the choices."""
-        return {"int": "n", "float": "x"}.get(self.kind) or self.describe()
+        return {"int": "n", "float": "x"}.get(self.value_type) or self.describe()
 
-    def value_kind(self):
-        """The kind of value and its range, in words: ``whole number, at least 1``."""
-        if self.kind == "choice":
+    def value_words(self):
+        """The type of value and its range, in words: ``whole number, at least 1``."""
+        if self.value_type == "choice":
             return ", ".join(self.choices[:-1]) + " or " + self.choices[-1]
-        if self.kind == "file":
+        if self.value_type == "file":
             return "file name in double quotes"
-        if self.kind == "devices":
+        if self.value_type == "devices":
             return "CUDA device numbers separated by commas, or ALL"
-        words = {"int": "whole number", "float": "number"}[self.kind]
+        words = {"int": "whole number", "float": "number"}[self.value_type]
         lo, hi = self.minimum, self.maximum
         if lo is not None and hi is not None:
             return f"{words}, {lo} to {hi}"
@@ -109,7 +97,7 @@ class Arg:
             raise ValueError(message) from None
 
     def _convert(self, token, what):
-        if self.kind == "file":
+        if self.value_type == "file":
             if not token.quoted:
                 raise ValueError(f"{what}: the file name must be in double quotes, e.g. \"{shown(token.text)}\"")
             if not token.text:
@@ -120,32 +108,32 @@ class Arg:
         if token.quoted:
             raise ValueError(f"{what}: {self.name} must be a {self._type_word()}, not a quoted name")
         text = token.text
-        if self.kind == "int":
+        if self.value_type == "int":
             if not re.fullmatch(r"[+-]?\d+", text):
                 raise ValueError(f"{what}: {self.name} must be a whole number, not '{shown(text)}'")
             if len(text) > MAX_DIGITS:
                 raise ValueError(f"{what}: {self.name} has {len(text)} digits; at most {MAX_DIGITS} "
                                  "are read")
             value = int(text)
-        elif self.kind == "float":
+        elif self.value_type == "float":
             try:
                 value = float(text)
             except ValueError:
                 raise ValueError(f"{what}: {self.name} must be a number, not '{shown(text)}'") from None
             if value != value or value in (float("inf"), float("-inf")):
                 raise ValueError(f"{what}: {self.name} must be a finite number, not '{shown(text)}'")
-        elif self.kind == "devices":
+        elif self.value_type == "devices":
             try:
                 return parse_devices(text)
             except ValueError as e:
                 raise ValueError(f"{what}: {self.name}: {e}") from None
-        elif self.kind == "choice":
+        elif self.value_type == "choice":
             value = text.upper()
             if value not in self.choices:
                 raise ValueError(f"{what}: {self.name} must be {' or '.join(self.choices)}, not '{shown(text)}'")
             return value
         else:  # pragma: no cover - registry error
-            raise AssertionError(self.kind)
+            raise AssertionError(self.value_type)
         if self.minimum is not None:
             if self.exclusive_min and value <= self.minimum:
                 raise ValueError(f"{what}: {self.name} must be greater than {self.minimum}, not {shown(text)}")
@@ -156,29 +144,7 @@ class Arg:
         return value
 
     def _type_word(self):
-        return {"int": "whole number", "float": "number", "choice": "keyword"}.get(self.kind, "value")
-
-
-ALL_DEVICES = "ALL"
-
-
-def parse_devices(text):
-    """'0,1' or 'all' (any case, blanks ignored) -> the canonical '0,1' or 'ALL'.
-
-    Raises ValueError with a message for anything else (an empty list, a repeated device, a
-    negative or non-integer index)."""
-    compact = "".join(str(text).split())
-    if compact.upper() == ALL_DEVICES:
-        return ALL_DEVICES
-    parts = compact.split(",")
-    if not compact or any(not (p.isascii() and p.isdigit()) for p in parts):
-        raise ValueError(f"expected device numbers separated by commas (0,1) or ALL, "
-                         f"not '{text}'")
-    numbers = [int(p) for p in parts]
-    repeated = sorted({n for n in numbers if numbers.count(n) > 1})
-    if repeated:
-        raise ValueError(f"device {repeated[0]} is named twice in '{text}'")
-    return ",".join(str(n) for n in numbers)
+        return {"int": "whole number", "float": "number", "choice": "keyword"}.get(self.value_type, "value")
 
 
 def _int(name, minimum=None, maximum=None, optional=False):
@@ -304,18 +270,19 @@ COMMANDS: List[CommandSpec] = [
 
 def _param_arg(definition):
     """The argument of a ``NAME = value`` line, from its definition in params.py."""
-    d = definition
-    if d.kind == "choice":
-        return Arg(d.phrase, "choice", choices=d.choices)
-    if d.kind == "devices":
-        return Arg(d.phrase, "devices", joined=True)
-    return Arg(d.phrase, d.kind, d.minimum, d.maximum, exclusive_min=d.exclusive_min)
+    if definition.value_type == "choice":
+        return Arg(definition.phrase, "choice", choices=definition.choices)
+    if definition.value_type == "devices":
+        return Arg(definition.phrase, "devices", joined=True)
+    return Arg(definition.phrase, definition.value_type, definition.minimum, definition.maximum,
+               exclusive_min=definition.exclusive_min)
 
 
 # The NAME = value entries, made from the one table of parameters (params.PARAMETER_DEFS).
 PARAMETERS: List[ParamSpec] = [
-    ParamSpec(d.phrase, _param_arg(d), d.meaning, d.default, d.default_note, d.aliases)
-    for d in PARAMETER_DEFS
+    ParamSpec(definition.phrase, _param_arg(definition), definition.meaning, definition.default,
+              definition.default_note, definition.aliases)
+    for definition in PARAMETER_DEFS
 ]
 
 # Every parameter's value before a control file sets it (None: decided at run time).
@@ -351,10 +318,10 @@ def tokenize(text):
     pos = 0
     text = text.rstrip()
     while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if not m:
+        match = _TOKEN.match(text, pos)
+        if not match:
             break
-        quoted, equals, word, stray = m.groups()
+        quoted, equals, word, stray = match.groups()
         if stray is not None:
             raise ValueError("a quoted file name is missing its closing double quote")
         if quoted is not None:
@@ -363,7 +330,7 @@ def tokenize(text):
             tokens.append(Token("="))
         else:
             tokens.append(Token(word))
-        pos = m.end()
+        pos = match.end()
     return tokens
 
 
@@ -377,14 +344,12 @@ def _suggest(words):
     if not best:
         # compare with the same number of leading words as each phrase has
         scored = []
-        for ph in phrases:
-            n = len(ph.split())
-            cand = " ".join(words[:n]).upper()
-            r = difflib.SequenceMatcher(None, cand, ph).ratio()
-            scored.append((r, ph))
-        r, ph = max(scored)
-        if r >= 0.6:
-            best = [ph]
+        for phrase in phrases:
+            leading = " ".join(words[:len(phrase.split())]).upper()
+            scored.append((difflib.SequenceMatcher(None, leading, phrase).ratio(), phrase))
+        ratio, phrase = max(scored)
+        if ratio >= 0.6:
+            best = [phrase]
     return best[0] if best else None
 
 
@@ -426,9 +391,9 @@ def parse_line(text, file=None, line=None):
 
     upper = [t.text.upper() if not t.quoted else None for t in tokens]
     for spec in _COMMANDS_BY_LENGTH:
-        n = len(spec.words)
-        if tuple(upper[:n]) == spec.words:
-            return _parse_args(spec, tokens[n:], file, line, stripped)
+        length = len(spec.words)
+        if tuple(upper[:length]) == spec.words:
+            return _parse_args(spec, tokens[length:], file, line, stripped)
     hint = _suggest([t.text for t in tokens if not t.quoted][:SUGGEST_WORDS])
     msg = f"unknown command '{shown(stripped)}'"
     raise err(msg + (f" (did you mean {hint}?)" if hint else ""))
@@ -535,7 +500,7 @@ def keyword_reference():
     for p in PARAMETERS:
         value = p.arg.placeholder().replace("|", "\\|")   # a bare | would end the table cell
         names = " or ".join(f"`{n} = {value}`" for n in (p.name,) + p.aliases)
-        out.append(f"| {names} | {p.arg.value_kind()} | {p.help} |")
+        out.append(f"| {names} | {p.arg.value_words()} | {p.help} |")
     return "\n".join(out) + "\n"
 
 

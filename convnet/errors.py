@@ -8,6 +8,18 @@ LONG_RUN = 160
 LONG_RUN_SHOWN = 100
 LONG_BLANKS = 20          # a run of blanks this long is shown as its count
 LONGEST = 600             # a longer message keeps its beginning and its end
+# Messages quote at most this many characters of what was written.
+SHOWN_CHARS = 60
+# Longest whole number read (far beyond any size that fits; Python refuses much longer ones).
+MAX_DIGITS = 100
+
+
+def shown(text, limit=SHOWN_CHARS):
+    """``text`` as a message quotes it: control characters escaped, cut to ``limit`` characters."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit + 1])
+    if len(out) > limit:
+        out = out[:limit] + f"... ({len(text)} characters)"
+    return out
 
 
 def _readable(text):

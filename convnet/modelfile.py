@@ -30,7 +30,7 @@ from typing import Any, Dict, NamedTuple, Optional
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .architecture import Architecture
 from .errors import ConvnetError
 

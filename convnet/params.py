@@ -22,7 +22,7 @@ class ParamDef:
     phrase: str
     group: str                       # "training", "device", "series" or "" (the Params itself)
     attr: str
-    kind: str                        # "int", "float", "choice" or "devices"
+    value_type: str                  # "int", "float", "choice" or "devices"
     meaning: str
     default: Any = None
     default_note: str = ""
@@ -81,15 +81,60 @@ PARAMETER_DEFS = (
 )
 
 # Every parameter's value before a control file sets it (None: decided at run time).
-DEFAULTS = {d.phrase: d.default for d in PARAMETER_DEFS}
+DEFAULTS = {definition.phrase: definition.default for definition in PARAMETER_DEFS}
+
+
+ALL_DEVICES = "ALL"
+
+
+def parse_devices(text):
+    """'0,1' or 'all' (any case, blanks ignored) -> the canonical '0,1' or 'ALL'.
+
+    Raises ValueError with a message for anything else (an empty list, a repeated device, a
+    negative or non-integer index)."""
+    compact = "".join(str(text).split())
+    if compact.upper() == ALL_DEVICES:
+        return ALL_DEVICES
+    parts = compact.split(",")
+    if not compact or any(not (part.isascii() and part.isdigit()) for part in parts):
+        raise ValueError(f"expected device numbers separated by commas (0,1) or ALL, "
+                         f"not '{text}'")
+    numbers = [int(part) for part in parts]
+    repeated = sorted({n for n in numbers if numbers.count(n) > 1})
+    if repeated:
+        raise ValueError(f"device {repeated[0]} is named twice in '{text}'")
+    return ",".join(str(n) for n in numbers)
 
 
 def _default(phrase):
     return field(default=DEFAULTS[phrase])
 
 
+class _PhraseReading:
+    """TRANSITIONAL, to be removed once every module below the session reads typed attributes:
+    lets a reader that still looks values up by phrase (``params.get("MAX BATCH")``,
+    ``dict(params)``) read a typed group or the whole :class:`Params`."""
+
+    def phrases(self):
+        raise NotImplementedError
+
+    def keys(self):
+        return self.phrases().keys()
+
+    def __getitem__(self, phrase):
+        return self.phrases()[phrase]
+
+    def get(self, phrase, default=None):
+        return self.phrases().get(phrase, default)
+
+
+def _group_phrases(group, values):
+    return {definition.phrase: getattr(values, definition.attr)
+            for definition in PARAMETER_DEFS if definition.group == group}
+
+
 @dataclass(frozen=True)
-class TrainingParams:
+class TrainingParams(_PhraseReading):
     """What TRAIN reads: annealing (ANNEAL ITERS, RANGE, SCALE), refinement (MAXITERS, TOL) and
     the weight penalty (WPEN)."""
 
@@ -100,9 +145,13 @@ class TrainingParams:
     tol: float = _default("TOL")
     wpen: float = _default("WPEN")
 
+    def phrases(self):
+        """{phrase: value} of this group, in the registry's order."""
+        return _group_phrases("training", self)
+
 
 @dataclass(frozen=True)
-class DeviceParams:
+class DeviceParams(_PhraseReading):
     """What the device backend reads: MAX BATCH (None: as many as fit), MAX HID GRAD, MAX MEM
     GRAD, and CUDA DEVICES (None: GPU 0 alone; else '0,1' or 'ALL')."""
 
@@ -111,9 +160,13 @@ class DeviceParams:
     max_mem_grad: int = _default("MAX MEM GRAD")
     cuda_devices: Optional[str] = _default("CUDA DEVICES")
 
+    def phrases(self):
+        """{phrase: value} of this group, in the registry's order."""
+        return _group_phrases("device", self)
+
 
 @dataclass(frozen=True)
-class SeriesParams:
+class SeriesParams(_PhraseReading):
     """How READ SERIES images a series (the keyword settings, SERIES DIFFLOG and the like, are
     the reader's own SeriesSettings fields)."""
 
@@ -123,12 +176,16 @@ class SeriesParams:
     shift: int = _default("SERIES SHIFT")
     frac_full: float = _default("SERIES FRAC FULL")
 
+    def phrases(self):
+        """{phrase: value} of this group, in the registry's order."""
+        return _group_phrases("series", self)
+
 
 _GROUPS = {"training": TrainingParams, "device": DeviceParams, "series": SeriesParams}
 
 
 @dataclass(frozen=True)
-class Params:
+class Params(_PhraseReading):
     """Every parameter in force, typed; made by the session with :meth:`from_phrases`."""
 
     training: TrainingParams = field(default_factory=TrainingParams)
@@ -147,16 +204,17 @@ class Params:
             raise KeyError(f"not a parameter: {', '.join(sorted(unknown))}")
         groups = {name: {} for name in _GROUPS}
         top = {}
-        for d in PARAMETER_DEFS:
-            value = values.get(d.phrase)
-            value = d.default if value is None else value
-            (groups[d.group] if d.group else top)[d.attr] = value
-        return cls(**{name: _GROUPS[name](**kw) for name, kw in groups.items()}, **top)
+        for definition in PARAMETER_DEFS:
+            value = values.get(definition.phrase)
+            value = definition.default if value is None else value
+            (groups[definition.group] if definition.group else top)[definition.attr] = value
+        return cls(**{name: _GROUPS[name](**given) for name, given in groups.items()}, **top)
 
     def phrases(self):
         """{phrase: value} in the registry's order: what the logs and results.json print."""
-        return {d.phrase: getattr(getattr(self, d.group) if d.group else self, d.attr)
-                for d in PARAMETER_DEFS}
+        return {definition.phrase: getattr(getattr(self, definition.group) if definition.group
+                                           else self, definition.attr)
+                for definition in PARAMETER_DEFS}
 
     def replace(self, **changes):
         """A copy with some phrases changed: ``params.replace(**{"CUDA DEVICES": "0,1"})``."""

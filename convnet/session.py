@@ -14,14 +14,16 @@ import sys
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .architecture import Architecture
-from .control import DEFAULT_PARAMETERS, parse_file
+from .control import parse_file
 from .errors import ConvnetError, Interrupted
 from .logs.writer import LogWriter
 from .runlock import RunLock
 from .interrupt import Interrupt, signals
 from .display import commands as display_commands
+from .logs.record import MODEL, Artifact
+from .params import DEFAULTS, Params
 from . import memory
 
 # The parameters that every TRAIN and TEST writes to CONVNET.LOG, in the book's dialog order.
@@ -42,7 +44,9 @@ class Session:
         self.quiet = quiet
         self.check_only = check_only
         self.echo = echo                         # callable(line) for `convnet check` output
-        self.params = dict(DEFAULT_PARAMETERS)
+        # The parameters as control files set them, by phrase (the logs print phrases); everything
+        # below the session receives them typed (settings(), params_in_force()).
+        self.params = dict(DEFAULTS)
         if threads is not None:
             self.params["THREADS"] = threads
         self.seed = seed if seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
@@ -195,12 +199,13 @@ class Session:
     def _make_image(self, cmd):
         from .data.synthetic import make_image
         self._need_no_data(cmd)
-        a = cmd.args
-        memory.require(memory.images_bytes(a["cases"], a["bands"], a["rows"], a["columns"]),
-                       f"MAKE IMAGE's {a['cases']} images of {a['rows']} x {a['columns']} x "
-                       f"{a['bands']} bands")
-        self.dataset = make_image(a["rows"], a["columns"], a["bands"], a["classes"], a["cases"],
-                                  self.rng)
+        args = cmd.args
+        memory.require(memory.images_bytes(args["cases"], args["bands"], args["rows"],
+                                           args["columns"]),
+                       f"MAKE IMAGE's {args['cases']} images of {args['rows']} x "
+                       f"{args['columns']} x {args['bands']} bands")
+        self.dataset = make_image(args["rows"], args["columns"], args["bands"], args["classes"],
+                                  args["cases"], self.rng)
         self._data_note(cmd)
 
     def _read_mnist_image(self, cmd):
@@ -211,7 +216,7 @@ class Session:
 
     def _read_mnist_labels(self, cmd):
         from .data import mnist
-        if self.dataset is None or self.dataset.kind != "MNIST":
+        if self.dataset is None or self.dataset.source != "MNIST":
             raise cmd.error("READ MNIST LABELS must follow READ MNIST IMAGE")
         if self.dataset.classes is not None:
             raise cmd.error("MNIST labels were already read for these images (use CLEAR first)")
@@ -220,7 +225,7 @@ class Session:
 
     def _read_c10_image(self, cmd):
         from .data import cifar
-        if self.dataset is not None and self.dataset.kind != "C10":
+        if self.dataset is not None and self.dataset.source != "C10":
             raise cmd.error("READ C10 IMAGE: other data is already present (use CLEAR first)")
         self.dataset = cifar.read_c10(cmd.args["path"], existing=self.dataset)
         self._data_note(cmd)
@@ -228,10 +233,10 @@ class Session:
     def _read_series(self, cmd):
         from .data import series
         self._need_no_data(cmd)
-        p = self.params
+        imaging = self.settings().series
         settings = series.SeriesSettings(
-            column=p["SERIES COLUMN"], window=p["SERIES WINDOW"], resolution=p["SERIES RESOLUTION"],
-            shift=p["SERIES SHIFT"], frac_full=p["SERIES FRAC FULL"], **self.series_settings)
+            column=imaging.column, window=imaging.window, resolution=imaging.resolution,
+            shift=imaging.shift, frac_full=imaging.frac_full, **self.series_settings)
         self.dataset = series.read_series(cmd.args["path"], settings, scaling=self.model_series)
         self._data_note(cmd)
         if self.model_series is not None:
@@ -246,10 +251,10 @@ class Session:
         self._data_note(cmd)
 
     def _data_note(self, cmd):
-        d = self.dataset
-        labels = "" if d.classes is not None else " (labels not read yet)"
-        self.log.write(f"   Data: {d.n_cases} cases of {d.rows} rows, {d.cols} columns and {d.bands} "
-                       f"bands, {d.n_classes} classes{labels}")
+        data = self.dataset
+        labels = "" if data.classes is not None else " (labels not read yet)"
+        self.log.write(f"   Data: {data.n_cases} cases of {data.rows} rows, {data.cols} columns and "
+                       f"{data.bands} bands, {data.n_classes} classes{labels}")
 
     def _need_data(self, cmd, labels=True):
         if self.dataset is None:
@@ -268,7 +273,7 @@ class Session:
         opt = (self.device_option or "auto").lower()
         if opt != "auto":
             return opt
-        return {"YES": "cuda", "NO": "cpu", "AUTO": "auto"}[self.params["CUDA"]]
+        return {"YES": "cuda", "NO": "cpu", "AUTO": "auto"}[self.settings().cuda]
 
     def _resolve_device(self, cmd):
         """'cpu' or 'cuda'; AUTO falls back to the host path and says so in the log."""
@@ -288,18 +293,23 @@ class Session:
             self.device_note_written = True
         return "cpu"
 
-    def _threads(self):
-        return self.params["THREADS"]
+    # ------------------------------------------------------------------ typed parameters
+    def settings(self):
+        """The parameters as control files set them, typed (RANDOM SEED: None unless set)."""
+        return Params.from_phrases(self.params)
 
-    def _device_params(self):
-        """The parameters as the device backend sees them: --gpus replaces CUDA DEVICES."""
-        if self.gpus_option is None:
-            return self.params
-        return dict(self.params, **{"CUDA DEVICES": self.gpus_option})
+    def params_in_force(self):
+        """The parameters as the model, the device and CUDA.LOG see them: --gpus replaces CUDA
+        DEVICES, and the seed is the session's (set or chosen at random)."""
+        changes = {"RANDOM SEED": self.seed}
+        if self.gpus_option is not None:
+            changes["CUDA DEVICES"] = self.gpus_option
+        return self.settings().replace(**changes)
 
     def _make_model(self, arch, device):
         from .model import Model
-        return Model(arch, device=device, threads=self._threads(), params=self._device_params())
+        params = self.params_in_force()
+        return Model(arch, device=device, threads=params.threads, params=params.device)
 
     def _train(self, cmd):
         data = self._need_data(cmd)
@@ -323,11 +333,13 @@ class Session:
         self._log_parameters(device)
         from .train.trainer import train
         progress = self._progress()
-        entry = self.record.begin("TRAIN", cmd, arch, self.params, device, self._used_threads(device))
+        settings = self.settings()
+        entry = self.record.begin("TRAIN", cmd, arch, settings.phrases(), device,
+                                  self._used_threads(device))
         try:
             with self.interrupt.phase():
-                result = train(self.model, data, self.params, self.log, self.interrupt, self.rng,
-                               progress=self.record.observer(entry, also=progress))
+                result = train(self.model, data, settings.training, self.log, self.interrupt,
+                               self.rng, progress=self.record.observer(entry, also=progress))
         finally:
             if progress is not None:
                 progress.close()
@@ -337,31 +349,32 @@ class Session:
         self._after_train(result, device, cmd)
         return result
 
-    def _used_threads(self, device):
+    def _host_threads(self):
+        """THREADS, or every core when it is not set."""
         from .devices import host_threads
-        return None if device == "cuda" else (self.params["THREADS"] or host_threads())
+        return self.settings().threads or host_threads()
+
+    def _used_threads(self, device):
+        return None if device == "cuda" else self._host_threads()
 
     def _require_memory(self, arch, data, training):
         """Refuse a TRAIN or TEST whose model and work areas cannot fit in host (or device) memory."""
-        from .devices import host_threads
-        memory.require_model(arch, data.n_cases, self.params["THREADS"] or host_threads(), training,
-                             self.current_device(), self.params["MAX BATCH"])
+        memory.require_model(arch, data.n_cases, self._host_threads(), training,
+                             self.current_device(), self.settings().device.max_batch)
 
     def _log_parameters(self, device, title="Training parameters"):
         """Every parameter in force (SPEC 2.4, the annealing scale and the seed), then the device
         and threads: written at each TRAIN and each TEST."""
-        p = self.params
-        from .devices import host_threads
-        threads = p["THREADS"] or host_threads()
-        values = [(name, p.get(name)) for name in LOGGED_PARAMETERS]
+        values = [(name, self.params.get(name)) for name in LOGGED_PARAMETERS]
         values.append(("RANDOM SEED", self.seed))
-        shown = ", ".join(f"{name} = {'automatic' if v is None else v}" for name, v in values)
+        shown = ", ".join(f"{name} = {'automatic' if value is None else value}"
+                          for name, value in values)
         self.log.write(f"{title}: {shown}")
         if device == "cuda":
             from .device.multi import devices_phrase
-            where = devices_phrase(self._device_params())
+            where = devices_phrase(self.params_in_force().device)
         else:
-            where = f"host ({threads} threads)"
+            where = f"host ({self._host_threads()} threads)"
         self.log.write(f"Computing on the {where}")
 
     def _progress(self):
@@ -375,8 +388,7 @@ class Session:
         """Pictures and the device log that follow a TRAIN."""
         from .display.plots import criterion_curve
         path = criterion_curve(result, os.path.join(self.out, "criterion.png"))
-        self._wrote(path)
-        self.record.picture(path, "criterion curve of TRAIN", cmd, self.out)
+        self._record_made(Artifact(path, "criterion curve of TRAIN"), cmd)
         if device == "cpu":
             from .logs.timing import format_timing_table
             table = format_timing_table(self.model.backend.timings())
@@ -391,8 +403,7 @@ class Session:
         if self.cuda_log is None:
             self.cuda_log = CudaLog(os.path.join(self.out, "CUDA.LOG"))
         heading = f"{cmd.name} ({cmd.file}, line {cmd.line}: {cmd.text})"
-        params = dict(self._device_params(), **{"RANDOM SEED": self.seed})
-        self.cuda_log.add(heading, self.model.backend, self.model.arch, params,
+        self.cuda_log.add(heading, self.model.backend, self.model.arch, self.params_in_force(),
                           self.cuda_uploads_before)
         self._wrote(self.cuda_log.path)
         self.record.cuda_log(self.cuda_log.path, self.out)
@@ -416,7 +427,7 @@ class Session:
             self.model.backend.reset_timings()
             self.cuda_uploads_before = self.model.backend.weight_uploads
         from .train.trainer import test
-        entry = self.record.begin("TEST", cmd, self.model_arch, self.params, device,
+        entry = self.record.begin("TEST", cmd, self.model_arch, self.settings().phrases(), device,
                                   self._used_threads(device))
         result = test(self.model, data, self.log)
         if device == "cuda":
@@ -450,7 +461,7 @@ class Session:
             raise cmd.error(f"{path}: {e.message}") from None
         self._wrote(path)
         self.log.write(f"   Model saved to {path}")
-        self.record.model("saved", path, self.model.arch, cmd, self.out)
+        self.record.artifact(Artifact(path, "saved", MODEL, self.model.arch), cmd, self.out)
 
     def _load_model(self, cmd):
         from .modelfile import load_model
@@ -489,7 +500,37 @@ class Session:
         self.model_device = self._resolve_device(cmd)
         self.model = self._make_model(loaded.arch, self.model_device)
         self.model.weights = loaded.weights
-        self.record.model("loaded", path, loaded.arch, cmd, self.out)
+        self.record.artifact(Artifact(path, "loaded", MODEL, loaded.arch), cmd, self.out)
+
+    # ------------------------------------------------------------------ pictures
+    def _record_made(self, made, cmd):
+        """A file a command wrote under --out: listed among the outputs and in results.json."""
+        if made is None:                        # a check draws nothing
+            return
+        self._wrote(made.path)
+        self.record.artifact(made, cmd, self.out)
+
+    def _picture_path(self, cmd):
+        """Where a DISPLAY command draws (None under `convnet check`: nothing is drawn)."""
+        return None if self.check_only else self._output_path(cmd.args["file"])
+
+    def _display_training_images(self, cmd):
+        data = self._need_data(cmd, labels=False)
+        made = display_commands.display_training_images(cmd, data, self._picture_path(cmd))
+        self._record_made(made, cmd)
+
+    def _display_filter_images(self, cmd):
+        self._need_model(cmd)
+        made = display_commands.display_filter_images(cmd, self.model_arch, self.model,
+                                                      self._picture_path(cmd))
+        self._record_made(made, cmd)
+
+    def _display_activation_images(self, cmd):
+        self._need_model(cmd)
+        data = self._need_data(cmd, labels=False)
+        made = display_commands.display_activation_images(cmd, self.model_arch, data, self.model,
+                                                          self._picture_path(cmd))
+        self._record_made(made, cmd)
 
     # ------------------------------------------------------------------ the dispatch table
     # Every command name the parser produces (control.COMMANDS' command_name, plus SET for
@@ -513,9 +554,9 @@ class Session:
         "PRINT WEIGHTS": _print_weights,
         "SAVE MODEL": _save_model,
         "LOAD MODEL": _load_model,
-        "DISPLAY TRAINING IMAGES": display_commands.display_training_images,
-        "DISPLAY FILTER IMAGES": display_commands.display_filter_images,
-        "DISPLAY ACTIVATION IMAGES": display_commands.display_activation_images,
+        "DISPLAY TRAINING IMAGES": _display_training_images,
+        "DISPLAY FILTER IMAGES": _display_filter_images,
+        "DISPLAY ACTIVATION IMAGES": _display_activation_images,
     }
 
 

@@ -117,3 +117,27 @@ def test_layer_spec_round_trips_to_its_control_line():
         arch = Architecture.from_lines([line], 12, 12, 1, 2)
         assert arch.control_lines() == [line]
     assert POOLAVG != POOLMAX
+
+
+# A saved model's layer lines are read by the architecture itself (it sits below the control
+# parser); every line, good or bad, must read as the control parser reads it.
+LAYER_LINE_CASES = [
+    "CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "convolutional   layer 6 1 1 1 1 1 1",
+    "FULLY CONNECTED LAYER 5", "LOCAL LAYER 2 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
+    "POOLED AVERAGE LAYER 2 2 1 1", "FULLY CONNECTED LAYER", "FULLY CONNECTED LAYER 5 6",
+    "FULLY CONNECTED LAYER 0", "FULLY CONNECTED LAYER x", "FULLY CONNECTED LAYER 2.5",
+    "LOCAL LAYER 2 -1 1 1 1 1 1", "POOLED MAX LAYER 2 2 0 1", "FULLY CONNECTED LAYER " + "9" * 101,
+    "CONVOLUTIONAL LAYER 6 1 1 1 1 1", "TRAIN", "CONVOLUTIONAL LAYER 1 1 1 5 5 1 1",
+]
+
+
+@pytest.mark.parametrize("text", LAYER_LINE_CASES)
+def test_layer_lines_read_as_the_control_parser_reads_them(text):
+    from convnet.control import parse_layer_line as control_reads
+    outcomes = []
+    for parse in (LayerSpec.from_line, control_reads):
+        try:
+            outcomes.append(("spec", parse(text, "model.cnv", 3)))
+        except ConvnetError as e:
+            outcomes.append(("error", str(e)))
+    assert outcomes[0] == outcomes[1]

@@ -31,7 +31,7 @@ def test_records_by_hand(tmp_path):
     ramp = np.arange(1024).reshape(32, 32) % 256       # red plane: pixel (r, c) = (32 r + c) % 256
     path = put(tmp_path, "batch.bin", record(3, ramp, 51, 255) + record(9, 0, 102, 0))
     d = read_c10(path)
-    assert d.kind == "C10" and d.n_classes == 10
+    assert d.source == "C10" and d.n_classes == 10
     assert d.inputs.shape == (2, 3, 32, 32) and d.inputs.dtype == np.float64
     assert d.inputs.flags["C_CONTIGUOUS"]
     assert d.classes.tolist() == [3, 9]

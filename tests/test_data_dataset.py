@@ -29,16 +29,16 @@ def test_non_contiguous_input_is_copied():
     assert "labels not read yet" in d.describe()
 
 
-@pytest.mark.parametrize("inputs, classes, n_classes, kind", [
+@pytest.mark.parametrize("inputs, classes, n_classes, source", [
     (np.zeros((2, 2, 2)), [0, 1], 2, "MAKE"),          # not 4-D
     (np.zeros((2, 1, 2, 2)), [0], 2, "MAKE"),          # wrong class count
     (np.zeros((2, 1, 2, 2)), [0, 2], 2, "MAKE"),       # class out of range
     (np.zeros((2, 1, 2, 2)), [0, 1], 1, "MAKE"),       # one class
-    (np.zeros((2, 1, 2, 2)), [0, 1], 2, "PNG"),        # unknown kind
+    (np.zeros((2, 1, 2, 2)), [0, 1], 2, "PNG"),        # unknown source
 ])
-def test_bad_construction(inputs, classes, n_classes, kind):
+def test_bad_construction(inputs, classes, n_classes, source):
     with pytest.raises(ValueError):
-        Dataset(inputs, classes, n_classes, kind)
+        Dataset(inputs, classes, n_classes, source)
 
 
 def test_keep_cases_first_last_and_middle():
@@ -51,7 +51,7 @@ def test_keep_cases_first_last_and_middle():
     assert mid.inputs[:, 0, 0, 0].tolist() == [2, 3, 4] and mid.classes.tolist() == [2, 0, 1]
     whole = d.keep_cases(1, 5)
     np.testing.assert_array_equal(whole.inputs, d.inputs)
-    assert mid.kind == "MAKE" and mid.n_classes == 3
+    assert mid.source == "MAKE" and mid.n_classes == 3
     mid.inputs[0] = -1                                  # the kept data is a copy
     assert d.inputs[1, 0, 0, 0] == 2
 
@@ -86,7 +86,7 @@ def test_check_matches():
 
 def test_make_image():
     d = make_image(3, 4, 2, 5, 200, np.random.default_rng(7))
-    assert d.kind == "MAKE" and d.inputs.shape == (200, 2, 3, 4) and d.n_classes == 5
+    assert d.source == "MAKE" and d.inputs.shape == (200, 2, 3, 4) and d.n_classes == 5
     assert d.inputs.min() >= -1.0 and d.inputs.max() < 1.0      # the readers' range, -1..1
     assert d.inputs.min() < -0.99 and d.inputs.max() > 0.99
     assert abs(d.inputs.mean()) < 0.05

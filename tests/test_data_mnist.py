@@ -45,7 +45,7 @@ def test_any_image_size_plain_or_gzip(tmp_path, compress):
     # the file name does not say gzip: compression is found from the content
     path = put(tmp_path, "images.bin", gzip.compress(raw) if compress else raw)
     d = read_images(path)
-    assert d.kind == "MNIST" and d.classes is None and d.n_classes == 10
+    assert d.source == "MNIST" and d.classes is None and d.n_classes == 10
     assert d.inputs.shape == (2, 1, 3, 5) and d.inputs.dtype == np.float64
     assert d.inputs.flags["C_CONTIGUOUS"]
     # bytes 0..255 map linearly to -1..1 (the book's range; zero padding is mid-grey)

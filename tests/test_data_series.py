@@ -47,7 +47,7 @@ def test_image_of_each_window_by_hand(tmp_path):
     # [2 4 3.5]: span 3 centred on 3, from 1.5: bands 0 (0.67), 3 (3.33), 2 (2.67).
     path = series_file(tmp_path, [1, 2, 4, 3.5, 5])
     d = read_series(path, SeriesSettings(window=3, resolution=4, frac_full=0.0))
-    assert d.kind == "SERIES"
+    assert d.source == "SERIES"
     assert d.inputs.shape == (2, 1, 4, 3) and d.inputs.dtype == np.float64
     assert d.inputs.flags["C_CONTIGUOUS"]
     expected = pictures(["..# .##",

@@ -177,7 +177,7 @@ def _random_command(rng, corpus):
     spec = rng.choice(COMMANDS)
     words = [spec.phrase]
     for arg in spec.args:
-        if arg.kind == "file":
+        if arg.value_type == "file":
             words.append(f'"{rng.choice(corpus.files)}"')
         else:
             words.append(rng.choice(EDGE_NUMBERS[:14]))

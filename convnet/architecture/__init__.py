@@ -15,6 +15,7 @@ from typing import List, Optional
 from ..errors import ConvnetError
 from .kinds import (CONV, FC, KINDS, LAYER_KINDS, LOCAL, POOLAVG, POOLMAX, LayerKind,
                     kind_named)
+from .lines import layer_words
 
 __all__ = ["Architecture", "Layer", "LayerSpec", "LayerKind", "KINDS", "LAYER_KINDS",
            "kind_named", "FC", "LOCAL", "CONV", "POOLAVG", "POOLMAX"]
@@ -60,6 +61,13 @@ class LayerSpec:
         kind = kind_named(kind)
         fields = kind.check(numbers, lambda msg: ConvnetError(msg, file, line))
         return cls(kind, file=file, line=line, **fields)
+
+    @classmethod
+    def from_line(cls, text, file=None, line=None):
+        """Build a spec from a whole layer line (``"LOCAL LAYER 2 1 1 1 1 1 1"``), as the control
+        parser would."""
+        kind, numbers = layer_words(text, file, line)
+        return cls.from_words(kind, numbers, file, line)
 
 
 @dataclass
@@ -111,10 +119,10 @@ class Architecture:
         offset = 0
         for i, spec in enumerate(self.specs):
             prior_name = "input image" if i == 0 else f"layer {i}"
-            h, w, d, npw, nw = spec.kind.shape(spec, ph, pw, pd, prior_name)
-            self.layers.append(Layer(spec, i, ph, pw, pd, h, w, d, npw, nw, offset))
+            height, width, depth, npw, nw = spec.kind.shape(spec, ph, pw, pd, prior_name)
+            self.layers.append(Layer(spec, i, ph, pw, pd, height, width, depth, npw, nw, offset))
             offset += nw
-            ph, pw, pd = h, w, d
+            ph, pw, pd = height, width, depth
         self.n_hid_weights = offset
         npw = ph * pw * pd + 1
         out_spec = LayerSpec(FC, slices=n_classes)
@@ -126,8 +134,7 @@ class Architecture:
     @classmethod
     def from_lines(cls, lines, rows, cols, bands, n_classes):
         """Build from layer lines in control-file syntax (e.g. ``"CONVOLUTIONAL LAYER 6 1 1 1 1 1 1"``)."""
-        from ..control import parse_layer_line
-        specs = [parse_layer_line(line) for line in lines if line.strip()]
+        specs = [LayerSpec.from_line(line) for line in lines if line.strip()]
         return cls(specs, rows, cols, bands, n_classes)
 
     @property

@@ -156,11 +156,11 @@ class FullyConnected(LayerKind):
                 for s in range(layer.depth)]
 
     def report(self, layer):
-        n = layer.index + 1
+        number = layer.index + 1
         if layer.is_output:
-            return [f"Layer {n} (output) is fully connected, with {layer.depth} slices (classes)",
-                    _neurons_line(layer, "neuron")]
-        return [f"Layer {n} is fully connected, with {layer.depth} slices, "
+            return [f"Layer {number} (output) is fully connected, with {layer.depth} slices "
+                    "(classes)", _neurons_line(layer, "neuron")]
+        return [f"Layer {number} is fully connected, with {layer.depth} slices, "
                 f"each {layer.height} high and {layer.width} wide",
                 _neurons_line(layer, "neuron")]
 
@@ -205,23 +205,23 @@ class _Windowed(LayerKind):
 
     def shape(self, spec, ph, pw, pd, prior_name):
         fv, fh = self.filter_size(spec)
-        h = field_size(ph, fv, spec.pad_v, spec.stride_v, "vertical", spec,
-                       f"height of the {prior_name}")
-        w = field_size(pw, fh, spec.pad_h, spec.stride_h, "horizontal", spec,
-                       f"width of the {prior_name}")
-        d = spec.slices
+        height = field_size(ph, fv, spec.pad_v, spec.stride_v, "vertical", spec,
+                            f"height of the {prior_name}")
+        width = field_size(pw, fh, spec.pad_h, spec.stride_h, "horizontal", spec,
+                           f"width of the {prior_name}")
+        depth = spec.slices
         npw = fv * fh * pd + 1
-        return h, w, d, npw, self.n_weight_sets(h, w, d) * npw
+        return height, width, depth, npw, self.n_weight_sets(height, width, depth) * npw
 
     def n_weight_sets(self, height, width, depth):
         raise NotImplementedError
 
     def report(self, layer):
-        s = layer.spec
+        spec = layer.spec
         return [f"Layer {layer.index + 1} is {self.title}, with {layer.depth} slices, "
                 f"each {layer.height} high and {layer.width} wide",
-                f"   Horz half-width={s.hw_h}, padding={s.pad_h}, stride={s.stride_h}",
-                f"   Vert half-width={s.hw_v}, padding={s.pad_v}, stride={s.stride_v}",
+                f"   Horz half-width={spec.hw_h}, padding={spec.pad_h}, stride={spec.stride_h}",
+                f"   Vert half-width={spec.hw_v}, padding={spec.pad_v}, stride={spec.stride_v}",
                 _neurons_line(layer, self.weights_per)]
 
 
@@ -290,16 +290,17 @@ class _Pooling(LayerKind):
         return spec.width_v, spec.width_h
 
     def shape(self, spec, ph, pw, pd, prior_name):
-        h = field_size(ph, spec.width_v, 0, spec.stride_v, "vertical pooling", spec,
-                       f"height of the {prior_name}")
-        w = field_size(pw, spec.width_h, 0, spec.stride_h, "horizontal pooling", spec,
-                       f"width of the {prior_name}")
-        return h, w, pd, 0, 0
+        height = field_size(ph, spec.width_v, 0, spec.stride_v, "vertical pooling", spec,
+                            f"height of the {prior_name}")
+        width = field_size(pw, spec.width_h, 0, spec.stride_h, "horizontal pooling", spec,
+                           f"width of the {prior_name}")
+        return height, width, pd, 0, 0
 
     def report(self, layer):
-        s = layer.spec
-        return [f"Layer {layer.index + 1} is {s.width_v} by {s.width_h} pooling {self.title}, "
-                f"with stride {s.stride_v} by {s.stride_h}, {layer.height} high, "
+        spec = layer.spec
+        return [f"Layer {layer.index + 1} is {spec.width_v} by {spec.width_h} pooling "
+                f"{self.title}, with stride {spec.stride_v} by {spec.stride_h}, "
+                f"{layer.height} high, "
                 f"{layer.width} wide, and {layer.depth} deep"]
 
     def listing_heading(self, layer):

@@ -25,10 +25,10 @@ N_CLASSES = 10
 def read_c10(path, existing=None):
     """Read one CIFAR-10 batch file; with ``existing`` (a C10 Dataset) append to it.
 
-    Returns a new Dataset of kind "C10".
+    Returns a new Dataset from source "C10".
     """
     what = "CIFAR-10 file"
-    if existing is not None and existing.kind != "C10":
+    if existing is not None and existing.source != "C10":
         raise ConvnetError(f"{what} '{path}': other data is already present; "
                            "CIFAR-10 batches can only be added to CIFAR-10 data")
     data = read_bytes(path, what)
@@ -42,8 +42,9 @@ def read_c10(path, existing=None):
     labels = records[:, 0].astype(np.int64)
     bad = np.flatnonzero(labels >= N_CLASSES)
     if bad.size:
-        k = int(bad[0])
-        raise ConvnetError(f"{what} '{path}': record {k + 1} has label {labels[k]}, outside 0-9"
+        first = int(bad[0])
+        raise ConvnetError(f"{what} '{path}': record {first + 1} has label {labels[first]}, "
+                           "outside 0-9"
                            + (f" ({bad.size} bad labels in all)" if bad.size > 1 else ""))
     total = records.shape[0] + (existing.n_cases if existing is not None else 0)
     require(images_bytes(total, BANDS, SIDE, SIDE), f"{what} '{path}': {total} images")

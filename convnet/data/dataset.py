@@ -14,13 +14,14 @@ import numpy as np
 
 from ..errors import ConvnetError
 
-KINDS = ("MAKE", "MNIST", "C10", "SERIES")
+# Where a data set came from: the command that made or read it.
+SOURCES = ("MAKE", "MNIST", "C10", "SERIES")
 
-_KIND_WORDS = {"MAKE": "MAKE IMAGE", "MNIST": "MNIST", "C10": "CIFAR-10", "SERIES": "series"}
+_SOURCE_WORDS = {"MAKE": "MAKE IMAGE", "MNIST": "MNIST", "C10": "CIFAR-10", "SERIES": "series"}
 
 
-def _plural(n, word):
-    return f"{n} {word}" + ("" if n == 1 else "s")
+def _plural(count, word):
+    return f"{count} {word}" + ("" if count == 1 else "s")
 
 
 class Dataset:
@@ -34,7 +35,7 @@ class Dataset:
         None only for MNIST images whose labels have not been read yet.
     n_classes : int
         Number of classes (at least 2).
-    kind : str
+    source : str
         Where the data came from: ``"MAKE"``, ``"MNIST"``, ``"C10"`` or ``"SERIES"``.
     series : convnet.data.series.SeriesInfo or None
         For series data: the scale and class thresholds these images were made with. This is what
@@ -44,9 +45,9 @@ class Dataset:
         the kept cases again with a scale and thresholds computed from them alone.
     """
 
-    def __init__(self, inputs, classes, n_classes, kind, series=None, series_cases=None):
-        if kind not in KINDS:
-            raise ValueError(f"unknown data kind {kind!r}")
+    def __init__(self, inputs, classes, n_classes, source, series=None, series_cases=None):
+        if source not in SOURCES:
+            raise ValueError(f"unknown data source {source!r}")
         inputs = np.ascontiguousarray(inputs, dtype=np.float64)
         if inputs.ndim != 4:
             raise ValueError(f"inputs must be (cases, bands, rows, cols), not shape {inputs.shape}")
@@ -63,7 +64,7 @@ class Dataset:
         self.inputs = inputs
         self.classes = classes
         self.n_classes = n_classes
-        self.kind = kind
+        self.source = source
         self.series = series
         self.series_cases = series_cases
 
@@ -96,7 +97,7 @@ class Dataset:
     def describe(self):
         """One line for the log, e.g. ``MNIST: 3000 cases of 28 x 28, 1 band, 10 classes``."""
         labels = "" if self.classes is not None else " (labels not read yet)"
-        return (f"{_KIND_WORDS[self.kind]}: {_plural(self.n_cases, 'case')} of {self.rows} x "
+        return (f"{_SOURCE_WORDS[self.source]}: {_plural(self.n_cases, 'case')} of {self.rows} x "
                 f"{self.cols}, {_plural(self.bands, 'band')}, {self.n_classes} classes{labels}")
 
     def __repr__(self):
@@ -115,17 +116,16 @@ class Dataset:
             raise ConvnetError(
                 f"KEEP CASES {first} {last}: the data has {_plural(self.n_cases, 'case')}, "
                 f"so the range must lie within 1..{self.n_cases} with First <= Last")
-        if self.kind == "MNIST" and self.classes is None:
+        if self.source == "MNIST" and self.classes is None:
             raise ConvnetError(f"KEEP CASES {first} {last}: read the MNIST labels first "
                                "(READ MNIST LABELS), then keep cases")
         if self.series_cases is not None:
-            from .series import image_cases
             cases = self.series_cases.subset(first - 1, last)
             scaling = None if cases.own_scaling else self.series
-            inputs, classes, info = image_cases(cases, scaling)
-            return Dataset(inputs, classes, info.n_classes, self.kind, info, cases)
+            inputs, classes, info = cases.imaged(scaling)
+            return Dataset(inputs, classes, info.n_classes, self.source, info, cases)
         classes = None if self.classes is None else self.classes[first - 1:last].copy()
-        return Dataset(self.inputs[first - 1:last].copy(), classes, self.n_classes, self.kind,
+        return Dataset(self.inputs[first - 1:last].copy(), classes, self.n_classes, self.source,
                        self.series, None)
 
     def check_matches(self, rows, cols, bands, n_classes):

@@ -59,31 +59,34 @@ def _parse_idx(data, path, what, ndims, magic):
 
 
 def read_images(path):
-    """READ MNIST IMAGE: a Dataset of kind "MNIST" with 10 classes and no classes yet (None)."""
+    """READ MNIST IMAGE: a Dataset from source "MNIST" with 10 classes and no classes yet (None)."""
     what = "MNIST image file"
     data = gunzip_if_gzip(read_bytes(path, what), path, what)
-    (n, rows, cols), payload = _parse_idx(data, path, what, 3, IMAGE_MAGIC)
-    if n == 0 or rows == 0 or cols == 0:
-        raise ConvnetError(f"{what} '{path}' holds no pixels ({n} images of {rows} x {cols})")
-    require(images_bytes(n, 1, rows, cols), f"{what} '{path}': {n} images of {rows} x {cols}")
-    pixels = np.frombuffer(payload, dtype=np.uint8).reshape(n, 1, rows, cols)
+    (n_images, rows, cols), payload = _parse_idx(data, path, what, 3, IMAGE_MAGIC)
+    if n_images == 0 or rows == 0 or cols == 0:
+        raise ConvnetError(f"{what} '{path}' holds no pixels ({n_images} images of {rows} x "
+                           f"{cols})")
+    require(images_bytes(n_images, 1, rows, cols),
+            f"{what} '{path}': {n_images} images of {rows} x {cols}")
+    pixels = np.frombuffer(payload, dtype=np.uint8).reshape(n_images, 1, rows, cols)
     return Dataset(pixel_tones(pixels), None, N_CLASSES, "MNIST")
 
 
 def read_labels(path, dataset):
     """READ MNIST LABELS: ``dataset`` (from read_images) with its classes; a new Dataset."""
     what = "MNIST label file"
-    if dataset is None or dataset.kind != "MNIST":
+    if dataset is None or dataset.source != "MNIST":
         raise ConvnetError(f"{what} '{path}': READ MNIST LABELS must follow READ MNIST IMAGE")
     data = gunzip_if_gzip(read_bytes(path, what), path, what)
-    (n,), payload = _parse_idx(data, path, what, 1, LABEL_MAGIC)
-    if n != dataset.n_cases:
-        raise ConvnetError(f"{what} '{path}' holds {n} labels but {dataset.n_cases} images "
+    (n_labels,), payload = _parse_idx(data, path, what, 1, LABEL_MAGIC)
+    if n_labels != dataset.n_cases:
+        raise ConvnetError(f"{what} '{path}' holds {n_labels} labels but {dataset.n_cases} images "
                            "were read")
     labels = np.frombuffer(payload, dtype=np.uint8).astype(np.int64)
     bad = np.flatnonzero(labels >= N_CLASSES)
     if bad.size:
-        k = int(bad[0])
-        raise ConvnetError(f"{what} '{path}': label {labels[k]} of image {k + 1} is outside 0-9"
+        first = int(bad[0])
+        raise ConvnetError(f"{what} '{path}': label {labels[first]} of image {first + 1} is "
+                           "outside 0-9"
                            + (f" ({bad.size} bad labels in all)" if bad.size > 1 else ""))
     return Dataset(dataset.inputs, labels, N_CLASSES, "MNIST")

@@ -157,7 +157,7 @@ class SeriesInfo:
 
     def to_dict(self):
         """A flat dict of numbers and strings (for SAVE MODEL); inverse of :meth:`from_dict`."""
-        d = {
+        table = {
             "version": SERIES_INFO_VERSION,
             "transform": self.transform,
             "target": "DIFF" if self.target_diff else "NO DIFF",
@@ -170,30 +170,30 @@ class SeriesInfo:
             "n_cases": int(self.n_cases),
         }
         for k, t in enumerate(self.thresholds, start=1):
-            d[f"threshold_{k}"] = float(t)
-        return d
+            table[f"threshold_{k}"] = float(t)
+        return table
 
     @classmethod
-    def from_dict(cls, d):
+    def from_dict(cls, table):
         """Rebuild from :meth:`to_dict`'s output (ConvnetError when something is missing or bad).
 
         The field-by-field form (``dataclasses.asdict``: ``target_diff`` a bool, ``thresholds`` a
         list) is accepted too.
         """
-        if not isinstance(d, dict):
-            raise ConvnetError(f"the saved series information is not a table of values: {d!r}")
-        if "version" not in d and "thresholds" in d and "target_diff" in d:
-            d = cls._from_fields(d)
-        def get(key, kind):
-            if key not in d:
+        if not isinstance(table, dict):
+            raise ConvnetError(f"the saved series information is not a table of values: {table!r}")
+        if "version" not in table and "thresholds" in table and "target_diff" in table:
+            table = cls._from_fields(table)
+        def get(key, value_type):
+            if key not in table:
                 raise ConvnetError(f"the saved series information has no '{key}'")
-            value = d[key]
+            value = table[key]
             try:
-                if kind is str:
+                if value_type is str:
                     if not isinstance(value, str):
                         raise ValueError
                     return value
-                if kind is int:
+                if value_type is int:
                     if isinstance(value, bool) or int(value) != value:
                         raise ValueError
                     return int(value)
@@ -229,13 +229,13 @@ class SeriesInfo:
 
 
     @staticmethod
-    def _from_fields(d):
+    def _from_fields(table):
         """The field-by-field form turned into the :meth:`to_dict` form."""
-        thresholds, target_diff = d["thresholds"], d["target_diff"]
+        thresholds, target_diff = table["thresholds"], table["target_diff"]
         if not isinstance(thresholds, (list, tuple)) or not isinstance(target_diff, bool):
             raise ConvnetError("the saved series information has a bad 'thresholds' or "
                                "'target_diff'")
-        flat = {k: v for k, v in d.items() if k not in ("thresholds", "target_diff")}
+        flat = {k: v for k, v in table.items() if k not in ("thresholds", "target_diff")}
         flat.update(version=SERIES_INFO_VERSION, target="DIFF" if target_diff else "NO DIFF",
                     n_thresholds=len(thresholds))
         flat.update({f"threshold_{k}": t for k, t in enumerate(thresholds, start=1)})
@@ -262,6 +262,10 @@ class SeriesCases:
         return SeriesCases(self.windows[start:stop].copy(), self.targets[start:stop].copy(),
                            self.lines[start:stop].copy(), self.settings, self.path,
                            self.own_scaling)
+
+    def imaged(self, scaling=None):
+        """Images, classes and SeriesInfo of these cases (see :func:`image_cases`)."""
+        return image_cases(self, scaling)
 
 
 # ---------------------------------------------------------------------------------- reading
@@ -329,47 +333,50 @@ def make_cases(values, lines, settings, path):
         lines = lines[1:]
     else:
         series = values
-    w, shift = settings.window, settings.shift
+    window, shift = settings.window, settings.shift
     length = series.size
-    if length < w + 1:
+    if length < window + 1:
         after = " after differencing" if settings.differenced else ""
         raise ConvnetError(
             f"series file '{path}': {length} value{'s' if length != 1 else ''}{after} is too short "
-            f"for SERIES WINDOW = {w} (a window needs {w} values and one more for its target)")
-    n = (length - w - 1) // shift + 1
-    starts = np.arange(n) * shift
-    windows = series[starts[:, None] + np.arange(w)[None, :]]
-    nxt = series[starts + w]
+            f"for SERIES WINDOW = {window} (a window needs {window} values and one more for its "
+            "target)")
+    n_windows = (length - window - 1) // shift + 1
+    starts = np.arange(n_windows) * shift
+    windows = series[starts[:, None] + np.arange(window)[None, :]]
+    nxt = series[starts + window]
     if settings.effective_target_diff:
-        targets = nxt - series[starts + w - 1]
+        targets = nxt - series[starts + window - 1]
     else:
         targets = nxt.copy()
-    return SeriesCases(np.ascontiguousarray(windows), targets, lines[starts + w], settings, path)
+    return SeriesCases(np.ascontiguousarray(windows), targets, lines[starts + window], settings,
+                       path)
 
 
 # ---------------------------------------------------------------------------------- imaging
 def compute_scaling(cases):
     """The scale q and the class thresholds computed from these cases (a SeriesInfo)."""
-    s = cases.settings
+    settings = cases.settings
     ranges = cases.windows.max(axis=1) - cases.windows.min(axis=1)
-    q = float(np.quantile(ranges, 1.0 - float(s.frac_full)))
-    if s.class_mode == "ZERO":
+    scale = float(np.quantile(ranges, 1.0 - float(settings.frac_full)))
+    if settings.class_mode == "ZERO":
         thresholds = (0.0,)
-    elif s.class_mode == "MEDIAN":
+    elif settings.class_mode == "MEDIAN":
         thresholds = (float(np.quantile(cases.targets, 0.5)),)
     else:
         thresholds = tuple(float(t) for t in np.quantile(cases.targets, [1.0 / 3.0, 2.0 / 3.0]))
-    return SeriesInfo(transform=s.transform, target_diff=s.effective_target_diff,
-                      class_mode=s.class_mode, window=s.window, resolution=s.resolution,
-                      frac_full=float(s.frac_full), q=q, thresholds=thresholds,
+    return SeriesInfo(transform=settings.transform, target_diff=settings.effective_target_diff,
+                      class_mode=settings.class_mode, window=settings.window,
+                      resolution=settings.resolution,
+                      frac_full=float(settings.frac_full), q=scale, thresholds=thresholds,
                       n_cases=cases.targets.size)
 
 
-def window_bands(windows, q, resolution):
+def window_bands(windows, scale, resolution):
     """Band (0 = bottom) of every value of every window: an int array shaped like ``windows``."""
     mx = windows.max(axis=1)
     mn = windows.min(axis=1)
-    span = np.maximum(mx - mn, q)
+    span = np.maximum(mx - mn, scale)
     lo = 0.5 * (mx + mn) - 0.5 * span
     flat = span <= 0.0
     safe = np.where(flat, 1.0, span)
@@ -378,20 +385,21 @@ def window_bands(windows, q, resolution):
     return np.clip(pos, 0, resolution - 1).astype(np.int64)
 
 
-def image_windows(windows, q, resolution):
-    """Draw windows (n, w) as images (n, 1, resolution, w): path -1.0, background +1.0."""
+def image_windows(windows, scale, resolution):
+    """Draw windows (n, width) as images (n, 1, resolution, width): path -1.0, background
+    +1.0 (the scale q: see the module notes)."""
     windows = np.asarray(windows, dtype=np.float64)
-    n, w = windows.shape
-    bands = window_bands(windows, q, resolution)
+    n_windows, width = windows.shape
+    bands = window_bands(windows, scale, resolution)
     below = np.empty_like(bands)
     above = np.empty_like(bands)
     below[:, 0] = above[:, 0] = bands[:, 0]
     below[:, 1:] = np.minimum(bands[:, :-1], bands[:, 1:])
     above[:, 1:] = np.maximum(bands[:, :-1], bands[:, 1:])
     levels = np.arange(resolution)[None, :, None]                     # (1, r, 1)
-    lit = (levels >= below[:, None, :]) & (levels <= above[:, None, :])  # (n, r, w), band order
+    lit = (levels >= below[:, None, :]) & (levels <= above[:, None, :])  # (n, r, width), band order
     images = np.where(lit[:, ::-1, :], PATH_TONE, BACKGROUND_TONE)    # top row = highest band
-    return images.reshape(n, 1, resolution, w)
+    return images.reshape(n_windows, 1, resolution, width)
 
 
 def classify(targets, thresholds):
@@ -425,7 +433,7 @@ def _check_scaling(scaling, settings, path):
 
 
 def read_series(path, settings=None, scaling=None):
-    """READ SERIES: read a series file and return its images as a Dataset of kind "SERIES".
+    """READ SERIES: read a series file and return its images as a Dataset from source "SERIES".
 
     ``settings`` is a SeriesSettings (defaults when None). ``scaling`` is a trained model's
     SeriesInfo (or its dict form, as SAVE MODEL stores it): when given, the images and classes are made with its scale and thresholds instead
@@ -445,9 +453,10 @@ def read_series(path, settings=None, scaling=None):
                            + (" after its header line" if settings.header else ""))
     cases = make_cases(values, lines, settings, path)
     cases.own_scaling = scaling is None
-    n = cases.targets.size
-    require(series_bytes(n, settings.resolution, settings.window),
-            f"series file '{path}': {n} images of {settings.resolution} rows (SERIES RESOLUTION) x "
+    n_cases = cases.targets.size
+    require(series_bytes(n_cases, settings.resolution, settings.window),
+            f"series file '{path}': {n_cases} images of {settings.resolution} rows "
+            "(SERIES RESOLUTION) x "
             f"{settings.window} columns")
     inputs, classes, info = image_cases(cases, scaling)
     return Dataset(inputs, classes, info.n_classes, "SERIES", series=info, series_cases=cases)

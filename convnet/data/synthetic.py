@@ -10,7 +10,7 @@ from .dataset import Dataset
 
 
 def make_image(rows, cols, bands, n_classes, n_cases, rng):
-    """A Dataset of kind "MAKE": ``n_cases`` random images of rows x cols x bands, random classes.
+    """A Dataset from source "MAKE": ``n_cases`` random images of rows x cols x bands, random classes.
 
     ``rng`` is a numpy.random.Generator.
     """

@@ -20,7 +20,7 @@ has, in each part, section 1 for every GPU and then a section per GPU in place o
 import datetime
 import os
 
-from .. import __version__
+from .._version import __version__
 
 # Activities in the order the table shows them; any other follows in the order first met.
 ACTIVITY_ORDER = ("weight copy", "forward", "softmax", "delta", "gradient", "gradient fetch",

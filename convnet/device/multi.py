@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
-from ..control import ALL_DEVICES as ALL, parse_devices
+from ..params import ALL_DEVICES as ALL, parse_devices
 from ..errors import ConvnetError
 from ..evaluator import Evaluator, check_weights
 from .plan import CHUNK

@@ -48,16 +48,17 @@ class GridGeometry:
         self.width = self.cols * self.cell_width + (self.cols + 1) * separator
         self.height = self.rows * self.cell_height + (self.rows + 1) * separator
 
-    def origin(self, k):
-        """(x, y) of the top-left pixel of cell k (0-based, left to right then down)."""
-        r, c = divmod(int(k), self.cols)
-        return (self.separator + c * (self.cell_width + self.separator),
-                self.separator + r * (self.cell_height + self.separator))
+    def origin(self, cell):
+        """(x, y) of the top-left pixel of ``cell`` (0-based, left to right then down)."""
+        grid_row, grid_col = divmod(int(cell), self.cols)
+        return (self.separator + grid_col * (self.cell_width + self.separator),
+                self.separator + grid_row * (self.cell_height + self.separator))
 
-    def pixel(self, k, row, col):
-        """(x, y) of the centre of tile pixel (row, col) of cell k in the picture."""
-        x, y = self.origin(k)
-        return x + col * self.scale + self.scale // 2, y + row * self.scale + self.scale // 2
+    def pixel(self, cell, row, col):
+        """(x, y) of the centre of tile pixel (row, col) of ``cell`` in the picture."""
+        left, top = self.origin(cell)
+        return (left + col * self.scale + self.scale // 2,
+                top + row * self.scale + self.scale // 2)
 
 
 def wrapped_ordinals(first, count, n_items, what):
@@ -83,13 +84,13 @@ def grid_picture(tiles, rows, cols):
     geom = GridGeometry(first.shape[0], first.shape[1], rows, cols)
     canvas = np.empty((geom.height, geom.width, 3), dtype=np.uint8)
     canvas[:, :] = SEPARATOR_COLOUR
-    for k, tile in enumerate(tiles[:rows * cols]):
-        t = _to_bytes(tile)
-        if t.ndim == 2:
-            t = np.repeat(t[:, :, None], 3, axis=2)
-        big = np.repeat(np.repeat(t, geom.scale, axis=0), geom.scale, axis=1)
-        x, y = geom.origin(k)
-        canvas[y:y + geom.cell_height, x:x + geom.cell_width] = big
+    for cell, tile in enumerate(tiles[:rows * cols]):
+        tile_bytes = _to_bytes(tile)
+        if tile_bytes.ndim == 2:
+            tile_bytes = np.repeat(tile_bytes[:, :, None], 3, axis=2)
+        big = np.repeat(np.repeat(tile_bytes, geom.scale, axis=0), geom.scale, axis=1)
+        left, top = geom.origin(cell)
+        canvas[top:top + geom.cell_height, left:left + geom.cell_width] = big
     return Image.fromarray(canvas, "RGB"), geom
 
 
@@ -134,9 +135,10 @@ def first_layer_filters(model):
         raise ConvnetError("DISPLAY FILTER IMAGES needs a model whose first hidden layer is "
                            "convolutional")
     layer = arch.layers[0]
-    w = np.asarray(model.weights, dtype=np.float64)[layer.weight_slice]
-    w = w.reshape(layer.depth, layer.n_prior_weights)[:, :-1]      # drop each slice's bias
-    return w.reshape(layer.depth, layer.prior_depth, layer.spec.filter_v, layer.spec.filter_h)
+    weights = np.asarray(model.weights, dtype=np.float64)[layer.weight_slice]
+    weights = weights.reshape(layer.depth, layer.n_prior_weights)[:, :-1]  # drop each bias
+    return weights.reshape(layer.depth, layer.prior_depth, layer.spec.filter_v,
+                           layer.spec.filter_h)
 
 
 def _stretch(values, lo, hi):

@@ -135,8 +135,8 @@ def confusion_figure(matrix, title=None):
     """The confusion matrix as a heat map: the colour is the row percent (so classes of different
     sizes compare), each cell shows its count. Rows are true classes, columns predicted, from 1."""
     matrix = np.asarray(matrix, dtype=np.int64)
-    k = matrix.shape[0]
-    side = int(min(800, max(220, 40 * k + 60)))               # the square of cells, pixels
+    n_classes = matrix.shape[0]
+    side = int(min(800, max(220, 40 * n_classes + 60)))               # the square of cells, pixels
     left, bottom, top, bar, gap, label = 60, 50, 35, 16, 14, 70
     width, height = left + side + gap + bar + label, bottom + side + top
     fig = figure(width, height)
@@ -147,14 +147,15 @@ def confusion_figure(matrix, title=None):
     percent = np.divide(100.0 * matrix, totals, out=np.zeros(matrix.shape), where=totals > 0)
     image = ax.imshow(percent, cmap=HEAT_MAP, vmin=0.0, vmax=100.0, aspect="auto")
     fig.colorbar(image, cax=bar_ax, label="percent of the true class")
-    ticks = list(range(k)) if k <= MAX_ANNOTATED_CLASSES else list(range(0, k, max(1, k // 10)))
+    ticks = (list(range(n_classes)) if n_classes <= MAX_ANNOTATED_CLASSES
+             else list(range(0, n_classes, max(1, n_classes // 10))))
     ax.set_xticks(ticks, [str(t + 1) for t in ticks])
     ax.set_yticks(ticks, [str(t + 1) for t in ticks])
     ax.set_xlabel("predicted class")
     ax.set_ylabel("true class")
-    if k <= MAX_ANNOTATED_CLASSES:
-        for i in range(k):
-            for j in range(k):
+    if n_classes <= MAX_ANNOTATED_CLASSES:
+        for i in range(n_classes):
+            for j in range(n_classes):
                 ax.text(j, i, str(int(matrix[i, j])), ha="center", va="center", fontsize="small",
                         color="white" if percent[i, j] > 55 else "black")
     if title:

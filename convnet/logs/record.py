@@ -12,6 +12,8 @@ unless ``COST_RATIO`` times the time the last write took has passed since it.
 import datetime
 import os
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from .._version import __version__
 from ..errors import ConvnetError
@@ -19,6 +21,23 @@ from .results import RESULTS_FORMAT, RESULTS_NAME, RESULTS_VERSION, write_result
 
 RESULTS_INTERVAL = 5.0          # seconds between throttled rewrites of results.json
 COST_RATIO = 50.0               # ... and at least this many times the last write's duration
+
+
+# What an artifact is, and the results.json list it goes to.
+PICTURE, MODEL = "picture", "model"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A file a command made or read, as a command hands it up to be recorded.
+
+    category: PICTURE (what: the command, or "criterion curve of TRAIN") or MODEL (what: "saved"
+    or "loaded"; arch: the model's architecture)."""
+
+    path: str
+    what: str
+    category: str = PICTURE
+    arch: Any = None
 
 
 def _now():
@@ -210,21 +229,21 @@ class SessionRecord:
         self.write()
 
     # ------------------------------------------------------------------ files the run made
-    def picture(self, path, what, cmd=None, out="."):
-        """A picture the run wrote (a DISPLAY command, or the criterion curve of a TRAIN)."""
-        entry = {"file": _relative(path, out), "what": what,
-                 "control_file": getattr(cmd, "file", None), "line": getattr(cmd, "line", None),
-                 "run": len(self.data["runs"]) or None}
-        self.data["pictures"] = [p for p in self.data["pictures"] if p["file"] != entry["file"]]
-        self.data["pictures"].append(entry)
-        self.write()
-
-    def model(self, action, path, arch, cmd=None, out="."):
-        """A model saved or loaded (with the loaded model's architecture)."""
-        self.data["models"].append({"action": action, "file": _relative(path, out),
-                                    "control_file": getattr(cmd, "file", None),
-                                    "line": getattr(cmd, "line", None),
-                                    "architecture": architecture_data(arch)})
+    def artifact(self, made, cmd=None, out="."):
+        """A file the run made or read (an :class:`Artifact`): a picture goes to results.json's
+        "pictures" (one entry per file, the latest kept), a model saved or loaded to "models"."""
+        where = {"control_file": getattr(cmd, "file", None), "line": getattr(cmd, "line", None)}
+        file = _relative(made.path, out)
+        if made.category == PICTURE:
+            entry = {"file": file, "what": made.what, **where,
+                     "run": len(self.data["runs"]) or None}
+            self.data["pictures"] = [p for p in self.data["pictures"] if p["file"] != file]
+            self.data["pictures"].append(entry)
+        elif made.category == MODEL:
+            self.data["models"].append({"action": made.what, "file": file, **where,
+                                        "architecture": architecture_data(made.arch)})
+        else:
+            raise ValueError(f"not an artifact category: {made.category!r}")
         self.write()
 
     def cuda_log(self, path, out="."):

@@ -5,7 +5,6 @@ file, or a batch folder (with summary.csv): a run gets report.html beside its lo
 report.html for each of its runs and DIR/report.html for the whole.
 """
 
-import csv
 import os
 
 from ..errors import ConvnetError
@@ -25,47 +24,19 @@ def write_run_report(path):
     return write_page(os.path.join(folder, REPORT_NAME), run_page(data, folder))
 
 
-def batch_rows(folder):
-    """The rows of a batch folder's summary.csv, each with its run's folder."""
-    from ..batch import BatchRow, output_folders
-    try:
-        with open(os.path.join(folder, SUMMARY_NAME), newline="", encoding="utf-8") as f:
-            records = list(csv.DictReader(f))
-    except (OSError, csv.Error) as e:
-        raise ConvnetError(f"cannot read {SUMMARY_NAME}: {getattr(e, 'strerror', None) or e}",
-                           folder) from None
-
-    def num(text, kind=float):
-        try:
-            return kind(text) if text not in (None, "") else None
-        except ValueError:
-            return None
-    files = [r.get("file", "") for r in records]
-    rows = []
-    for record, out in zip(records, output_folders(files, folder)):
-        rows.append(BatchRow(
-            file=record.get("file", ""), out=out, weights=num(record.get("weights"), int),
-            annealing_criterion=num(record.get("annealing_criterion")),
-            final_criterion=num(record.get("final_criterion")),
-            train_misclassification=num(record.get("train_misclassification")),
-            test_misclassification=num(record.get("test_misclassification")),
-            seconds=num(record.get("seconds")), device=record.get("device") or None,
-            status=record.get("status") or "unknown"))
-    return rows
-
-
 def _is_run(folder):
     return any(os.path.isfile(os.path.join(folder, n)) for n in (RESULTS_NAME, "CONVNET.LOG"))
 
 
-def write_reports(paths):
+def write_reports(paths, read_batch_rows):
     """Write the pages for every PATH; returns the paths written (a ConvnetError names a PATH
-    that is none of the kinds above)."""
+    that is none of the kinds above). ``read_batch_rows(folder)`` gives a batch folder's rows
+    (the batch runner's ``read_summary``: the rows are its own, and the pages sit below it)."""
     written = []
     for path in paths:
         path = os.fspath(path)
         if os.path.isdir(path) and os.path.isfile(os.path.join(path, SUMMARY_NAME)):
-            rows = batch_rows(path)
+            rows = read_batch_rows(path)
             for row in rows:
                 if os.path.isdir(row.out) and _is_run(row.out):
                     written.append(write_run_report(row.out))
