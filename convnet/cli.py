@@ -1,5 +1,6 @@
 """The command line: ``convnet run | check | batch | log | report | devices``."""
 
+import os
 import signal
 import sys
 
@@ -172,6 +173,9 @@ def log():
 def _read_logs(paths):
     """Each log's runs: from the results.json beside it, else from the log's own lines."""
     from .logs.results import load_log
+    for path in paths:     # a results.json beside a missing log is not that log
+        if not os.path.isfile(path):
+            fail(ConvnetError("log file not found", path))
     try:
         return [load_log(p) for p in paths]
     except ConvnetError as e:

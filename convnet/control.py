@@ -497,7 +497,8 @@ def parse_file(path, display_name=None):
     """Parse a whole control file; every syntax error is found before anything runs."""
     name = display_name or path
     try:
-        with open(path, "r", encoding="utf-8", errors="replace") as f:
+        # utf-8-sig: a byte-order mark (what Notepad writes) is not part of the first line
+        with open(path, "r", encoding="utf-8-sig", errors="replace") as f:
             text = f.read(MAX_CONTROL_CHARS + 1)      # bounded: /dev/zero is a "file" too
         if len(text) > MAX_CONTROL_CHARS:
             raise ConvnetError(f"the control file is longer than {MAX_CONTROL_CHARS:,} characters",

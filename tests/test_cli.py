@@ -154,6 +154,18 @@ def test_cuda_yes_without_gpu_is_a_clear_error(tmp_path):
 
 
 
+@pytest.mark.parametrize("command", [("log", "summary"), ("log", "plot"), ("log", "compare")])
+def test_log_commands_refuse_a_missing_log_beside_other_results(tmp_path, command):
+    (tmp_path / "results.json").write_text("{}")      # another run's results in that folder
+    missing = tmp_path / "CONVNET.LOG"
+    extra = {"summary": [], "plot": ["-o", tmp_path / "c.png"],
+             "compare": [ROOT / "CONVNET.LOG.example"]}[command[1]]
+    result = invoke(*command, missing, *extra)
+    assert result.exit_code == 2
+    assert result.output == f"convnet: error: {missing}: log file not found\n"
+    assert not (tmp_path / "c.png").exists()
+
+
 def test_log_example_is_a_real_log_of_the_manual_example():
     """CONVNET.LOG.example: a real run of controlfiles/manual_example.ctl --seed 1 (README says how
     to regenerate it); the summary reads it and its training error is far under the book's 17.87."""

@@ -210,6 +210,16 @@ def test_parse_file_errors(tmp_path):
     assert str(info.value).startswith(f"{bad}:3: ")
 
 
+def test_parse_file_accepts_a_utf8_byte_order_mark(tmp_path):
+    ctl = tmp_path / "notepad.ctl"
+    ctl.write_bytes("\ufeff// written by Notepad\r\nMAKE IMAGE 4 4 1 2 10\r\n".encode("utf-8"))
+    commands, lines = parse_file(str(ctl))
+    assert [c.name for c in commands] == ["MAKE IMAGE"]
+    assert lines[0] == "// written by Notepad"
+    ctl.write_bytes("\ufeffMAKE IMAGE 4 4 1 2 10\n".encode("utf-8"))   # a command on line 1
+    assert [c.line for c in parse_file(str(ctl))[0]] == [1]
+
+
 def test_docs_reference_is_made_from_the_registry():
     from pathlib import Path
     from convnet.control import keyword_reference
