@@ -32,6 +32,7 @@ import tempfile
 import time
 import uuid
 
+from ._version import pip_install
 from .batch import (BatchRow, _environment, _error_from, fill_from_results, output_folders,
                     write_batch_report, write_summary)
 from .control import INPUT_ROOT_ENV, parse_file
@@ -234,8 +235,7 @@ def _distributed():
     try:
         import distributed
     except ImportError:
-        raise ConvnetError("--scheduler needs Dask distributed: pip install 'convnet[cluster]'") \
-            from None
+        raise ConvnetError(f"--scheduler needs Dask distributed: {pip_install('cluster')}") from None
     return distributed
 
 
