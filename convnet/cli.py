@@ -8,6 +8,11 @@ import click
 
 from . import __version__
 from .errors import ConvnetError, Interrupted
+from .params import MAX_SEED, MAX_THREADS
+
+# the ranges of RANDOM SEED and THREADS in a control file
+THREADS = click.IntRange(min=1, max=MAX_THREADS)
+SEEDS = click.IntRange(min=0, max=MAX_SEED)
 
 
 def fail(error):
@@ -41,9 +46,9 @@ def main():
               help="Folder for CONVNET.LOG, CUDA.LOG and every output file.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True, help="auto: CUDA when PyCUDA and a GPU are usable.")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
+@click.option("--threads", type=THREADS, default=None,
               help="Host threads (default: all cores).")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Random seed.")
+@click.option("--seed", type=SEEDS, default=None, help="Random seed.")
 @click.option("--quiet", is_flag=True, help="Print errors only: no progress line, no summary.")
 @click.option("--gpus", default=None, metavar="0,1,...|all", callback=_gpu_list,
               help="GPUs that share every evaluation of a CUDA run (wins over CUDA DEVICES; "
@@ -125,9 +130,9 @@ def check(files, as_session):
               help="Sessions run at the same time (default: 1, or the number of --gpus).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True, help="Passed to every session.")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
+@click.option("--threads", type=THREADS, default=None,
               help="Host threads per session (default: the cores shared among the jobs).")
-@click.option("--seed", type=click.IntRange(min=0), default=None,
+@click.option("--seed", type=SEEDS, default=None,
               help="Random seed for every session.")
 @click.option("--gpus", default=None, metavar="0,1,...|all", callback=_gpu_list,
               help="Give every CUDA session one of these GPUs, round robin.")

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .architecture import KINDS, LayerSpec
 from .errors import ConvnetError
-from .params import DEFAULTS, PARAMETER_DEFS
+from .params import DEFAULTS, MAX_CLASSES, MAX_COUNT, MAX_GRID, MAX_SIDE, PARAMETER_DEFS
 
 
 @dataclass
@@ -246,17 +246,22 @@ def _show_default(value):
     return str(value)
 
 
+# DISPLAY ... First Rows Columns: the first picture and the grid's shape
+_DISPLAY_GRID = (_int("First", 1, MAX_COUNT), _int("Rows", 1, MAX_GRID),
+                 _int("Columns", 1, MAX_GRID))
+
 COMMANDS: List[CommandSpec] = [
     # data (book p.151-155)
-    CommandSpec("MAKE IMAGE", (_int("Rows", 1), _int("Columns", 1), _int("Bands", 1),
-                               _int("Classes", 2), _int("Cases", 1)),
+    CommandSpec("MAKE IMAGE", (_int("Rows", 1, MAX_SIDE), _int("Columns", 1, MAX_SIDE),
+                               _int("Bands", 1, MAX_SIDE), _int("Classes", 2, MAX_CLASSES),
+                               _int("Cases", 1, MAX_COUNT)),
                 "random-tone test images, classes assigned at random"),
     CommandSpec("READ MNIST IMAGE", (_file(),), "an MNIST (IDX) image file, plain or gzip"),
     CommandSpec("READ MNIST LABELS", (_file(),), "the MNIST (IDX) label file for the images just read"),
     CommandSpec("READ C10 IMAGE", (_file(),), "a CIFAR-10 binary batch; repeat to concatenate"),
     CommandSpec("READ SERIES", (_file(),), "a time series turned into images by a moving window"),
     CommandSpec("CLEAR", (), "erase the data, keep the trained model"),
-    CommandSpec("KEEP CASES", (_int("First", 1), _int("Last", 1)),
+    CommandSpec("KEEP CASES", (_int("First", 1, MAX_COUNT), _int("Last", 1, MAX_COUNT)),
                 "keep cases First..Last (1-based, inclusive) of the current data"),
     # series settings that are keywords rather than NAME = value
     CommandSpec("SERIES RAWDATA", (), "use the values as read (default)", "SERIES TRANSFORM",
@@ -282,8 +287,8 @@ COMMANDS: List[CommandSpec] = [
     CommandSpec("SERIES HEADER", (), "skip the first line of the series file", "SERIES HEADER",
                 {"header": True}),
     # architecture (book p.155)
-    *(CommandSpec(k.keyword, tuple(_int(name, low) for name, low in k.arg_names), k.summary,
-                  "LAYER", {"kind": k}) for k in KINDS),
+    *(CommandSpec(k.keyword, tuple(_int(name, low, high) for name, low, high in k.arg_names),
+                  k.summary, "LAYER", {"kind": k}) for k in KINDS),
     # operations (book p.158-159) and ours
     CommandSpec("TRAIN", (), "anneal, refine by conjugate gradients, report the confusion matrix"),
     CommandSpec("TEST", (), "criterion and confusion matrix of the trained model on the current data"),
@@ -291,13 +296,13 @@ COMMANDS: List[CommandSpec] = [
     CommandSpec("SAVE MODEL", (_file(),), "save the trained model"),
     CommandSpec("LOAD MODEL", (_file(),), "load a saved model"),
     CommandSpec("DISPLAY TRAINING IMAGES",
-                (_int("First", 1), _int("Rows", 1), _int("Columns", 1), _file("File.png")),
+                (*_DISPLAY_GRID, _file("File.png")),
                 "a grid of training images as a PNG"),
     CommandSpec("DISPLAY FILTER IMAGES",
-                (_int("First", 1), _int("Rows", 1), _int("Columns", 1), _file("File.png")),
+                (*_DISPLAY_GRID, _file("File.png")),
                 "the first layer's convolution filters as a PNG", flag_before_last="INDIVIDUAL"),
     CommandSpec("DISPLAY ACTIVATION IMAGES",
-                (_int("First", 1), _int("Rows", 1), _int("Columns", 1), _int("Case", 1),
+                (*_DISPLAY_GRID, _int("Case", 1, MAX_COUNT),
                  _file("File.png")),
                 "the first hidden layer's activations for one case as a PNG"),
 ]
