@@ -63,7 +63,8 @@ def run(files, out, device, threads, seed, quiet, gpus):
     except ConvnetError as e:
         fail(e)
     try:
-        session.run(list(files))
+        with _compile_notice(quiet):
+            session.run(list(files))
     except ConvnetError as e:
         _last_words(session, f"ERROR: {e}")
         fail(e)
@@ -79,6 +80,13 @@ def run(files, out, device, threads, seed, quiet, gpus):
     if not quiet:
         for line in summary_lines(session):
             click.echo(line)
+
+
+def _compile_notice(quiet):
+    """Says so when the host kernels compile (a first run), where a long silence would puzzle."""
+    from contextlib import nullcontext
+    from .display.progress import CompileNotice
+    return nullcontext() if quiet else CompileNotice(sys.stdout)
 
 
 def _last_words(session, line):
@@ -145,22 +153,27 @@ def batch(files, out, jobs, device, threads, seed, gpus, scheduler):
     stop the others; the exit status is 0 when every file ran without error, else 2.
     """
     from .batch import run_batch, summary_table
+    from .display.progress import BatchProgress
     if scheduler is not None and (jobs is not None or gpus is not None):
         fail("--jobs and --gpus are for a batch on this machine; on a cluster each worker runs "
              "as many sessions as it has threads, and GPU workers have --resources GPU=1")
+    progress = BatchProgress(len(files), click.get_text_stream("stderr"))
     try:
         if scheduler is not None:
             from .cluster import run_cluster_batch
             rows = run_cluster_batch(list(files), out, scheduler, device=device, threads=threads,
-                                     seed=seed)
+                                     seed=seed, progress=progress)
         else:
             rows = run_batch(list(files), out, jobs=jobs, device=device, threads=threads,
-                             seed=seed, gpus=gpus)
+                             seed=seed, gpus=gpus, progress=progress)
     except ConvnetError as e:
+        progress.close()
         fail(e)
     except KeyboardInterrupt:
+        progress.close()
         click.echo("convnet: batch interrupted; summary.csv lists what finished", err=True)
         sys.exit(130)
+    progress.close()
     for line in summary_table(rows):
         click.echo(line)
     failed = [r for r in rows if not r.ok]

@@ -36,6 +36,7 @@ from ._version import pip_install
 from .batch import (BatchRow, _environment, _error_from, fill_from_results, output_folders,
                     write_batch_report, write_summary)
 from .control import INPUT_ROOT_ENV, parse_file
+from .display.progress import NoProgress
 from .errors import ConvnetError
 
 CONNECT_TIMEOUT_S = 10
@@ -264,10 +265,12 @@ def _write_files(folder, files):
             f.write(data)
 
 
-def run_cluster_batch(files, out, scheduler, device="auto", threads=None, seed=None):
+def run_cluster_batch(files, out, scheduler, device="auto", threads=None, seed=None,
+                      progress=None):
     """Like batch.run_batch, each file a task on the cluster at ``scheduler``. Returns the rows in
     the order of ``files``; raises ConvnetError when the scheduler cannot be reached, and
-    KeyboardInterrupt (after writing summary.csv) when interrupted."""
+    KeyboardInterrupt (after writing summary.csv) when interrupted. ``progress`` hears of each
+    file as its task is handed to the scheduler and as it ends."""
     files = [os.fspath(f) for f in files]
     try:
         os.makedirs(out, exist_ok=True)
@@ -276,7 +279,8 @@ def run_cluster_batch(files, out, scheduler, device="auto", threads=None, seed=N
     folders = output_folders(files, out)
     client = connect(scheduler)
     try:
-        return _run(client, files, folders, out, scheduler, device, threads, seed)
+        return _run(client, files, folders, out, scheduler, device, threads, seed,
+                    progress if progress is not None else NoProgress())
     finally:
         try:
             client.close(timeout=CLOSE_TIMEOUT_S)
@@ -284,7 +288,7 @@ def run_cluster_batch(files, out, scheduler, device="auto", threads=None, seed=N
             pass
 
 
-def _run(client, files, folders, out, scheduler, device, threads, seed):
+def _run(client, files, folders, out, scheduler, device, threads, seed, progress):
     distributed = _distributed()
     try:
         client.wait_for_workers(1, timeout=WORKER_WAIT_S)
@@ -300,6 +304,7 @@ def _run(client, files, folders, out, scheduler, device, threads, seed):
     for i, (path, folder) in enumerate(zip(files, folders)):
         if not os.path.isfile(path):
             rows[i] = BatchRow(file=path, out=folder, status=f"error: {path}: no such control file")
+            progress.ended(rows[i], was_started=False)
             continue
         with open(path, "rb") as f:
             text = f.read()
@@ -326,10 +331,12 @@ def _run(client, files, folders, out, scheduler, device, threads, seed):
         fut = client.submit(run_task, spec, needed, key=f"convnet-{spec['id']}", pure=False,
                             **placement)
         futures[fut] = i
+        progress.started(files[i], " on the cluster")
     try:
         for fut in distributed.as_completed(list(futures), loop=client.loop):
             i = futures[fut]
             rows[i] = _row(fut, files[i], folders[i])
+            progress.ended(rows[i])
     except KeyboardInterrupt:
         try:
             cancel.set()                # the running sessions stop (see run_task)

@@ -1,6 +1,7 @@
 """`convnet batch`: sessions in parallel, summary.csv; one failure does not stop the rest."""
 
 import csv
+import re
 
 from click.testing import CliRunner
 
@@ -68,10 +69,19 @@ def test_batch_two_results_and_one_clear_failure(tmp_path):
     for stem in ("conv", "fc"):
         assert (out / stem / "CONVNET.LOG").exists() and (out / stem / "criterion.png").exists()
     assert "ERROR:" in (out / "broken" / "CONVNET.LOG").read_text()
-    # the printed table: a header and one line per file, then the count
+    # a line as each file starts and ends (not a terminal: no status line), then the table: a
+    # header and one line per file, then the count
     lines = result.output.splitlines()
-    assert lines[0].split()[:2] == ["file", "weights"]
-    assert lines[2].startswith(files[1]) and "error:" in lines[2]
+    for path in files:
+        assert sum(re.fullmatch(rf"\[\d+:\d\d\] started {re.escape(path)}", line) is not None
+                   for line in lines) == 1
+        assert sum(re.fullmatch(rf"\[\d+:\d\d\] ended {re.escape(path)} in [0-9.]+ s: "
+                                rf"(ok|error: .*)", line) is not None for line in lines) == 1
+    assert not any("running" in line and "waiting" in line for line in lines)
+    head = [i for i, line in enumerate(lines) if line.split()[:2] == ["file", "weights"]]
+    assert head == [len(files) * 2]
+    table = lines[head[0]:]
+    assert table[2].startswith(files[1]) and "error:" in table[2]
     assert lines[-1].startswith("convnet: 2 of 3 files ran without error")
 
 
