@@ -313,16 +313,7 @@ def _run(client, files, folders, out, scheduler, device, threads, seed, progress
                     "cwd": os.getcwd(), "text": text, "inputs": control_inputs(path),
                     "folder": folder, "device": device, "threads": threads, "seed": seed,
                     "cancel": cancel.name, "gpu": bool(gpu_workers) and gpu is not False}
-    # inputs some worker cannot supply travel to those workers, once each
-    inputs = {d: (p, d, s) for spec in specs.values() for p, d, s in spec["inputs"]}
-    held = client.run(worker_holdings, list(inputs.values())) if inputs else {}
-    blobs = {}
-    for digest, (path, _, _) in inputs.items():
-        lacking = [w for w, have in held.items() if digest not in have]
-        if lacking:
-            with open(path, "rb") as f:
-                blobs[digest] = client.scatter(f.read(), workers=lacking, broadcast=True,
-                                               hash=True)
+    blobs = _send_inputs(client, specs)
     futures = {}
     for i, spec in specs.items():
         needed = {d: blobs[d] for _, d, _ in spec["inputs"] if d in blobs}
@@ -334,9 +325,7 @@ def _run(client, files, folders, out, scheduler, device, threads, seed, progress
         progress.started(files[i], " on the cluster")
     try:
         for fut in distributed.as_completed(list(futures), loop=client.loop):
-            i = futures[fut]
-            rows[i] = _row(fut, files[i], folders[i])
-            progress.ended(rows[i])
+            rows[futures[fut]] = _row(fut, files[futures[fut]], folders[futures[fut]], progress)
     except KeyboardInterrupt:
         try:
             cancel.set()                # the running sessions stop (see run_task)
@@ -356,7 +345,29 @@ def _run(client, files, folders, out, scheduler, device, threads, seed, progress
     return rows
 
 
-def _row(fut, path, folder):
+def _send_inputs(client, specs):
+    """The inputs some worker cannot supply travel to those workers, once each: {digest: the
+    scattered bytes}."""
+    inputs = {d: (p, d, s) for spec in specs.values() for p, d, s in spec["inputs"]}
+    held = client.run(worker_holdings, list(inputs.values())) if inputs else {}
+    blobs = {}
+    for digest, (path, _, _) in inputs.items():
+        lacking = [w for w, have in held.items() if digest not in have]
+        if lacking:
+            with open(path, "rb") as f:
+                blobs[digest] = client.scatter(f.read(), workers=lacking, broadcast=True,
+                                               hash=True)
+    return blobs
+
+
+def _row(fut, path, folder, progress):
+    """A finished task's row, of which ``progress`` hears."""
+    row = _task_row(fut, path, folder)
+    progress.ended(row)
+    return row
+
+
+def _task_row(fut, path, folder):
     """A finished task's row: its files written to folder, the results read from its log."""
     row = BatchRow(file=path, out=folder)
     try:
