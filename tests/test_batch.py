@@ -3,6 +3,7 @@
 import csv
 import re
 
+import pytest
 from click.testing import CliRunner
 
 from convnet.batch import COLUMNS, _error_from, output_folders
@@ -35,6 +36,7 @@ TRAIN
 """
 
 
+@pytest.mark.slow
 def test_batch_two_results_and_one_clear_failure(tmp_path):
     files = []
     for name, text in (("conv.ctl", CONV), ("broken.ctl", BROKEN), ("fc.ctl", FC_WITH_TEST)):
@@ -122,6 +124,7 @@ def test_gpu_share_round_robin_and_least_busy():
     assert [share.take() for _ in range(3)] == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_batch_gpus_option(tmp_path, monkeypatch):
     """--gpus gives each session one GPU (a CPU session takes it and ignores it), --jobs defaults
     to the number of GPUs; a GPU that is not there is one clear error."""

@@ -100,6 +100,7 @@ def _finished_pid():
     return proc.pid
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("holder", ["dead", "reused", "own", "garbage"])
 def test_a_stale_lock_is_taken_over(tmp_path, holder):
     import socket
@@ -147,6 +148,7 @@ def test_a_lock_from_another_host_is_respected(tmp_path):
     assert f"remove {tmp_path / LOCK_NAME} if that run has ended" in result.output
 
 
+@pytest.mark.slow
 def test_batch_runs_each_file_in_its_own_locked_folder(tmp_path):
     a, b = tmp_path / "a.ctl", tmp_path / "b.ctl"
     a.write_text(SMALL)
