@@ -236,7 +236,8 @@ def _distributed():
     try:
         import distributed
     except ImportError:
-        raise ConvnetError(f"--scheduler needs Dask distributed: {pip_install('cluster')}") from None
+        raise ConvnetError("--scheduler needs Dask distributed: " + pip_install("cluster")) \
+            from None
     return distributed
 
 
@@ -322,7 +323,7 @@ def _run(client, files, folders, out, scheduler, device, threads, seed, progress
         fut = client.submit(run_task, spec, needed, key=f"convnet-{spec['id']}", pure=False,
                             **placement)
         futures[fut] = i
-        progress.started(files[i], " on the cluster")
+        progress.started(files[i], " on the cluster", verb="queued")
     try:
         for fut in distributed.as_completed(list(futures), loop=client.loop):
             rows[futures[fut]] = _row(fut, files[futures[fut]], folders[futures[fut]], progress)

@@ -52,7 +52,8 @@ def _can_build_here():
     except ImportError:
         return False
     version = tuple(int(p) for p in setuptools.__version__.split(".")[:2] if p.isdigit())
-    return version >= (70, 1) or (version >= (61,) and importlib.util.find_spec("wheel") is not None)
+    has_wheel = importlib.util.find_spec("wheel") is not None
+    return version >= (70, 1) or (version >= (61,) and has_wheel)
 
 
 @pytest.fixture(scope="module")

@@ -174,7 +174,8 @@ def test_batch_progress_without_a_terminal_prints_a_plain_line_as_each_file_star
     progress.close()
     assert stream.getvalue().splitlines() == [
         "[0:00] started a.ctl", "[0:02] started b.ctl on GPU 1",
-        "[1:05] ended a.ctl in 65.0 s: ok", "[1:05] ended c.ctl: error: c.ctl: no such control file",
+        "[1:05] ended a.ctl in 65.0 s: ok",
+        "[1:05] ended c.ctl: error: c.ctl: no such control file",
         "[1:10] ended b.ctl in 68.0 s: error: b.ctl:2: TRAIN needs a layer"]
     assert "\r" not in stream.getvalue() and "\033" not in stream.getvalue()
 

@@ -108,11 +108,12 @@ class BatchProgress:
         self.status_shown = False
         self.lock = threading.Lock()
 
-    def started(self, name, where=""):
-        """A session of ``name`` starts (``where``: ' on GPU 1', ' on the cluster', ...)."""
+    def started(self, name, where="", verb="started"):
+        """A session of ``name`` starts (``where``: ' on GPU 1', ...), or with ``verb`` 'queued'
+        is handed to a scheduler that starts it when a worker is free."""
         with self.lock:
             self.running += 1
-            self._line(f"started {name}{where}")
+            self._line(f"{verb} {name}{where}")
 
     def ended(self, row, was_started=True):
         """A session ended (or a file was refused before starting): ``row`` is its BatchRow."""
@@ -149,7 +150,7 @@ class BatchProgress:
 class NoProgress:
     """Stands for BatchProgress where nothing is to be printed."""
 
-    def started(self, name, where=""):
+    def started(self, name, where="", verb="started"):
         pass
 
     def ended(self, row, was_started=True):
