@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .display.progress import NoProgress
 from .errors import ConvnetError
 
 COLUMNS = ("file", "weights", "annealing_criterion", "final_criterion", "train_misclassification",
@@ -185,10 +186,11 @@ def fill_from_results(row, folder):
 class _Runner:
     """Starts the sessions and remembers the processes, so an interruption can end them."""
 
-    def __init__(self, gpus=None):
+    def __init__(self, gpus=None, progress=None):
         self.processes = {}
         self.stopping = False
         self.gpus = GpuShare(gpus) if gpus else None
+        self.progress = progress if progress is not None else NoProgress()
 
     def run_one(self, path, folder, device, threads, seed):
         row = BatchRow(file=path, out=folder)
@@ -198,6 +200,7 @@ class _Runner:
         os.makedirs(folder, exist_ok=True)
         start = time.monotonic()
         gpu = self.gpus.take() if self.gpus else None
+        self.progress.started(path, "" if gpu is None else f" on GPU {gpu}")
         try:
             proc = subprocess.Popen(_command(path, folder, device, threads, seed, gpu),
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -217,6 +220,7 @@ class _Runner:
         if proc.returncode != 0:
             row.status = ("interrupted" if self.stopping
                           else "error: " + _error_from(stderr, proc.returncode))
+        self.progress.ended(row)
         return row
 
     def stop(self):
@@ -226,11 +230,13 @@ class _Runner:
                 proc.terminate()
 
 
-def run_batch(files, out, jobs=None, device="auto", threads=None, seed=None, gpus=None):
+def run_batch(files, out, jobs=None, device="auto", threads=None, seed=None, gpus=None,
+              progress=None):
     """Run every control file as its own session, ``jobs`` at a time; write DIR/summary.csv.
 
     ``gpus``: '0,1' or 'all' gives each session one of those GPUs; ``jobs`` then defaults to their
-    number (else to 1). Returns the rows in the order of ``files``. A file that does not exist is
+    number (else to 1). ``progress`` (a display.progress.BatchProgress) hears of each session as
+    it starts and ends. Returns the rows in the order of ``files``. A file that does not exist is
     a failed row, not an exception; only a bad ``jobs`` or ``gpus`` or an unwritable ``out``
     raises ConvnetError.
     """
@@ -246,7 +252,7 @@ def run_batch(files, out, jobs=None, device="auto", threads=None, seed=None, gpu
         raise ConvnetError(f"cannot create the batch folder {out}: {e.strerror or e}") from None
     folders = output_folders(files, out)
     threads = threads or default_threads(jobs)
-    runner = _Runner(gpu_list)
+    runner = _Runner(gpu_list, progress)
     rows = [None] * len(files)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {}
@@ -254,6 +260,7 @@ def run_batch(files, out, jobs=None, device="auto", threads=None, seed=None, gpu
             if not os.path.isfile(path):
                 rows[i] = BatchRow(file=path, out=folder,
                                    status=f"error: {path}: no such control file")
+                runner.progress.ended(rows[i], was_started=False)
                 continue
             futures[i] = pool.submit(runner.run_one, path, folder, device, threads, seed)
         try:

@@ -1,5 +1,6 @@
 """The command line: ``convnet run | check | batch | log | report | devices``."""
 
+import os
 import signal
 import sys
 
@@ -7,6 +8,11 @@ import click
 
 from ._version import __version__
 from .errors import ConvnetError, Interrupted
+from .params import MAX_SEED, MAX_THREADS
+
+# the ranges of RANDOM SEED and THREADS in a control file
+THREADS = click.IntRange(min=1, max=MAX_THREADS)
+SEEDS = click.IntRange(min=0, max=MAX_SEED)
 
 
 def fail(error):
@@ -40,9 +46,9 @@ def main():
               help="Folder for CONVNET.LOG, CUDA.LOG and every output file.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True, help="auto: CUDA when PyCUDA and a GPU are usable.")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
+@click.option("--threads", type=THREADS, default=None,
               help="Host threads (default: all cores).")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Random seed.")
+@click.option("--seed", type=SEEDS, default=None, help="Random seed.")
 @click.option("--quiet", is_flag=True, help="Print errors only: no progress line, no summary.")
 @click.option("--gpus", default=None, metavar="0,1,...|all", callback=_gpu_list,
               help="GPUs that share every evaluation of a CUDA run (wins over CUDA DEVICES; "
@@ -57,7 +63,8 @@ def run(files, out, device, threads, seed, quiet, gpus):
     except ConvnetError as e:
         fail(e)
     try:
-        session.run(list(files))
+        with _compile_notice(quiet):
+            session.run(list(files))
     except ConvnetError as e:
         _last_words(session, f"ERROR: {e}")
         fail(e)
@@ -73,6 +80,13 @@ def run(files, out, device, threads, seed, quiet, gpus):
     if not quiet:
         for line in summary_lines(session):
             click.echo(line)
+
+
+def _compile_notice(quiet):
+    """Says so when the host kernels compile (a first run), where a long silence would puzzle."""
+    from contextlib import nullcontext
+    from .display.progress import CompileNotice
+    return nullcontext() if quiet else CompileNotice(sys.stdout)
 
 
 def _last_words(session, line):
@@ -124,9 +138,9 @@ def check(files, as_session):
               help="Sessions run at the same time (default: 1, or the number of --gpus).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True, help="Passed to every session.")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
+@click.option("--threads", type=THREADS, default=None,
               help="Host threads per session (default: the cores shared among the jobs).")
-@click.option("--seed", type=click.IntRange(min=0), default=None,
+@click.option("--seed", type=SEEDS, default=None,
               help="Random seed for every session.")
 @click.option("--gpus", default=None, metavar="0,1,...|all", callback=_gpu_list,
               help="Give every CUDA session one of these GPUs, round robin.")
@@ -139,22 +153,27 @@ def batch(files, out, jobs, device, threads, seed, gpus, scheduler):
     stop the others; the exit status is 0 when every file ran without error, else 2.
     """
     from .batch import run_batch, summary_table
+    from .display.progress import BatchProgress
     if scheduler is not None and (jobs is not None or gpus is not None):
         fail("--jobs and --gpus are for a batch on this machine; on a cluster each worker runs "
              "as many sessions as it has threads, and GPU workers have --resources GPU=1")
+    progress = BatchProgress(len(files), click.get_text_stream("stderr"))
     try:
         if scheduler is not None:
             from .cluster import run_cluster_batch
             rows = run_cluster_batch(list(files), out, scheduler, device=device, threads=threads,
-                                     seed=seed)
+                                     seed=seed, progress=progress)
         else:
             rows = run_batch(list(files), out, jobs=jobs, device=device, threads=threads,
-                             seed=seed, gpus=gpus)
+                             seed=seed, gpus=gpus, progress=progress)
     except ConvnetError as e:
+        progress.close()
         fail(e)
     except KeyboardInterrupt:
+        progress.close()
         click.echo("convnet: batch interrupted; summary.csv lists what finished", err=True)
         sys.exit(130)
+    progress.close()
     for line in summary_table(rows):
         click.echo(line)
     failed = [r for r in rows if not r.ok]
@@ -172,6 +191,9 @@ def log():
 def _read_logs(paths):
     """Each log's runs: from the results.json beside it, else from the log's own lines."""
     from .logs.results import load_log
+    for path in paths:     # a results.json beside a missing log is not that log
+        if not os.path.isfile(path):
+            fail(ConvnetError("log file not found", path))
     try:
         return [load_log(p) for p in paths]
     except ConvnetError as e:

@@ -32,9 +32,11 @@ import tempfile
 import time
 import uuid
 
+from ._version import pip_install
 from .batch import (BatchRow, _environment, _error_from, fill_from_results, output_folders,
                     write_batch_report, write_summary)
 from .control import INPUT_ROOT_ENV, parse_file
+from .display.progress import NoProgress
 from .errors import ConvnetError
 
 CONNECT_TIMEOUT_S = 10
@@ -264,7 +266,7 @@ def _distributed():
     try:
         import distributed
     except ImportError:
-        raise ConvnetError("--scheduler needs Dask distributed: pip install 'convnet[cluster]'") \
+        raise ConvnetError("--scheduler needs Dask distributed: " + pip_install("cluster")) \
             from None
     return distributed
 
@@ -294,10 +296,12 @@ def _write_files(folder, files):
             f.write(data)
 
 
-def run_cluster_batch(files, out, scheduler, device="auto", threads=None, seed=None):
+def run_cluster_batch(files, out, scheduler, device="auto", threads=None, seed=None,
+                      progress=None):
     """Like batch.run_batch, each file a task on the cluster at ``scheduler``. Returns the rows in
     the order of ``files``; raises ConvnetError when the scheduler cannot be reached, and
-    KeyboardInterrupt (after writing summary.csv) when interrupted."""
+    KeyboardInterrupt (after writing summary.csv) when interrupted. ``progress`` hears of each
+    file as its task is handed to the scheduler and as it ends."""
     files = [os.fspath(f) for f in files]
     try:
         os.makedirs(out, exist_ok=True)
@@ -306,7 +310,8 @@ def run_cluster_batch(files, out, scheduler, device="auto", threads=None, seed=N
     folders = output_folders(files, out)
     client = connect(scheduler)
     try:
-        return _run(client, files, folders, out, scheduler, device, threads, seed)
+        return _run(client, files, folders, out, scheduler, device, threads, seed,
+                    progress if progress is not None else NoProgress())
     finally:
         try:
             client.close(timeout=CLOSE_TIMEOUT_S)
@@ -314,7 +319,7 @@ def run_cluster_batch(files, out, scheduler, device="auto", threads=None, seed=N
             pass
 
 
-def _task_specs(files, folders, rows, batch, options, cancel, gpu_workers):
+def _task_specs(files, folders, rows, batch, options, cancel, gpu_workers, progress):
     """{index: task spec} of every control file that exists (a missing one gets its row now)."""
     device = options["device"]
     specs = {}
@@ -322,6 +327,7 @@ def _task_specs(files, folders, rows, batch, options, cancel, gpu_workers):
         if not os.path.isfile(path):
             rows[index] = BatchRow(file=path, out=folder,
                                    status=f"error: {path}: no such control file")
+            progress.ended(rows[index], was_started=False)
             continue
         with open(path, "rb") as f:
             text = f.read()
@@ -348,7 +354,7 @@ def _scatter_inputs(client, specs):
     return blobs
 
 
-def _submit(client, specs, blobs, cpu_workers):
+def _submit(client, specs, blobs, cpu_workers, files, progress):
     """{future: index}: every task submitted, a GPU session on a worker with a GPU."""
     futures = {}
     for index, spec in specs.items():
@@ -358,6 +364,7 @@ def _submit(client, specs, blobs, cpu_workers):
         future = client.submit(run_task, spec, needed, key=f"convnet-{spec['id']}", pure=False,
                                **placement)
         futures[future] = index
+        progress.started(files[index], " on the cluster", verb="queued")
     return futures
 
 
@@ -366,7 +373,7 @@ def _write_batch(rows, out):
     write_batch_report(rows, out)
 
 
-def _run(client, files, folders, out, scheduler, device, threads, seed):
+def _run(client, files, folders, out, scheduler, device, threads, seed, progress):
     distributed = _distributed()
     try:
         client.wait_for_workers(1, timeout=WORKER_WAIT_S)
@@ -380,12 +387,13 @@ def _run(client, files, folders, out, scheduler, device, threads, seed):
     cancel = distributed.Event(f"convnet-cancel-{batch}", client=client)
     rows = [None] * len(files)
     options = {"device": device, "threads": threads, "seed": seed}
-    specs = _task_specs(files, folders, rows, batch, options, cancel, gpu_workers)
-    futures = _submit(client, specs, _scatter_inputs(client, specs), cpu_workers)
+    specs = _task_specs(files, folders, rows, batch, options, cancel, gpu_workers, progress)
+    futures = _submit(client, specs, _scatter_inputs(client, specs), cpu_workers, files,
+                      progress)
     try:
         for future in distributed.as_completed(list(futures), loop=client.loop):
             index = futures[future]
-            rows[index] = _row(future, files[index], folders[index])
+            rows[index] = _row(future, files[index], folders[index], progress)
     except KeyboardInterrupt:
         try:
             cancel.set()                # the running sessions stop (see run_task)
@@ -403,7 +411,14 @@ def _run(client, files, folders, out, scheduler, device, threads, seed):
     return rows
 
 
-def _row(fut, path, folder):
+def _row(fut, path, folder, progress):
+    """A finished task's row, of which ``progress`` hears."""
+    row = _task_row(fut, path, folder)
+    progress.ended(row)
+    return row
+
+
+def _task_row(fut, path, folder):
     """A finished task's row: its files written to folder, the results read from its log."""
     row = BatchRow(file=path, out=folder)
     try:

@@ -16,7 +16,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .architecture import KINDS, LayerSpec
 from .errors import MAX_DIGITS, SHOWN_CHARS, ConvnetError, shown  # noqa: F401 (re-exported)
-from .params import ALL_DEVICES, DEFAULTS, PARAMETER_DEFS, parse_devices  # noqa: F401 (re-exported)
+from .params import (ALL_DEVICES, DEFAULTS, MAX_CLASSES, MAX_COUNT, MAX_GRID,  # noqa: F401
+                     MAX_SIDE, PARAMETER_DEFS, parse_devices)
 
 
 @dataclass
@@ -212,17 +213,22 @@ def _show_default(value):
     return str(value)
 
 
+# DISPLAY ... First Rows Columns: the first picture and the grid's shape
+_DISPLAY_GRID = (_int("First", 1, MAX_COUNT), _int("Rows", 1, MAX_GRID),
+                 _int("Columns", 1, MAX_GRID))
+
 COMMANDS: List[CommandSpec] = [
     # data (book p.151-155)
-    CommandSpec("MAKE IMAGE", (_int("Rows", 1), _int("Columns", 1), _int("Bands", 1),
-                               _int("Classes", 2), _int("Cases", 1)),
+    CommandSpec("MAKE IMAGE", (_int("Rows", 1, MAX_SIDE), _int("Columns", 1, MAX_SIDE),
+                               _int("Bands", 1, MAX_SIDE), _int("Classes", 2, MAX_CLASSES),
+                               _int("Cases", 1, MAX_COUNT)),
                 "random-tone test images, classes assigned at random"),
     CommandSpec("READ MNIST IMAGE", (_file(),), "an MNIST (IDX) image file, plain or gzip"),
     CommandSpec("READ MNIST LABELS", (_file(),), "the MNIST (IDX) label file for the images just read"),
     CommandSpec("READ C10 IMAGE", (_file(),), "a CIFAR-10 binary batch; repeat to concatenate"),
     CommandSpec("READ SERIES", (_file(),), "a time series turned into images by a moving window"),
     CommandSpec("CLEAR", (), "erase the data, keep the trained model"),
-    CommandSpec("KEEP CASES", (_int("First", 1), _int("Last", 1)),
+    CommandSpec("KEEP CASES", (_int("First", 1, MAX_COUNT), _int("Last", 1, MAX_COUNT)),
                 "keep cases First..Last (1-based, inclusive) of the current data"),
     # series settings that are keywords rather than NAME = value
     CommandSpec("SERIES RAWDATA", (), "use the values as read (default)", "SERIES TRANSFORM",
@@ -248,8 +254,8 @@ COMMANDS: List[CommandSpec] = [
     CommandSpec("SERIES HEADER", (), "skip the first line of the series file", "SERIES HEADER",
                 {"header": True}),
     # architecture (book p.155)
-    *(CommandSpec(k.keyword, tuple(_int(name, low) for name, low in k.arg_names), k.summary,
-                  "LAYER", {"kind": k}) for k in KINDS),
+    *(CommandSpec(k.keyword, tuple(_int(name, low, high) for name, low, high in k.arg_names),
+                  k.summary, "LAYER", {"kind": k}) for k in KINDS),
     # operations (book p.158-159) and ours
     CommandSpec("TRAIN", (), "anneal, refine by conjugate gradients, report the confusion matrix"),
     CommandSpec("TEST", (), "criterion and confusion matrix of the trained model on the current data"),
@@ -257,13 +263,13 @@ COMMANDS: List[CommandSpec] = [
     CommandSpec("SAVE MODEL", (_file(),), "save the trained model"),
     CommandSpec("LOAD MODEL", (_file(),), "load a saved model"),
     CommandSpec("DISPLAY TRAINING IMAGES",
-                (_int("First", 1), _int("Rows", 1), _int("Columns", 1), _file("File.png")),
+                (*_DISPLAY_GRID, _file("File.png")),
                 "a grid of training images as a PNG"),
     CommandSpec("DISPLAY FILTER IMAGES",
-                (_int("First", 1), _int("Rows", 1), _int("Columns", 1), _file("File.png")),
+                (*_DISPLAY_GRID, _file("File.png")),
                 "the first layer's convolution filters as a PNG", flag_before_last="INDIVIDUAL"),
     CommandSpec("DISPLAY ACTIVATION IMAGES",
-                (_int("First", 1), _int("Rows", 1), _int("Columns", 1), _int("Case", 1),
+                (*_DISPLAY_GRID, _int("Case", 1, MAX_COUNT),
                  _file("File.png")),
                 "the first hidden layer's activations for one case as a PNG"),
 ]
@@ -462,7 +468,8 @@ def parse_file(path, display_name=None):
     """Parse a whole control file; every syntax error is found before anything runs."""
     name = display_name or path
     try:
-        with open(path, "r", encoding="utf-8", errors="replace") as f:
+        # utf-8-sig: a byte-order mark (what Notepad writes) is not part of the first line
+        with open(path, "r", encoding="utf-8-sig", errors="replace") as f:
             text = f.read(MAX_CONTROL_CHARS + 1)      # bounded: /dev/zero is a "file" too
         if len(text) > MAX_CONTROL_CHARS:
             raise ConvnetError(f"the control file is longer than {MAX_CONTROL_CHARS:,} characters",

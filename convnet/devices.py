@@ -2,13 +2,15 @@
 
 import os
 
+from ._version import pip_install
+
 
 def cuda_status():
     """(usable, reason): whether PyCUDA imports and finds a GPU; reason says why not."""
     try:
         import pycuda.driver as drv
     except ImportError:
-        return False, "PyCUDA is not installed (pip install 'convnet[cuda]')"
+        return False, f"PyCUDA is not installed ({pip_install('cuda')})"
     except Exception as e:  # a broken CUDA installation raises all sorts of errors
         return False, f"PyCUDA cannot load: {e}"
     try:

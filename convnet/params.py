@@ -35,15 +35,25 @@ class ParamDef:
 
 ANNEAL_SCALES = ("FLAT", "FANIN")
 
+# The largest whole numbers a control file may give, so that a size, count or stride out of all
+# proportion is a range error at its line in `check` and not an overflow deep in a run.
+MAX_COUNT = 2**31 - 1      # cases, case numbers, iterations, records: 32-bit device indices
+MAX_SIDE = 65535           # rows, columns, bands, slices, filter and pooling widths, strides
+MAX_CLASSES = 1000         # classes of MAKE IMAGE (the confusion matrix has this squared)
+MAX_GRID = 1000            # rows and columns of pictures in a DISPLAY grid
+MAX_THREADS = 4096
+MAX_SEED = 2**63 - 1
+
 PARAMETER_DEFS = (
     ParamDef("MAX BATCH", "device", "max_batch", "int", "cases per device batch", minimum=1,
+             maximum=MAX_COUNT,
              default_note="as many as fit in device memory"),
     ParamDef("MAX HID GRAD", "device", "max_hid_grad", "int",
              "hidden neurons per device gradient launch", 65535, minimum=1, maximum=65535),
     ParamDef("MAX MEM GRAD", "device", "max_mem_grad", "int",
              "megabytes of device convolution-gradient scratch", 2047, minimum=1, maximum=2047),
     ParamDef("ANNEAL ITERS", "training", "anneal_iters", "int", "annealing criterion evaluations",
-             100, minimum=0),
+             100, minimum=0, maximum=MAX_COUNT),
     ParamDef("ANNEAL RANGE", "training", "anneal_range", "float",
              "approximate range of the random starting weights, the same for every weight "
              "unless ANNEAL SCALE = FANIN", 0.1, minimum=0.0, exclusive_min=True),
@@ -53,7 +63,7 @@ PARAMETER_DEFS = (
              "that every layer's net inputs start about equally spread (benchmarks/NOTES.md "
              "compares the two)", "FLAT", choices=ANNEAL_SCALES),
     ParamDef("MAXITERS", "training", "maxiters", "int", "conjugate-gradient iterations at most",
-             1000, minimum=0, aliases=("MAX ITERS",)),
+             1000, minimum=0, maximum=MAX_COUNT, aliases=("MAX ITERS",)),
     ParamDef("TOL", "training", "tol", "float",
              "convergence test of the refinement: after each conjugate-gradient iteration the "
              "relative improvement (f_before - f_after) / abs(f_before) of the criterion is "
@@ -68,14 +78,17 @@ PARAMETER_DEFS = (
              "GPUs that share every evaluation, each with its shard of the cases",
              default_note="GPU 0 alone"),
     ParamDef("THREADS", "", "threads", "int", "host threads", default_note="all cores",
-             minimum=1),
-    ParamDef("RANDOM SEED", "", "seed", "int", "seed of every random choice", minimum=0),
+             minimum=1, maximum=MAX_THREADS),
+    ParamDef("RANDOM SEED", "", "seed", "int", "seed of every random choice", minimum=0,
+             maximum=MAX_SEED),
     ParamDef("SERIES COLUMN", "series", "column", "int", "1-based column of the series", 1,
-             minimum=1),
+             minimum=1, maximum=MAX_SIDE),
     ParamDef("SERIES WINDOW", "series", "window", "int", "window length = image width", 16,
-             minimum=2),
-    ParamDef("SERIES RESOLUTION", "series", "resolution", "int", "image height", 16, minimum=2),
-    ParamDef("SERIES SHIFT", "series", "shift", "int", "records between windows", 1, minimum=1),
+             minimum=2, maximum=MAX_SIDE),
+    ParamDef("SERIES RESOLUTION", "series", "resolution", "int", "image height", 16, minimum=2,
+             maximum=MAX_SIDE),
+    ParamDef("SERIES SHIFT", "series", "shift", "int", "records between windows", 1, minimum=1,
+             maximum=MAX_COUNT),
     ParamDef("SERIES FRAC FULL", "series", "frac_full", "float",
              "fraction of windows scaled to full height", 0.2, minimum=0.0, maximum=1.0),
 )

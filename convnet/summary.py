@@ -2,6 +2,8 @@
 
 import os
 
+REPORT_NAME = "report.html"
+
 
 def result_line(cmd, result):
     """``TRAIN at exp.ctl:8: criterion 0.0123, 1.25 % misclassified, 18.2 s``."""
@@ -13,7 +15,7 @@ def result_line(cmd, result):
 
 
 def summary_lines(session):
-    """One line per TRAIN and TEST, then where the output files went."""
+    """One line per TRAIN and TEST, then where the output files went and the report's full path."""
     lines = [result_line(cmd, result) for cmd, result in session.outcomes]
     out = os.path.abspath(session.out)
     inside = [os.path.relpath(p, out) for p in session.outputs
@@ -23,4 +25,7 @@ def summary_lines(session):
         lines.append(f"Wrote in {out}: {', '.join(inside)}")
     if outside:
         lines.append(f"Wrote also: {', '.join(outside)}")
+    reports = [os.path.abspath(p) for p in session.outputs if os.path.basename(p) == REPORT_NAME]
+    if reports:
+        lines.append(f"Open the report in a browser: {reports[0]}")
     return lines

@@ -1,7 +1,9 @@
 """`convnet batch`: sessions in parallel, summary.csv; one failure does not stop the rest."""
 
 import csv
+import re
 
+import pytest
 from click.testing import CliRunner
 
 from convnet.batch import COLUMNS, _error_from, output_folders
@@ -34,6 +36,7 @@ TRAIN
 """
 
 
+@pytest.mark.slow
 def test_batch_two_results_and_one_clear_failure(tmp_path):
     files = []
     for name, text in (("conv.ctl", CONV), ("broken.ctl", BROKEN), ("fc.ctl", FC_WITH_TEST)):
@@ -68,10 +71,19 @@ def test_batch_two_results_and_one_clear_failure(tmp_path):
     for stem in ("conv", "fc"):
         assert (out / stem / "CONVNET.LOG").exists() and (out / stem / "criterion.png").exists()
     assert "ERROR:" in (out / "broken" / "CONVNET.LOG").read_text()
-    # the printed table: a header and one line per file, then the count
+    # a line as each file starts and ends (not a terminal: no status line), then the table: a
+    # header and one line per file, then the count
     lines = result.output.splitlines()
-    assert lines[0].split()[:2] == ["file", "weights"]
-    assert lines[2].startswith(files[1]) and "error:" in lines[2]
+    for path in files:
+        assert sum(re.fullmatch(rf"\[\d+:\d\d\] started {re.escape(path)}", line) is not None
+                   for line in lines) == 1
+        assert sum(re.fullmatch(rf"\[\d+:\d\d\] ended {re.escape(path)} in [0-9.]+ s: "
+                                rf"(ok|error: .*)", line) is not None for line in lines) == 1
+    assert not any("running" in line and "waiting" in line for line in lines)
+    head = [i for i, line in enumerate(lines) if line.split()[:2] == ["file", "weights"]]
+    assert head == [len(files) * 2]
+    table = lines[head[0]:]
+    assert table[2].startswith(files[1]) and "error:" in table[2]
     assert lines[-1].startswith("convnet: 2 of 3 files ran without error")
 
 
@@ -112,6 +124,7 @@ def test_gpu_share_round_robin_and_least_busy():
     assert [share.take() for _ in range(3)] == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_batch_gpus_option(tmp_path, monkeypatch):
     """--gpus gives each session one GPU (a CPU session takes it and ignores it), --jobs defaults
     to the number of GPUs; a GPU that is not there is one clear error."""

@@ -25,6 +25,7 @@ def _manual_annealing_only(tmp_path, extra=""):
     return session.results[0], (tmp_path / "out" / "CONVNET.LOG").read_text()
 
 
+@pytest.mark.slow
 def test_flat_annealing_starts_below_all_zero_weights(tmp_path):
     """With the book's flat ANNEAL RANGE the annealed start of the manual's example is better
     than all-zero weights, whose criterion is ln(classes) / classes."""
@@ -34,6 +35,7 @@ def test_flat_annealing_starts_below_all_zero_weights(tmp_path):
     assert "ANNEAL RANGE = 0.1, ANNEAL SCALE = FLAT," in log
 
 
+@pytest.mark.slow
 def test_fanin_scaling_is_an_option(tmp_path):
     flat, _ = _manual_annealing_only(tmp_path / "flat")
     fanin, log = _manual_annealing_only(tmp_path / "fanin", "ANNEAL SCALE = FANIN\n")

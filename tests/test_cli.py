@@ -1,6 +1,7 @@
 """The command line: run, check, devices, --version, and every ordering error as one clean line."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 
 from convnet import __version__
 from convnet.cli import main
+from convnet.errors import ConvnetError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTROLFILES = ROOT / "controlfiles"
@@ -39,6 +41,30 @@ def test_devices_lists_gpus_or_why_none_and_threads():
     assert result.exit_code == 0
     assert "Host threads:" in result.output
     assert "CUDA device" in result.output
+
+
+def test_install_hints_name_the_distribution_this_package_is_installed_as(monkeypatch):
+    """"convnet" on the package index is another project: every hint names ours, with the extra
+    that setup.cfg declares."""
+    import configparser
+    from convnet import cluster
+    from convnet.devices import cuda_status
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    name = setup["metadata"]["name"]
+    assert name != "convnet"
+    extras = setup["options.extras_require"]
+    assert "cuda" in extras and "cluster" in extras
+    monkeypatch.setitem(sys.modules, "pycuda.driver", None)      # import fails: not installed
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    assert cuda_status() == (False, f"PyCUDA is not installed (pip install '{name}[cuda]')")
+    result = invoke("devices")
+    assert f"pip install '{name}[cuda]'" in result.output
+    with pytest.raises(ConvnetError, match=re.escape(f"pip install '{name}[cluster]'")):
+        cluster.connect("tcp://127.0.0.1:1")
+    for text in [*(p.read_text() for p in (ROOT / "convnet").rglob("*.py")),
+                 (ROOT / "README.md").read_text()]:
+        assert not re.search(r"pip install '?convnet(?![-\w])", text)
 
 
 def test_check_manual_example_prints_the_books_report():
@@ -152,6 +178,18 @@ def test_cuda_yes_without_gpu_is_a_clear_error(tmp_path):
     assert result.exit_code == 2
     assert f"{ctl}:4: CUDA was requested but is not usable" in result.output
 
+
+
+@pytest.mark.parametrize("command", [("log", "summary"), ("log", "plot"), ("log", "compare")])
+def test_log_commands_refuse_a_missing_log_beside_other_results(tmp_path, command):
+    (tmp_path / "results.json").write_text("{}")      # another run's results in that folder
+    missing = tmp_path / "CONVNET.LOG"
+    extra = {"summary": [], "plot": ["-o", tmp_path / "c.png"],
+             "compare": [ROOT / "CONVNET.LOG.example"]}[command[1]]
+    result = invoke(*command, missing, *extra)
+    assert result.exit_code == 2
+    assert result.output == f"convnet: error: {missing}: log file not found\n"
+    assert not (tmp_path / "c.png").exists()
 
 
 def test_log_example_is_a_real_log_of_the_manual_example():

@@ -163,6 +163,7 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_cluster_batch_gives_the_rows_of_a_local_batch(dask_cluster, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     files = _files(tmp_path)
@@ -242,6 +243,7 @@ def test_unreachable_scheduler_is_one_error(tmp_path, monkeypatch):
         result.output
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_run(dask_cluster, tmp_path, monkeypatch):
     """The task of a worker that dies is run again elsewhere; the batch has every row."""
     monkeypatch.chdir(tmp_path)
@@ -275,6 +277,7 @@ def test_a_worker_killed_mid_run(dask_cluster, tmp_path, monkeypatch):
     assert [r["status"] for r in _rows("out/summary.csv")] == [r.status for r in rows]
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_rows(dask_cluster, tmp_path):
     """SIGINT to the client: the finished row is kept, the rest are cancelled, exit 130."""
     (tmp_path / "fast.ctl").write_text(CONV)

@@ -56,6 +56,49 @@ def test_every_command_parses(text, name, args):
     assert (cmd.file, cmd.line) == ("t.ctl", 7)
 
 
+def _int_arguments():
+    """(a line with every other whole number at its maximum and {} for this one, the argument)."""
+    for spec in COMMANDS:
+        ints = [a for a in spec.args if a.value_type == "int"]
+        for arg in ints:
+            words = [spec.phrase] + ["{}" if a is arg else str(a.maximum) if a.value_type == "int"
+                                     else '"f.png"' for a in spec.args]
+            yield pytest.param(" ".join(words), arg, id=f"{spec.phrase}-{arg.name}")
+    for p in PARAMETERS:
+        if p.arg.value_type == "int":
+            yield pytest.param(f"{p.name} = {{}}", p.arg, id=p.name)
+
+
+@pytest.mark.parametrize("template,arg", _int_arguments())
+def test_every_whole_number_has_a_maximum_and_a_located_error_beyond_it(template, arg):
+    """A size, count or stride out of all proportion is refused at its line by `check`, not an
+    overflow in numpy or Numba during the run."""
+    assert arg.maximum is not None and arg.maximum < 2**63
+    assert parse(template.format(arg.maximum)) is not None
+    for beyond in (arg.maximum + 1, 10**22):
+        with pytest.raises(ConvnetError) as info:
+            parse(template.format(beyond))
+        assert str(info.value).startswith("t.ctl:7: ")
+        assert f"must be at most {arg.maximum}, not {beyond}" in str(info.value)
+
+
+@pytest.mark.parametrize("lines,message", [
+    ("MAKE IMAGE 12 12 1 99999999999999999999999 1024\n",
+     "1: MAKE IMAGE: Classes must be at most 1000, not 99999999999999999999999"),
+    ("MAKE IMAGE 12 12 1 2 16\nPOOLED MAX LAYER 2 2 2 99999999999999999999999\nTRAIN\n",
+     "2: POOLED MAX LAYER: strideH must be at most 65535, not 99999999999999999999999"),
+])
+def test_check_refuses_huge_numbers_with_one_line(tmp_path, lines, message):
+    from click.testing import CliRunner
+    from convnet.cli import main
+    ctl = tmp_path / "huge.ctl"
+    ctl.write_text(lines)
+    result = CliRunner().invoke(main, ["check", str(ctl)])
+    assert result.exit_code == 2 and result.exception is None or \
+        isinstance(result.exception, SystemExit), result.output
+    assert result.output.strip().splitlines()[-1] == f"convnet: error: {ctl}:{message}"
+
+
 def test_every_registry_entry_is_exercised_here():
     written = {" ".join(t.split()).upper() for t, _, _ in COMMAND_CASES + LAYER_CASES}
     for spec in COMMANDS:
@@ -208,6 +251,16 @@ def test_parse_file_errors(tmp_path):
     with pytest.raises(ConvnetError) as info:
         parse_file(str(bad))
     assert str(info.value).startswith(f"{bad}:3: ")
+
+
+def test_parse_file_accepts_a_utf8_byte_order_mark(tmp_path):
+    ctl = tmp_path / "notepad.ctl"
+    ctl.write_bytes("\ufeff// written by Notepad\r\nMAKE IMAGE 4 4 1 2 10\r\n".encode("utf-8"))
+    commands, lines = parse_file(str(ctl))
+    assert [c.name for c in commands] == ["MAKE IMAGE"]
+    assert lines[0] == "// written by Notepad"
+    ctl.write_bytes("\ufeffMAKE IMAGE 4 4 1 2 10\n".encode("utf-8"))   # a command on line 1
+    assert [c.line for c in parse_file(str(ctl))[0]] == [1]
 
 
 def test_docs_reference_is_made_from_the_registry():

@@ -31,8 +31,14 @@ def test_kernel_constants_match_the_host():
     assert shared >= 4          # CONV_SMALL_THREADS and conv_grad_pooled's three
 
 
+# the kernel files nvcc builds in a second or so (the fast subset); the others are slow
+QUICK_KERNELS = ("output.cu", "pool.cu", "weights.cu")
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
-@pytest.mark.parametrize("path", KERNELS, ids=[os.path.basename(p) for p in KERNELS])
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=() if os.path.basename(p) in QUICK_KERNELS else pytest.mark.slow)
+    for p in KERNELS], ids=[os.path.basename(p) for p in KERNELS])
 def test_kernel_file_compiles(path, tmp_path):
     out = tmp_path / (os.path.basename(path) + ".ptx")
     cmd = [NVCC, "-arch=sm_90", "-O3", "-ptx", "-Werror", "all-warnings", "-I", runtime.KERNEL_DIR,
@@ -60,6 +66,7 @@ def test_kernel_file_compiles(path, tmp_path):
         assert f".entry {name}(" in ptx, f"{name} missing from {mod}"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 def test_kernel_source_as_loaded_compiles(tmp_path):
     """The backend inlines common.cuh into each file; that text must build on its own."""
@@ -83,6 +90,7 @@ class HOPPER:
     (["CONVOLUTIONAL LAYER 37 1 2 1 1 2 1", "CONVOLUTIONAL LAYER 41 2 1 1 0 2 1"], 12, 11, 3),
     (["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 37 2 1 2 1 1 1"], 9, 7, 2),
 ])
+@pytest.mark.slow
 def test_specialized_kernels_compile(lines, rows, cols, bands, tmp_path):
     """conv_tiled.cu as the runtime builds it for real layer shapes (on a device that lets a block
     opt in to 227 KB of shared memory, so every variant): without warnings, no register spills,
@@ -118,6 +126,7 @@ def test_specialized_kernels_compile(lines, rows, cols, bands, tmp_path):
     assert built
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 def test_fixed_first_layer_kernels_compile(tmp_path):
     """conv_small.cu as the runtime builds it for LeNet's first layer and its pooling

@@ -75,6 +75,7 @@ def check_session_cuda_log(tmp_path):
     return text
 
 
+@pytest.mark.slow
 def test_cuda_log_keeps_two_trains_and_a_test_emulated(monkeypatch, tmp_path):
     monkeypatch.setattr(runtime.Runtime, "_instances", {0: FakeRuntime()})
     monkeypatch.setattr("convnet.devices.cuda_status", lambda: (True, "emulated device"))

@@ -876,6 +876,7 @@ RANDOM_ARCHS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", RANDOM_ARCHS, ids=range(len(RANDOM_ARCHS)))
 def test_emulated_launch_splits_change_nothing(fake_runtime, spec):
     lines, rows, cols, bands, ncls = spec
@@ -999,6 +1000,7 @@ def test_emulated_fused_first_layer_in_gradients(fake_runtime):
     assert not dbe.DeviceBackend(arch, fuse=False).pooled_grad
 
 
+@pytest.mark.slow
 def test_emulated_fixed_first_layer_variants(fake_runtime):
     """The first layer and its pooling compiled for the layer's shape (conv_small_pool_fixed):
     each variant, forced, is built with the layer's constants (checked against the launch's
@@ -1053,6 +1055,7 @@ POOLED_GRAD_ARCHS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", POOLED_GRAD_ARCHS, ids=range(len(POOLED_GRAD_ARCHS)))
 def test_emulated_first_layer_gradient_from_pooled_deltas(fake_runtime, spec):
     """conv_grad_pooled against the float64 model, with the weights' slices in one launch and
@@ -1076,6 +1079,7 @@ def test_emulated_first_layer_gradient_from_pooled_deltas(fake_runtime, spec):
         assert _rel(grad[first], grad_ref[first]) <= 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", RANDOM_ARCHS[:2], ids=range(2))
 def test_graph_replay_gives_the_eager_results(fake_runtime, spec):
     """From the second evaluation of a kind on, the launches are captured once and replayed;
@@ -1137,6 +1141,7 @@ SPLIT_ARCH = (["CONVOLUTIONAL LAYER 4 1 1 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                "FULLY CONNECTED LAYER 700"], 12, 12, 1, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_batch", [None, 128])
 def test_emulated_split_upload_gives_the_same_bits(fake_runtime, max_batch):
     """Host weights sent in two parts (the second on its own stream, behind the first batch's
@@ -1185,6 +1190,7 @@ def test_emulated_split_upload_gives_the_same_bits(fake_runtime, max_batch):
     assert fake_runtime.graph_launches > 0
 
 
+@pytest.mark.slow
 def test_emulated_dense_products(fake_runtime, monkeypatch):
     """The fully connected layers' activations and deltas take gemm_nn's dense variants where
     they are timed, and the output layer's activation the narrow ones (launches.dense_allowed;
@@ -1258,6 +1264,7 @@ def _problem(lines, rows, cols, bands, ncls, n, seed):
     return arch, x, c, w, crit_ref, grad_ref, p_ref
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", TILED_ARCHS, ids=range(len(TILED_ARCHS)))
 def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
     """Every tiled variant of every convolutional layer, forced as the only candidate, gives the
@@ -1311,6 +1318,7 @@ POOL_EPILOGUE_ARCHS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", POOL_EPILOGUE_ARCHS, ids=range(len(POOL_EPILOGUE_ARCHS)))
 def test_emulated_pooling_in_the_forward_epilogue(fake_runtime, monkeypatch, spec):
     """The max pooling after a tiled CONV layer, computed in its forward variants' epilogue
@@ -1418,6 +1426,7 @@ COLS_ARCHS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", COLS_ARCHS, ids=range(len(COLS_ARCHS)))
 def test_emulated_whole_column_gradients(fake_runtime, monkeypatch, spec):
     """Each whole-column gemm_tn variant, forced wherever it fits, gives the float64 model's
@@ -1450,6 +1459,7 @@ POOL_ARCHS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", POOL_ARCHS, ids=range(len(POOL_ARCHS)))
 def test_emulated_pool_backward_tiles(fake_runtime, spec):
     """Max pooling whose windows tile its prior layer backpropagates with pool_backward_tiles: the
@@ -1493,6 +1503,7 @@ def _line_problem(wpen, n=300):
     return dbe.DeviceBackend(arch).evaluator(x, c, wpen), w, d
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wpen", [0.0, 0.3])
 def test_emulated_line_points_are_the_host_points(fake_runtime, wpen):
     """A trial point formed on the device gives the gradient of the same weights sent from the
@@ -1527,6 +1538,7 @@ def test_emulated_line_points_are_the_host_points(fake_runtime, wpen):
         line.evaluate(1.0)
 
 
+@pytest.mark.slow
 def test_emulated_line_search_follows_the_host_search(fake_runtime):
     """conjugate_gradients with the device's trial points against the host's: the same gradients
     at the same points, so the same path up to the last bits of the sums done in another order."""
@@ -1631,6 +1643,7 @@ def _emulated_gpu_train(monkeypatch, tmp_path, maxiters):
     return out
 
 
+@pytest.mark.slow
 def test_emulated_gpu_training_keeps_the_device_arrays(fake_runtime, monkeypatch, tmp_path):
     """A TRAIN on one GPU lets the model hold the arrays DeviceVectors.host hands over, without
     a copy: each is left unchanged while the model holds it, and after the refinement the model
@@ -1663,6 +1676,7 @@ def test_emulated_gpu_training_keeps_the_device_arrays(fake_runtime, monkeypatch
     assert np.array_equal(finals[-1].weights, copy) and finals[-1].weights is not held
 
 
+@pytest.mark.slow
 def test_emulated_gpu_training_runs_no_compiled_host_pass(fake_runtime, monkeypatch, tmp_path):
     """A TRAIN on one GPU keeps the refinement's vectors on the device and rounds and penalises
     the annealing's weights with numpy: none of convnet/vectors.py's compiled passes runs, so a GPU

@@ -96,6 +96,7 @@ def test_shard_bounds(n, k):
 
 
 # ---------------------------------------------------------------------------- evaluations
+@pytest.mark.slow
 def test_any_device_count_agrees_with_one_device(fake_devices):
     arch, x, c, w = _problem()
     one = dbe.DeviceBackend(arch).evaluator(x, c, 0.01)
@@ -114,6 +115,7 @@ def test_any_device_count_agrees_with_one_device(fake_devices):
         backend.close()
 
 
+@pytest.mark.slow
 def test_same_device_count_same_bits(fake_devices):
     arch, x, c, w = _problem(n=600)
     results = []
@@ -164,6 +166,7 @@ def test_errors_of_a_device_reach_the_caller(fake_devices):
     backend.close()
 
 
+@pytest.mark.slow
 def test_cuda_log_has_a_section_per_device(fake_devices, tmp_path):
     from convnet.device.cuda_log import write_cuda_log
     arch, x, c, w = _problem(n=600)

@@ -262,6 +262,7 @@ def test_activation_images_case_out_of_range(tmp_path):
                                   str(tmp_path / "a.png"))
 
 
+@pytest.mark.slow
 def test_activation_images_of_a_real_model_follow_its_activations(tmp_path):
     from convnet import Model
     # a 1 x 1 convolution with a positive weight: activation = tanh(w * pixel + b), so the picture

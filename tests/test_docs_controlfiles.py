@@ -14,7 +14,7 @@ def test_parameter_placeholders_show_the_kind_of_value():
     for p in PARAMETERS:
         for name in (p.name,) + p.aliases:
             assert f"`{name} = {p.name}`" not in doc and f"`{name} = {name}`" not in doc
-    assert "| `MAX BATCH = n` | whole number, at least 1 |" in doc
+    assert "| `MAX BATCH = n` | whole number, 1 to 2147483647 |" in doc
     assert "| `TOL = x` | number, greater than 0.0 |" in doc
     assert "| `SERIES FRAC FULL = x` | number, 0.0 to 1.0 |" in doc
     assert "| `CUDA = YES \\| NO \\| AUTO` | YES, NO or AUTO |" in doc

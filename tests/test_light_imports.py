@@ -1,8 +1,10 @@
 """The log and data modules load without the compute side (numba), so tools that only read logs
 or data start quickly."""
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +28,20 @@ def test_model_is_still_reachable_from_the_package():
 
 
 def test_version_is_one_value():
+    """convnet/_version.py alone says the version; the package, `convnet --version` and the
+    distribution's metadata (setup.cfg) read it from there."""
+    import configparser
     import convnet
     from convnet._version import __version__
-    assert convnet.__version__ == __version__
+    root = Path(__file__).resolve().parents[1]
+    assigned = [p.relative_to(root).as_posix() for p in sorted((root / "convnet").rglob("*.py"))
+                if re.search(r"^\s*__version__\s*=", p.read_text(encoding="utf-8"), re.M)]
+    assert assigned == ["convnet/_version.py"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
+    assert convnet.__version__ is __version__
+    setup = configparser.ConfigParser()
+    setup.read(root / "setup.cfg")
+    assert setup["metadata"]["version"] == "attr: convnet._version.__version__"
+    out = subprocess.run([sys.executable, "-m", "convnet", "--version"], capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == f"convnet, version {__version__}"

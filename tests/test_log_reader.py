@@ -166,7 +166,7 @@ def test_cli_log_commands_on_the_book_log(tmp_path):
     assert result.exit_code == 2
     assert "format 3 is not known" in result.output and "Traceback" not in result.output
     result = runner.invoke(main, ["log", "summary", str(tmp_path / "missing.log")])
-    assert result.exit_code == 2 and "cannot read" in result.output
+    assert result.exit_code == 2 and "log file not found" in result.output
     result = runner.invoke(main, ["log", "plot", str(path), "-o", str(png), "--train", "2"])
     assert result.exit_code == 2 and "no TRAIN 2" in result.output
 

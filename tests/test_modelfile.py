@@ -198,6 +198,7 @@ def test_unstorable_series(tmp_path, model):
         save_model(tmp_path / "m", model, series_info={"f": object()})
 
 
+@pytest.mark.slow
 def test_test_after_save_and_load_in_a_new_process(tmp_path):
     """TEST of a model loaded in another process gives the same criterion and confusion matrix."""
     import re

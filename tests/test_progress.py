@@ -146,3 +146,77 @@ def test_a_dropped_progress_line_ends_its_line():
     gc.collect()
     assert stream.getvalue().endswith("\n")
     assert "iteration 2/3" in screen(stream.getvalue())[0]
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_batch_progress_without_a_terminal_prints_a_plain_line_as_each_file_starts_and_ends():
+    from convnet.batch import BatchRow
+    from convnet.display.progress import BatchProgress
+    stream, clock = io.StringIO(), _Clock()
+    progress = BatchProgress(3, stream, terminal=False, clock=clock)
+    progress.started("a.ctl")
+    clock.now = 2.0
+    progress.started("b.ctl", " on GPU 1")
+    clock.now = 65.0
+    progress.ended(BatchRow(file="a.ctl", out="o/a", seconds=64.96))
+    progress.ended(BatchRow(file="c.ctl", out="o/c", status="error: c.ctl: no such control file"),
+                   was_started=False)
+    clock.now = 70.0
+    progress.ended(BatchRow(file="b.ctl", out="o/b", seconds=68.0,
+                            status="error: b.ctl:2: TRAIN needs a layer"))
+    progress.close()
+    assert stream.getvalue().splitlines() == [
+        "[0:00] started a.ctl", "[0:02] started b.ctl on GPU 1",
+        "[1:05] ended a.ctl in 65.0 s: ok",
+        "[1:05] ended c.ctl: error: c.ctl: no such control file",
+        "[1:10] ended b.ctl in 68.0 s: error: b.ctl:2: TRAIN needs a layer"]
+    assert "\r" not in stream.getvalue() and "\033" not in stream.getvalue()
+
+
+def test_batch_progress_on_a_terminal_keeps_a_status_line_under_the_lines():
+    from convnet.batch import BatchRow
+    from convnet.display.progress import BatchProgress
+    stream, clock = io.StringIO(), _Clock()
+    progress = BatchProgress(2, stream, terminal=True, clock=clock)
+    progress.started("a.ctl")
+    progress.started("b.ctl")
+    clock.now = 5.0
+    progress.ended(BatchRow(file="a.ctl", out="o/a", seconds=5.0, status="error: x"))
+    assert stream.getvalue().endswith("\r\033[K[0:05] ended a.ctl in 5.0 s: error: x\n"
+                                      "running 1, done 1 of 2 (1 failed), waiting 0, elapsed 0:05")
+    progress.close()
+    assert stream.getvalue().endswith("\r\033[K")       # the table starts on a clean line
+
+
+def _numba_function_of(module):
+    import numba
+
+    def twice(x):
+        return 2 * x
+    twice.__module__ = module
+    return numba.njit(twice)
+
+
+def test_compile_notice_speaks_once_when_a_kernel_of_the_package_compiles():
+    from convnet.display.progress import CompileNotice
+    stream = io.StringIO()
+    with CompileNotice(stream):
+        _numba_function_of("someone.else")(1)             # not ours: silent
+        assert stream.getvalue() == ""
+        _numba_function_of("convnet.host.probe")(1)       # compiles: said
+        _numba_function_of("convnet.host.probe")(2)       # said once only
+    assert stream.getvalue() == "compiling host kernels (first run only)\n"
+    stream = io.StringIO()
+    probe = _numba_function_of("convnet.host.probe")
+    probe(1)                                              # compiled before: nothing to say
+    with CompileNotice(stream):
+        probe(3)
+    _numba_function_of("convnet.host.probe")(1)           # after the run: no listener
+    assert stream.getvalue() == ""

@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,6 +23,7 @@ def test_package_exports_run_and_check():
     assert {"run", "check", "Model", "Architecture"} <= set(convnet.__all__)
 
 
+@pytest.mark.slow
 def test_readme_python_blocks_run_as_written(tmp_path, monkeypatch, capsys):
     blocks = python_blocks()
     assert len(blocks) == 2 and "convnet.run(" in blocks[1]

@@ -7,6 +7,8 @@ the same bits. (Another machine may differ: its BLAS library can sum a product i
 
 import re
 
+import pytest
+
 from convnet.session import run
 
 CONTROL = """MAKE IMAGE 10 10 1 4 150
@@ -34,6 +36,7 @@ def _numbers(log_path):
     return kept
 
 
+@pytest.mark.slow
 def test_thread_count_does_not_change_a_seeded_run(tmp_path):
     ctl = tmp_path / "small.ctl"
     ctl.write_text(CONTROL)

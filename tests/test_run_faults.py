@@ -139,6 +139,7 @@ class _FillingFile:
         pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("room", [3, 8, 30])
 def test_disk_fills_up_while_the_log_is_written(tmp_path, monkeypatch, room):
     monkeypatch.setattr(writer, "open", lambda *a, **k: _FillingFile(room), raising=False)

@@ -69,6 +69,7 @@ def _finish(proc, timeout=120.0):
     return proc.returncode, out, err
 
 
+@pytest.mark.slow
 def test_first_presses_move_through_the_phases(tmp_path):
     proc, log = _start(tmp_path)
     _wait_for(proc, log, r"^Annealing evaluations 21-30: ")
@@ -93,6 +94,7 @@ def test_first_presses_move_through_the_phases(tmp_path):
     assert (tmp_path / "out" / "after.cnm").exists()
 
 
+@pytest.mark.slow
 def test_second_press_ends_the_run_with_the_log_complete(tmp_path):
     # Whether the second press lands in what is left of TRAIN or in the TESTs after it (where any
     # press ends the run), the run must end at once; the TESTs give it time to arrive before SAVE.

@@ -32,6 +32,7 @@ Weight order of each kind (the bias is always the last weight of a set):
 import importlib
 
 from ..errors import ConvnetError
+from ..params import MAX_SIDE
 
 
 def _load(target):
@@ -55,7 +56,7 @@ class LayerKind(str):
 
     keyword = ""               # the control-file phrase, e.g. "LOCAL LAYER"
     summary = ""               # one line for the keyword reference
-    arg_names = ()             # ((name, minimum), ...): the integers after the keyword
+    arg_names = ()             # ((name, minimum, maximum), ...): the integers after the keyword
     has_weights = True         # False: the layer only rearranges its prior (pooling)
     applies_tanh = True        # activation = tanh(net input); False: no activation function
     keeps_winners = False      # max pooling: the winner of each window feeds the backward pass
@@ -130,7 +131,7 @@ def _neurons_line(layer, per):
 class FullyConnected(LayerKind):
     keyword = "FULLY CONNECTED LAYER"
     summary = "a fully connected hidden layer"
-    arg_names = (("Slices", 1),)
+    arg_names = (("Slices", 1, MAX_SIDE),)
     host = "convnet.host.fc:FCLayer"
     reference = "convnet.host.reference:FCReference"
     device = "convnet.device.plan:GatherLayerPlan"
@@ -169,8 +170,9 @@ class FullyConnected(LayerKind):
 class _Windowed(LayerKind):
     """A layer whose neurons see a window of the prior layer (Equations 1-5 to 1-8)."""
 
-    arg_names = (("Slices", 1), ("hwV", 0), ("hwH", 0), ("padV", 0), ("padH", 0),
-                 ("strideV", 1), ("strideH", 1))
+    arg_names = (("Slices", 1, MAX_SIDE), ("hwV", 0, MAX_SIDE), ("hwH", 0, MAX_SIDE),
+                 ("padV", 0, MAX_SIDE), ("padH", 0, MAX_SIDE), ("strideV", 1, MAX_SIDE),
+                 ("strideH", 1, MAX_SIDE))
     host = "convnet.host.local_conv:LocalConvLayer"
     reference = "convnet.host.reference:LocalConvReference"
     device = "convnet.device.plan:GatherLayerPlan"
@@ -263,7 +265,8 @@ class Convolutional(_Windowed):
 class _Pooling(LayerKind):
     """A layer that summarises each window of each prior slice; no weights, no activation."""
 
-    arg_names = (("widthV", 1), ("widthH", 1), ("strideV", 1), ("strideH", 1))
+    arg_names = (("widthV", 1, MAX_SIDE), ("widthH", 1, MAX_SIDE), ("strideV", 1, MAX_SIDE),
+                 ("strideH", 1, MAX_SIDE))
     has_weights = False
     applies_tanh = False
     host = "convnet.host.pool:PoolLayer"

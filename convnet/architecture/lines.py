@@ -18,17 +18,20 @@ _BY_LENGTH = sorted(KINDS, key=lambda kind: -len(kind.keyword.split()))
 
 def usage(kind):
     """The layer line's form, e.g. ``LOCAL LAYER Slices hwV hwH padV padH strideV strideH``."""
-    return " ".join([kind.keyword] + [name for name, _ in kind.arg_names])
+    return " ".join([kind.keyword] + [name for name, _, _ in kind.arg_names])
 
 
-def _whole_number(kind, name, minimum, text, err):
+def _whole_number(kind, name, limits, text, err):
     if not re.fullmatch(r"[+-]?\d+", text):
         raise err(f"{kind.keyword}: {name} must be a whole number, not '{shown(text)}'")
     if len(text) > MAX_DIGITS:
         raise err(f"{kind.keyword}: {name} has {len(text)} digits; at most {MAX_DIGITS} are read")
     value = int(text)
+    minimum, maximum = limits
     if minimum is not None and value < minimum:
         raise err(f"{kind.keyword}: {name} must be at least {minimum}, not {shown(text)}")
+    if maximum is not None and value > maximum:
+        raise err(f"{kind.keyword}: {name} must be at most {maximum}, not {shown(text)}")
     return value
 
 
@@ -51,7 +54,7 @@ def layer_words(text, file=None, line=None):
             plural = "s" if len(expected) != 1 else ""
             raise err(f"{kind.keyword} takes {len(expected)} argument{plural}, got {got} "
                       f"(usage: {usage(kind)})")
-        numbers = [_whole_number(kind, name, minimum, word, err)
-                   for (name, minimum), word in zip(expected, given)]
+        numbers = [_whole_number(kind, name, (minimum, maximum), word, err)
+                   for (name, minimum, maximum), word in zip(expected, given)]
         return kind, numbers
     raise err(f"not a layer line: '{text.strip()}'")

@@ -1,6 +1,8 @@
-"""The terminal progress line shown while a TRAIN runs (never written to CONVNET.LOG)."""
+"""What a run shows while it works, never written to CONVNET.LOG: the terminal progress line of
+a TRAIN, the lines of a batch as its files start and end, and the note that kernels compile."""
 
 import sys
+import threading
 import time
 
 
@@ -88,3 +90,122 @@ class ProgressLine:
             self.close()
         except Exception:       # the stream may already be closed at interpreter exit
             pass
+
+
+class BatchProgress:
+    """What `convnet batch` prints while its files run: a line as each session starts and as it
+    ends (its time and status), and on a terminal a status line under them, rewritten in place
+    (running, done, failed, waiting). Without a terminal only the plain lines, for logs and CI.
+    The sessions end on threads of their own; one lock keeps the lines whole."""
+
+    def __init__(self, total, stream=None, terminal=None, clock=time.monotonic):
+        self.stream = stream if stream is not None else sys.stderr
+        self.terminal = self.stream.isatty() if terminal is None else terminal
+        self.clock = clock
+        self.start = clock()
+        self.total = total
+        self.running = self.done = self.failed = 0
+        self.status_shown = False
+        self.lock = threading.Lock()
+
+    def started(self, name, where="", verb="started"):
+        """A session of ``name`` starts (``where``: ' on GPU 1', ...), or with ``verb`` 'queued'
+        is handed to a scheduler that starts it when a worker is free."""
+        with self.lock:
+            self.running += 1
+            self._line(f"{verb} {name}{where}")
+
+    def ended(self, row, was_started=True):
+        """A session ended (or a file was refused before starting): ``row`` is its BatchRow."""
+        with self.lock:
+            self.running -= 1 if was_started else 0
+            self.done += 1
+            self.failed += 0 if row.ok else 1
+            took = "" if row.seconds is None else f" in {row.seconds:.1f} s"
+            self._line(f"ended {row.file}{took}: {row.status}")
+
+    def close(self):
+        """Take the status line off the screen (the table follows)."""
+        with self.lock:
+            if self.status_shown:
+                self.stream.write("\r\033[K")
+                self.stream.flush()
+                self.status_shown = False
+
+    def status(self):
+        waiting = self.total - self.done - self.running
+        return (f"running {self.running}, done {self.done} of {self.total}"
+                f"{f' ({self.failed} failed)' if self.failed else ''}, waiting {waiting}, "
+                f"elapsed {_clock(self.clock() - self.start)}")
+
+    def _line(self, text):
+        prefix = "\r\033[K" if self.status_shown else ""
+        self.stream.write(f"{prefix}[{_clock(self.clock() - self.start)}] {text}\n")
+        if self.terminal:
+            self.stream.write(self.status())
+            self.status_shown = True
+        self.stream.flush()
+
+
+class NoProgress:
+    """Stands for BatchProgress where nothing is to be printed."""
+
+    def started(self, name, where="", verb="started"):
+        pass
+
+    def ended(self, row, was_started=True):
+        pass
+
+    def close(self):
+        pass
+
+
+class CompileNotice:
+    """Says "compiling host kernels (first run only)" when Numba starts compiling one of this
+    package's kernels, that is when its cache holds no compiled copy (a first run after an
+    install or a change); loading them from the cache says nothing. Use as a context manager
+    around a run; it speaks at most once."""
+
+    MESSAGE = "compiling host kernels (first run only)"
+
+    def __init__(self, stream=None):
+        self.stream = stream if stream is not None else sys.stdout
+        self.said = False
+        self.lock = threading.Lock()
+
+    def __enter__(self):
+        from numba.core import event
+        self.listener = _compile_listener(self)
+        event.register("numba:compile", self.listener)
+        return self
+
+    def __exit__(self, *exc):
+        from numba.core import event
+        event.unregister("numba:compile", self.listener)
+
+    def compiling(self, module):
+        """A compilation of a function of ``module`` starts (possibly on a worker thread)."""
+        if not str(module).startswith("convnet."):
+            return
+        with self.lock:
+            if self.said:
+                return
+            self.said = True
+            self.stream.write(self.MESSAGE + "\n")
+            self.stream.flush()
+
+
+def _compile_listener(notice):
+    """A numba.core.event listener that tells ``notice`` of each compilation's module (made here
+    so that importing this module does not import Numba)."""
+    from numba.core import event
+
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            dispatcher = (ev.data or {}).get("dispatcher")
+            notice.compiling(getattr(getattr(dispatcher, "py_func", None), "__module__", ""))
+
+        def on_end(self, ev):
+            pass
+
+    return Listener()
