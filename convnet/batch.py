@@ -101,7 +101,8 @@ def _environment():
 
 
 def _command(path, folder, device, threads, seed, gpu=None):
-    cmd = [sys.executable, "-m", "convnet", "run", path, "--out", folder, "--quiet",
+    # the batch owns its folder (the command line refused an earlier batch's without --overwrite)
+    cmd = [sys.executable, "-m", "convnet", "run", path, "--out", folder, "--overwrite", "--quiet",
            "--device", device, "--threads", str(threads)]
     if seed is not None:
         cmd += ["--seed", str(seed)]

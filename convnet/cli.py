@@ -42,8 +42,11 @@ def main():
 # --out, is the program's one-line error, not click's usage message.
 @main.command()
 @click.argument("files", nargs=-1, required=True)
-@click.option("--out", default=".", show_default=True,
-              help="Folder for CONVNET.LOG, CUDA.LOG and every output file.")
+@click.option("--out", default=None,
+              help="Folder for CONVNET.LOG, CUDA.LOG and every output file (default: a new "
+                   "folder runs/<first file's name>-<n>).")
+@click.option("--overwrite", is_flag=True,
+              help="Let the run replace the results of an earlier run in --out.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True, help="auto: CUDA when PyCUDA and a GPU are usable.")
 @click.option("--threads", type=THREADS, default=None,
@@ -53,11 +56,19 @@ def main():
 @click.option("--gpus", default=None, metavar="0,1,...|all", callback=_gpu_list,
               help="GPUs that share every evaluation of a CUDA run (wins over CUDA DEVICES; "
                    "default GPU 0).")
-def run(files, out, device, threads, seed, quiet, gpus):
-    """Execute control FILES in order, as one session."""
+def run(files, out, overwrite, device, threads, seed, quiet, gpus):
+    """Execute control FILES in order, as one session.
+
+    Each run writes to a folder of its own (runs/<name>-<n> unless --out says where); an --out
+    holding an earlier run's results is refused unless --overwrite.
+    """
+    from .runfolder import choose_out
     from .session import Session
     from .summary import summary_lines
     try:
+        out, chosen = choose_out(out, list(files), overwrite)
+        if chosen and not quiet:
+            click.echo(f"convnet: results go to {out}{os.sep}")
         session = Session(out=out, device=device, threads=threads, seed=seed, quiet=quiet,
                           gpus=gpus)
     except ConvnetError as e:
@@ -146,7 +157,9 @@ def check(files, as_session):
               help="Give every CUDA session one of these GPUs, round robin.")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
               help="Run each file as a task on this Dask cluster (the 'cluster' extra).")
-def batch(files, out, jobs, device, threads, seed, gpus, scheduler):
+@click.option("--overwrite", is_flag=True,
+              help="Let the batch replace an earlier batch's results in --out.")
+def batch(files, out, jobs, device, threads, seed, gpus, scheduler, overwrite):
     """Run each control FILE as an independent session in OUT/<file stem>/, JOBS at a time.
 
     Writes OUT/summary.csv and OUT/report.html and prints the table. One failing file does not
@@ -157,6 +170,9 @@ def batch(files, out, jobs, device, threads, seed, gpus, scheduler):
     if scheduler is not None and (jobs is not None or gpus is not None):
         fail("--jobs and --gpus are for a batch on this machine; on a cluster each worker runs "
              "as many sessions as it has threads, and GPU workers have --resources GPU=1")
+    if not overwrite and os.path.isfile(os.path.join(out, "summary.csv")):
+        fail(f"'{out}' holds an earlier batch's results (summary.csv); give another --out, or "
+             "add --overwrite to replace them")
     progress = BatchProgress(len(files), click.get_text_stream("stderr"))
     try:
         if scheduler is not None:

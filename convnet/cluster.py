@@ -182,7 +182,8 @@ def _session_command(worker, spec, control, out_dir):
     """The ``convnet run`` command line of the task's session."""
     threads = spec["threads"] or max(1, (os.cpu_count() or 1) // max(1, worker.state.nthreads))
     name = spec["name"] if not os.path.isabs(spec["name"]) else control
-    command = [sys.executable, "-m", "convnet", "run", name, "--out", out_dir, "--quiet",
+    command = [sys.executable, "-m", "convnet", "run", name, "--out", out_dir, "--overwrite",
+               "--quiet",
                "--device", spec["device"], "--threads", str(threads)]
     if spec["seed"] is not None:
         command += ["--seed", str(spec["seed"])]

@@ -10,6 +10,7 @@ import os
 import re
 
 from .errors import ConvnetError
+from .runlock import LOCK_NAME, holder_is_alive, read_lock
 
 RUNS_FOLDER = "runs"
 # What a run writes first: a folder holding one of these holds an earlier run's results.
@@ -26,14 +27,13 @@ def earlier_run(folder):
 
 
 def check_control_files(paths):
-    """A missing or unreadable control file, before anything is written anywhere."""
+    """A missing control file, or a folder given as one, before anything is written anywhere
+    (the parser words the same errors; anything else it finds when it reads the file)."""
     for path in paths:
         if os.path.isdir(path):
-            raise ConvnetError("this is a folder, not a control file", path)
-        if not os.path.isfile(path):
-            raise ConvnetError("no such control file", path)
-        if not os.access(path, os.R_OK):
-            raise ConvnetError("the control file cannot be read (permission denied)", path)
+            raise ConvnetError("is a folder, not a control file", path)
+        if not os.path.exists(path):
+            raise ConvnetError("control file not found", path)
 
 
 def new_run_folder(first_control_file, parent=RUNS_FOLDER):
@@ -57,6 +57,13 @@ def new_run_folder(first_control_file, parent=RUNS_FOLDER):
         raise ConvnetError(f"cannot create a run folder in '{parent}': {e.strerror or e}") from None
 
 
+def _in_use(folder):
+    """A live run holds the folder: its lock's own message (the session's RunLock) says more."""
+    path = os.path.join(folder, LOCK_NAME)
+    holder = read_lock(path) if os.path.exists(path) else None
+    return holder is not None and holder_is_alive(holder, path)
+
+
 def _names(folder):
     try:
         return os.listdir(folder)
@@ -72,7 +79,7 @@ def choose_out(out, control_files, overwrite=False):
     if out is None:
         return new_run_folder(control_files[0]), True
     previous = earlier_run(out)
-    if previous is not None and not overwrite:
+    if previous is not None and not overwrite and not _in_use(out):
         raise ConvnetError(f"'{out}' holds an earlier run's results ({os.path.basename(previous)}); "
                            "give another --out, leave --out out for a new folder under "
                            f"{RUNS_FOLDER}/, or add --overwrite to replace them")

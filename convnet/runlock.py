@@ -47,7 +47,7 @@ def _process_exists(pid):
     return True
 
 
-def _read(path):
+def read_lock(path):
     """The lock's fields (a dict), or None when it cannot be read as a lock (being written, damaged)."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -98,7 +98,7 @@ class RunLock:
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
-                holder = _read(path)
+                holder = read_lock(path)
                 if holder is not None and holder_is_alive(holder, path):
                     raise ConvnetError(
                         f"the output folder '{folder}' is in use by another run ({_describe(holder)});"
@@ -107,7 +107,7 @@ class RunLock:
                     time.sleep(0.2)          # another run is writing its lock this moment
                     continue
                 cls._take_over(path, text)
-                if _read(path) == fields:
+                if read_lock(path) == fields:
                     break
                 continue
             except OSError as e:
@@ -141,7 +141,7 @@ class RunLock:
     def release(self):
         """Remove the lock if it is still ours."""
         _HELD.discard(os.path.abspath(self.path))
-        if _read(self.path) == self.fields:
+        if read_lock(self.path) == self.fields:
             try:
                 os.unlink(self.path)
             except OSError:

@@ -167,7 +167,7 @@ def test_save_model_never_replaces_something_that_is_not_a_regular_file(tmp_path
     for name in (target, link):
         ctl = tmp_path / "a.ctl"
         ctl.write_text(SMALL + f'SAVE MODEL "{name}"\n')
-        line = one_error(invoke("run", ctl, "--out", tmp_path / "out", "--quiet"))
+        line = one_error(invoke("run", ctl, "--out", tmp_path / "out", "--quiet", "--overwrite"))
         assert line == (f"convnet: error: {ctl}:7: {name}: cannot write the model file: it exists "
                         "and is not a regular file")
     assert target.is_dir() and link.is_symlink()

@@ -255,7 +255,7 @@ def test_a_run_ends_with_a_summary_and_quiet_keeps_to_errors(tmp_path):
     assert lines[3] == f"Wrote also: {elsewhere}"
     assert lines[4] == f"Open the report in a browser: {out / 'report.html'}"
     assert len(lines) == 5
-    result = invoke("run", ctl, "--out", out, "--seed", "1", "--quiet")
+    result = invoke("run", ctl, "--out", out, "--seed", "1", "--quiet", "--overwrite")
     assert result.exit_code == 0 and result.output == ""
 
 

@@ -37,10 +37,10 @@ def test_an_out_holding_an_earlier_run_is_refused(tmp_path):
 
 
 def test_missing_control_files_are_named(tmp_path):
-    with pytest.raises(ConvnetError, match="no such control file") as info:
+    with pytest.raises(ConvnetError, match="control file not found") as info:
         check_control_files([str(tmp_path / "typo.ctl")])
     assert info.value.file == str(tmp_path / "typo.ctl")
-    with pytest.raises(ConvnetError, match="folder"):
+    with pytest.raises(ConvnetError, match="is a folder"):
         check_control_files([str(tmp_path)])
 
 
@@ -58,7 +58,7 @@ def test_quick_start_twice_and_a_typo_in_between(tmp_path):
     assert first.returncode == 0, first.stderr
     log = (tmp_path / "runs" / "exp-1" / "CONVNET.LOG").read_text()
     typo = _convnet(["exq.ctl"], tmp_path)
-    assert typo.returncode == 2 and "exq.ctl: no such control file" in typo.stderr
+    assert typo.returncode == 2 and "exq.ctl: control file not found" in typo.stderr
     assert sorted(os.listdir(tmp_path / "runs")) == ["exp-1"]
     second = _convnet(["exp.ctl", "--seed", "2"], tmp_path)
     assert second.returncode == 0, second.stderr
