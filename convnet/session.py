@@ -321,12 +321,14 @@ class Session:
         self.model_device = device
         self.cuda_uploads_before = 0
         self._log_parameters(device)
+        from .params import Params
         from .train.trainer import train
         progress = self._progress()
         entry = self.record.begin("TRAIN", cmd, arch, self.params, device, self._used_threads(device))
         try:
             with self.interrupt.phase():
-                result = train(self.model, data, self.params, self.log, self.interrupt, self.rng,
+                training = Params.from_phrases(self.params).training
+                result = train(self.model, data, training, self.log, self.interrupt, self.rng,
                                progress=self.record.observer(entry, also=progress))
         finally:
             if progress is not None:
