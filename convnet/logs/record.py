@@ -199,19 +199,26 @@ class _PhaseObserver:
 
     def __init__(self, record, run, also):
         self.record, self.run, self.also = record, run, also
-        self.entry = None
+        self.entry = self.label = None
 
     def start_phase(self, phase):
-        self.entry = {"name": phase.name, "title": phase.title, "unit": phase.unit,
-                      "chart": phase.chart, "trace": [[int(s), c] for s, c in phase.start_trace()],
-                      "criterion": None, "steps": 0, "limit": phase.limit}
+        """A phase starts: its entry, with the points its trace starts with."""
+        self.label = phase.label
+        self._open({"name": phase.name, "title": phase.title, "unit": phase.unit,
+                    "chart": phase.chart, "limit": phase.limit,
+                    "trace": [[int(s), c] for s, c in phase.start_trace()]})
+
+    def _open(self, entry):
+        self.entry = dict(entry, criterion=None, steps=0)
         self.run["phases"].append(self.entry)
 
     def __call__(self, label, step, current=None, best=None, total=None):
-        if self.entry is not None:
-            self.entry["trace"].append([int(step), current])
-            self.entry["steps"] = int(step)
-            self.entry["criterion"] = best
+        if label != self.label:            # a step of a phase not announced: named by its label
+            self.label = label
+            self._open({"name": str(label).lower(), "trace": [], "limit": total})
+        self.entry["trace"].append([int(step), current])
+        self.entry["steps"] = int(step)
+        self.entry["criterion"] = best
         self.record.write(force=False)
         if self.also is not None:
             self.also(label, step, current, best, total=total)
