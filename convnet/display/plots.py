@@ -5,9 +5,9 @@ drawing time, which matters to a report rewritten while training runs.
 
 One home for every chart the program draws: the criterion curve of a TRAIN, one panel per phase
 (``criterion.png``, ``convnet log plot``, the run report), the confusion matrix as a heat map with
-its counts, and the last phase's curves of several runs overlaid (the batch report). Each builder returns a matplotlib
-``Figure``; ``save_png`` writes one as a PNG and ``svg_markup`` gives it as SVG text to put inside
-an HTML page (text stays text, so a browser can select and search it).
+its counts, and the last phase's curves of several runs overlaid (the batch report). Each builder
+returns a matplotlib ``Figure``; ``save_png`` writes one as a PNG and ``svg_markup`` gives it as
+SVG text to put inside an HTML page (text stays text, so a browser can select and search it).
 """
 
 import io

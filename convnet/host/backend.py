@@ -291,35 +291,37 @@ class _Job:
     def run_chunks(self, wk, chunk_numbers):
         """One worker's share: the chunks numbered, each summed into a partial of its own."""
         with wk.lock:
-            for c in chunk_numbers:
+            for chunk in chunk_numbers:
                 if self.gradient:
                     wk.grad[:] = 0.0
-                for k in range(*self.chunks[c]):
-                    self.run_block(wk, k)
+                for block in range(*self.chunks[chunk]):
+                    self.run_block(wk, block)
                 if self.gradient:
-                    self.partials[c] = wk.grad
+                    self.partials[chunk] = wk.grad
 
-    def run_block(self, wk, k):
+    def run_block(self, wk, block):
+        """One block: its -log likelihood sum, and its gradient, outputs, activations or
+        winners as the computation asks."""
         plan, mode, results = self.plan, self.mode, self.results
-        b0, b1 = self.blocks[k]
-        m = b1 - b0
-        xb = self.block_inputs(b0, b1)
-        cb = self.classes[b0:b1] if self.want_classes else _NO_CLASSES
+        b0, b1 = self.blocks[block]
+        count = b1 - b0
+        inputs = self.block_inputs(b0, b1)
+        classes = self.classes[b0:b1] if self.want_classes else _NO_CLASSES
         if mode == "criterion":
-            self.totals[k] = _criterion_block(plan, self.w, xb, wk, m, cb)
+            self.totals[block] = _criterion_block(plan, self.w, inputs, wk, count, classes)
             return
-        self.totals[k] = _forward_block(plan, self.w, xb, wk, m, cb, self.gradient,
-                                        mode in ("gradient", "outputs"))
+        self.totals[block] = _forward_block(plan, self.w, inputs, wk, count, classes,
+                                            self.gradient, mode in ("gradient", "outputs"))
         if self.gradient:
-            _backward_block(plan, self.w, wk, m)
+            _backward_block(plan, self.w, wk, count)
         elif mode == "outputs":
-            results[b0:b1] = _view(wk.logits, plan.n_classes, m).T
+            results[b0:b1] = _view(wk.logits, plan.n_classes, count).T
         elif mode == "activations":
-            for i, L in enumerate(plan.layers):
-                results[i][b0:b1] = _view(wk.acts[i], L.n_out, m).T
+            for i, layer in enumerate(plan.layers):
+                results[i][b0:b1] = _view(wk.acts[i], layer.n_out, count).T
         elif mode == "winners":
             for i in results:
-                results[i][b0:b1] = wk.ids_view(i, m).T
+                results[i][b0:b1] = wk.ids_view(i, count).T
 
     def total(self):
         total = 0.0
@@ -461,17 +463,17 @@ class HostBackend:
         is given: (sum of -log likelihood, gradient sum or None)."""
         n = x.shape[0] if cases is None else cases.shape[0]
         blocks, chunks = self.partition(n)
-        T = min(self._threads, len(chunks))
-        works = self._work_areas(T, blocks[0][1] - blocks[0][0], mode == "gradient")
+        n_workers = min(self._threads, len(chunks))
+        works = self._work_areas(n_workers, blocks[0][1] - blocks[0][0], mode == "gradient")
         job = _Job(self._plan, w, x, classes, mode, results, cases, blocks, chunks)
-        groups = self._shares(blocks, chunks, T)
+        groups = self._shares(blocks, chunks, n_workers)
         with self._call_lock, single_threaded_blas():
             for wk in works:
                 wk.seconds[:] = 0.0
                 wk.calls[:] = 0
-            pool = self._executor(T - 1)
+            pool = self._executor(n_workers - 1)
             futures = [pool.submit(job.run_chunks, works[t], groups[t])
-                       for t in range(1, T)] if T > 1 else []
+                       for t in range(1, n_workers)] if n_workers > 1 else []
             try:
                 job.run_chunks(works[0], groups[0])
             finally:
@@ -483,14 +485,14 @@ class HostBackend:
                 self._calls += wk.calls
             return job.total(), job.gradient_sum()
 
-    def _work_areas(self, T, B, gradient):
-        """The work areas of T workers for blocks of B cases (kept from call to call, made anew
-        only when too small or without the gradient's areas)."""
+    def _work_areas(self, n_workers, block, gradient):
+        """The work areas of n_workers workers for blocks of ``block`` cases (kept from call to
+        call, made anew only when too small or without the gradient's areas)."""
         works = []
-        for t in range(T):
+        for t in range(n_workers):
             wk = self._works.get(t)
-            if wk is None or wk.capacity < B or (gradient and not wk.gradient):
-                wk = _Work(self._plan, B, gradient or (wk is not None and wk.gradient))
+            if wk is None or wk.capacity < block or (gradient and not wk.gradient):
+                wk = _Work(self._plan, block, gradient or (wk is not None and wk.gradient))
                 self._works[t] = wk
             works.append(wk)
         return works

@@ -279,7 +279,8 @@ class _Parser:
                 self.report["weights"] = int(m.group(1))
                 self.model = self.report
                 self.report = None
-                if self.run is not None and self.run.command == "TRAIN" and self.run.weights is None:
+                run = self.run
+                if run is not None and run.command == "TRAIN" and run.weights is None:
                     self._apply_model(self.run)
             return
         if self.in_confusion:

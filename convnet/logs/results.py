@@ -83,7 +83,12 @@ def read_results(path):
         known = ", ".join(str(v) for v in KNOWN_VERSIONS)
         raise ConvnetError(f"results format {version} is not known to this convnet (it reads "
                            f"format {known}); use the convnet version that wrote it", str(path))
-    return from_version_1(data) if version == 1 else data
+    return in_current_layout(data)
+
+
+def in_current_layout(data):
+    """Results data of any version this convnet reads, in the layout of the current version."""
+    return from_version_1(data) if data.get("format_version") == 1 else data
 
 
 def results_beside(log_path):

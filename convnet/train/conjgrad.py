@@ -232,24 +232,24 @@ def _brent(phi, a, fa, b, fb, c, fc, rtol, max_evals):
     the bracket and shrinks the step enough, else a golden-section step into the larger half. Starts
     with the parabola through the bracket itself. Stops when the bracket is narrower than rtol * b.
     """
-    s = _Bracket(a, fa, b, fb, c, fc)
+    bracket = _Bracket(a, fa, b, fb, c, fc)
     # The last move and the one before it; starting them at the bracket width lets the first trial be
     # the parabola through the bracket.
-    last_move = move = s.hi - s.lo
+    last_move = move = bracket.hi - bracket.lo
     for _ in range(max(0, max_evals)):
-        mid = 0.5 * (s.lo + s.hi)
-        tol1 = rtol * 0.5 * abs(s.x) + 1e-300
-        if s.hi - s.lo <= 2.0 * tol1:
+        mid = 0.5 * (bracket.lo + bracket.hi)
+        tol1 = rtol * 0.5 * abs(bracket.x) + 1e-300
+        if bracket.hi - bracket.lo <= 2.0 * tol1:
             break
-        move, last_move, how = s.parabolic_move(move, last_move, mid, tol1)
+        move, last_move, how = bracket.parabolic_move(move, last_move, mid, tol1)
         if how == "done":
             break             # the parabola's vertex is within tolerance of x
         if how == "golden":
-            last_move = (s.lo - s.x) if s.x >= mid else (s.hi - s.x)
+            last_move = (bracket.lo - bracket.x) if bracket.x >= mid else (bracket.hi - bracket.x)
             move = GOLDEN * last_move
-        u = s.x + (move if abs(move) >= tol1 else math.copysign(tol1, move))
-        s.add(u, phi(u))
-    return s.x, s.fx
+        u = bracket.x + (move if abs(move) >= tol1 else math.copysign(tol1, move))
+        bracket.add(u, phi(u))
+    return bracket.x, bracket.fx
 
 
 def _cubic_min(t1, f1, s1, t2, f2, s2):
@@ -486,17 +486,19 @@ class ConjugateGradients:
     def __init__(self, func, grad, x0, max_iters=1000, tol=5e-5, patience=2, stop=None,
                  on_iter=None, first_move=0.05, line_search="slopes", sigma=None, rtol=0.1,
                  preconditioner=None, line=None, vectors=None):
-        V = HOST_VECTORS if vectors is None else vectors
-        if V is not HOST_VECTORS and (line is None or line_search != "slopes"
-                                      or preconditioner is not None):
+        home = HOST_VECTORS if vectors is None else vectors
+        if home is not HOST_VECTORS and (line is None or line_search != "slopes"
+                                         or preconditioner is not None):
             raise ValueError("vectors kept away from the host need their line, the slope search "
                              "and no preconditioner")
-        self.V, self.func, self.grad, self.stop, self.on_iter = V, func, grad, stop, on_iter
+        self.vectors, self.func, self.grad = home, func, grad
+        self.stop, self.on_iter = stop, on_iter
         self.max_iters, self.tol, self.patience = max_iters, tol, patience
-        self.first_move, self.line_search, self.rtol, self.line = first_move, line_search, rtol, line
+        self.first_move, self.line_search = first_move, line_search
+        self.rtol, self.line = rtol, line
         self.sigma = WOLFE_SIGMA if sigma is None else sigma
         self.sc = None if preconditioner is None else np.asarray(preconditioner, dtype=np.float64)
-        self.x = V.copy(x0)
+        self.x = home.copy(x0)
         self.n_func = self.n_grad = 0
         self.it = 0
         self.stop_reason = "maxiters"
@@ -504,8 +506,8 @@ class ConjugateGradients:
         self._start()
 
     def _start(self):
-        V = self.V
-        f, g = self._grad_counted(V.host(self.x))
+        vectors = self.vectors
+        f, g = self._grad_counted(vectors.host(self.x))
         self.f = f = _finite(f)
         self.history = [(0, f, 0.0)]
         if not math.isfinite(f) or self.max_iters <= 0:
@@ -513,9 +515,9 @@ class ConjugateGradients:
             return
         # In the scaled coordinates the gradient is s * g and a direction dv moves the weights by
         # s * dv.
-        self.gv = V.array(self._scaled(g))
-        self.dv = V.neg(self.gv)
-        self.gg = V.dot(self.gv, self.gv)
+        self.gv = vectors.array(self._scaled(g))
+        self.dv = vectors.neg(self.gv)
+        self.gg = vectors.dot(self.gv, self.gv)
         # The host's trial points go to one array allocated once, and the vector updates are
         # single passes (vectors.py): on large nets fresh arrays and repeated passes every
         # evaluation cost as much as the arithmetic.
@@ -550,24 +552,24 @@ class ConjugateGradients:
         self._finish("interrupt")
 
     def result(self):
-        return CGResult(self.V.result(self.x), self.f, self.it, self.n_func, self.n_grad,
+        return CGResult(self.vectors.result(self.x), self.f, self.it, self.n_func, self.n_grad,
                         self.history, self.stop_reason)
 
     def step(self):
         """One iteration: a direction, a line search along it, the new point and direction."""
-        V = self.V
+        vectors = self.vectors
         if self.gg == 0.0 or not math.isfinite(self.gg):
             return self._finish("zero gradient")
         slope = self._descent_slope()
         d = self._scaled(self.dv)
-        dnorm = V.norm(d)
+        dnorm = vectors.norm(d)
         t0 = self._first_trial(slope, dnorm)
         res, g_new = self._search(d, slope, t0)
         self.it += 1
         if not (res.step > 0.0 and res.criterion < self.f):
             return self._no_gain(res)
         # x + step * d in place: the very point the line search evaluated, to the last bit
-        V.step_into(self.x, self.x, res.step, d)
+        vectors.step_into(self.x, self.x, res.step, d)
         step_len = res.step * dnorm
         f_new = res.criterion
         if res.interrupted:
@@ -586,9 +588,9 @@ class ConjugateGradients:
     def _descent_slope(self):
         """The slope along the direction; a direction that does not descend is replaced by the
         negative gradient (a restart)."""
-        slope = self.V.dot(self.gv, self.dv)
+        slope = self.vectors.dot(self.gv, self.dv)
         if not (slope < 0.0 and math.isfinite(slope)):
-            self.dv = self.V.neg(self.gv)
+            self.dv = self.vectors.neg(self.gv)
             slope = -self.gg
             self.steepest = True
         return slope
@@ -596,7 +598,7 @@ class ConjugateGradients:
     def _first_trial(self, slope, dnorm):
         """The line search's first trial step."""
         if self.prev_step is None:
-            xnorm = self.V.norm(self.x)
+            xnorm = self.vectors.norm(self.x)
             return self.first_move * (xnorm if xnorm > 0 else 0.01 * math.sqrt(self.x.size)) / dnorm
         # The previous step rescaled by the ratio of directional derivatives, within limits.
         t0 = self.prev_step * self.prev_slope / slope
@@ -618,7 +620,7 @@ class ConjugateGradients:
     def _record(self, step_len):
         self.history.append((self.it, self.f, step_len))
         if self.on_iter is not None:
-            self.on_iter(self.it, self.f, step_len, self.V.host(self.x))
+            self.on_iter(self.it, self.f, step_len, self.vectors.host(self.x))
 
     def _no_gain(self, res):
         """The line search found no lower point: end, or try the gradient once."""
@@ -627,16 +629,17 @@ class ConjugateGradients:
             return self._finish("interrupt")
         if self.steepest:
             return self._finish("no progress")
-        self.dv = self.V.neg(self.gv)   # a conjugate direction that gave nothing: try the gradient
+        # a conjugate direction that gave nothing: try the gradient
+        self.dv = self.vectors.neg(self.gv)
         self.steepest = True
         self.prev_step = None
 
     def _turn(self, g_new, improvement, step, slope):
         """The next direction from the new gradient (Polak-Ribiere, clipped; a restart after a
         small improvement), or the end after ``patience`` small ones."""
-        V = self.V
-        gv_new = V.array(self._scaled(g_new))
-        gg_new, change = V.dot_and_change(gv_new, self.gv)
+        vectors = self.vectors
+        gv_new = vectors.array(self._scaled(g_new))
+        gg_new, change = vectors.dot_and_change(gv_new, self.gv)
         self.prev_step, self.prev_slope = step, slope
         if improvement < self.tol:
             self.small += 1
@@ -646,7 +649,7 @@ class ConjugateGradients:
         else:
             self.small = 0
             beta = max(0.0, change / self.gg)
-        V.new_direction(self.dv, beta, gv_new)    # dv = -gv_new + beta * dv, in place
+        vectors.new_direction(self.dv, beta, gv_new)    # dv = -gv_new + beta * dv, in place
         self.steepest = beta == 0.0
         self.gv, self.gg = gv_new, gg_new
 

@@ -207,7 +207,8 @@ def test(model, dataset, log):
     matrix = confusion_matrix(outputs, np.asarray(dataset.classes, dtype=np.int64),
                               model.arch.n_classes)
     seconds = time.perf_counter() - t0
-    log.write(f"Test of {int(matrix.sum())} cases: mean negative log likelihood = {format_criterion(crit)}")
+    log.write(f"Test of {int(matrix.sum())} cases: mean negative log likelihood = "
+              f"{format_criterion(crit)}")
     log.blank()
     log.write(format_confusion(matrix))
     log.write(f"Elapsed time: test {seconds:.2f} s")
