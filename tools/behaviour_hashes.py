@@ -263,11 +263,17 @@ def main():
     parser.add_argument("--no-runs", action="store_true", help="skip the control-file runs")
     parser.add_argument("--gpu", action="store_true", help="the real GPU instead of the emulation")
     parser.add_argument("--keep", help="keep the normalised logs and results in this folder")
+    parser.add_argument("--hashes", metavar="FILE",
+                        help="compare the hashes written earlier with -o instead of computing them")
     parser.add_argument("--baseline-results", metavar="DIR",
                         help="with --compare: the baseline's results.json hashes made from its "
                              "normalised files kept in DIR, read through the current reader")
     args = parser.parse_args()
-    hashes = all_hashes(args)
+    if args.hashes:
+        with open(args.hashes) as f:
+            hashes = json.load(f)
+    else:
+        hashes = all_hashes(args)
     if args.output:
         with open(args.output, "w") as f:
             json.dump(hashes, f, indent=1, sort_keys=True)
