@@ -20,7 +20,8 @@ results.json is hashed in the layout of the results reader of the code being run
 older format version is converted as ``convnet`` reads it), so that a change of the results
 layout alone can be checked too: ``--baseline-results DIR`` takes the baseline's normalised
 results.json files kept with ``--keep`` (``DEVICE-FILE.ctl-results.json.txt``), converts them
-through the current reader and hashes them in place of the baseline's own results.json hashes.
+through the current reader and hashes them in place of the baseline's own results.json hashes;
+``--hashes FILE`` compares hashes written earlier with ``-o`` instead of computing them.
 """
 
 import argparse
@@ -133,7 +134,16 @@ def capped(text, name, cuda):
     return "\n".join(lines) + "\n"
 
 
-def normalised_log(text):
+# On a real GPU the free memory and the CUDA.LOG timing section (section 4, up to the book's
+# activities) vary from run to run as well.
+GPU_PATTERNS = [(re.compile(r"\(\d+ MiB free\)"), "(<free> MiB free)"),
+                (re.compile(r"\n\d+\. Device time by layer.*?(?=\nThe book's activities)", re.S),
+                 "\n<device time section>")]
+
+
+def normalised_log(text, gpu=False):
+    for pattern, replacement in GPU_PATTERNS if gpu else ():
+        text = pattern.sub(replacement, text)
     for pattern, replacement in TIME_PATTERNS:
         text = pattern.sub(replacement, text)
     kept = []
@@ -190,7 +200,7 @@ def baseline_results(before, folder, keep=None):
     return replaced
 
 
-def control_runs(device, keep=None):
+def control_runs(device, keep=None, real_gpu=False, only=None):
     from convnet.session import run
     out = {}
     folder = tempfile.mkdtemp(prefix="convnet-hashes-")
@@ -198,7 +208,7 @@ def control_runs(device, keep=None):
         shutil.copytree(os.path.join(ROOT, "data"), os.path.join(folder, "data"))
         os.makedirs(os.path.join(folder, "controlfiles"))
         for name in sorted(os.listdir(os.path.join(ROOT, "controlfiles"))):
-            if not name.endswith(".ctl"):
+            if not name.endswith(".ctl") or (only and name not in only):
                 continue
             with open(os.path.join(ROOT, "controlfiles", name)) as f:
                 text = capped(f.read(), name, device != "cpu")
@@ -212,7 +222,8 @@ def control_runs(device, keep=None):
                 path = os.path.join(run_out, log_name)
                 if os.path.exists(path):
                     with open(path) as f:
-                        files[log_name] = normalised_log(f.read().replace(folder, "<dir>"))
+                        files[log_name] = normalised_log(f.read().replace(folder, "<dir>"),
+                                                         gpu=real_gpu)
             with open(os.path.join(run_out, "results.json")) as f:
                 results = json.loads(f.read().replace(folder, "<dir>"))
             files["results.json"] = results_text(results)
@@ -231,27 +242,32 @@ def control_runs(device, keep=None):
 def all_hashes(args):
     result = {}
     devices = [("cpu", contextlib.nullcontext)]
-    devices.append(("cuda", contextlib.nullcontext if args.gpu else emulated_device))
+    if not args.host_only:
+        devices.append(("cuda", contextlib.nullcontext if args.gpu else emulated_device))
     for device, context in devices:
         with context():
             result[f"{device} golden"] = golden(device)
             result[f"{device} random"] = random_nets(device, args.random)
             if not args.no_runs:
-                result[f"{device} runs"] = control_runs(device, args.keep)
+                result[f"{device} runs"] = control_runs(device, args.keep,
+                                                        args.gpu and device == "cuda",
+                                                        args.files and args.files.split(","))
         print(f"{device} done", file=sys.stderr, flush=True)
     return result
 
 
 def compare(now, before):
-    differences = 0
+    """Print every item whose hash differs; items run on one side only are counted apart."""
+    differences = compared = 0
     for group in sorted(set(now) | set(before)):
         a, b = now.get(group, {}), before.get(group, {})
-        for item in sorted(set(a) | set(b)):
-            if a.get(item) != b.get(item):
+        for item in sorted(set(a) & set(b)):
+            compared += 1
+            if a[item] != b[item]:
                 differences += 1
-                print(f"DIFFERS  {group}: {item}  {b.get(item)} -> {a.get(item)}")
-    total = sum(len(v) for v in now.values())
-    print(f"{total} hashes, {differences} differ")
+                print(f"DIFFERS  {group}: {item}  {b[item]} -> {a[item]}")
+    one_side = sum(len(set(now.get(g, {})) ^ set(before.get(g, {}))) for g in set(now) | set(before))
+    print(f"{compared} hashes compared, {differences} differ ({one_side} on one side only)")
     return differences
 
 
@@ -261,13 +277,15 @@ def main():
     parser.add_argument("--compare", help="hashes written earlier to compare with")
     parser.add_argument("--random", type=int, default=12, help="random architectures (12)")
     parser.add_argument("--no-runs", action="store_true", help="skip the control-file runs")
-    parser.add_argument("--gpu", action="store_true", help="the real GPU instead of the emulation")
-    parser.add_argument("--keep", help="keep the normalised logs and results in this folder")
+    parser.add_argument("--files", help="run only these control files (comma-separated names)")
+    parser.add_argument("--host-only", action="store_true", help="skip the device path")
     parser.add_argument("--hashes", metavar="FILE",
                         help="compare the hashes written earlier with -o instead of computing them")
     parser.add_argument("--baseline-results", metavar="DIR",
                         help="with --compare: the baseline's results.json hashes made from its "
                              "normalised files kept in DIR, read through the current reader")
+    parser.add_argument("--gpu", action="store_true", help="the real GPU instead of the emulation")
+    parser.add_argument("--keep", help="keep the normalised logs and results in this folder")
     args = parser.parse_args()
     if args.hashes:
         with open(args.hashes) as f:
