@@ -68,7 +68,8 @@ def child(spec_path):
     watch = spec["watch"]
     kept = []                     # (iteration, refinement seconds without the keeping, weights)
     inside = {"seconds": 0.0, "calls": 0}
-    original_cg = trainer.conjugate_gradients
+    original_cg = conjgrad.ConjugateGradients
+    original_steps = trainer.run_steps
     original_test = trainer.test
 
     def timed(evaluation):
@@ -82,43 +83,52 @@ def child(spec_path):
                 inside["calls"] += 1
         return call
 
-    def counted_cg(func, grad, x0, **kw):
-        on_iter = kw.get("on_iter")
-        clock = {"start": time.perf_counter(), "excluded": 0.0}
-        timed_grad = timed(grad)
+    class CountedCG(original_cg):
+        """The refinement's conjugate gradients with the evaluator's calls timed and the weights
+        kept every ``watch`` iterations (the keeping's time excluded)."""
 
-        def watching(it, f, step, w):
-            if on_iter is not None:
-                on_iter(it, f, step, w)
-            if it % watch == 0:
-                t0 = time.perf_counter()
-                elapsed = t0 - clock["start"] - clock["excluded"]
-                kept.append((it, elapsed, np.array(w, copy=True)))
-                clock["excluded"] += time.perf_counter() - t0
+        def __init__(self, func, grad, x0, **kw):
+            on_iter = kw.get("on_iter")
+            clock = {"start": time.perf_counter(), "excluded": 0.0}
+            self.clock = clock
 
-        kw["on_iter"] = watching
-        make_line = kw.get("line")
-        if make_line is not None:            # trial points formed by the evaluator: time those
+            def watching(it, f, step, w):
+                if on_iter is not None:
+                    on_iter(it, f, step, w)
+                if it % watch == 0:
+                    t0 = time.perf_counter()
+                    elapsed = t0 - clock["start"] - clock["excluded"]
+                    kept.append((it, elapsed, np.array(w, copy=True)))
+                    clock["excluded"] += time.perf_counter() - t0
 
-            def timed_line(x, d):
-                line = make_line(x, d)
-                line.evaluate = timed(line.evaluate)
-                return line
+            kw["on_iter"] = watching
+            make_line = kw.get("line")
+            if make_line is not None:        # trial points formed by the evaluator: time those
 
-            kw["line"] = timed_line
-        if spec.get("profile"):
-            import cProfile
-            import io
-            import pstats
-            profiler = cProfile.Profile()
-            res = profiler.runcall(original_cg, func, timed_grad, x0, **kw)
-            text = io.StringIO()
-            pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
-            Path(spec_path).with_name("profile.txt").write_text(text.getvalue())
-        else:
-            res = original_cg(func, timed_grad, x0, **kw)
-        inside["excluded"] = clock["excluded"]
-        return res
+                def timed_line(x, d):
+                    line = make_line(x, d)
+                    line.evaluate = timed(line.evaluate)
+                    return line
+
+                kw["line"] = timed_line
+            super().__init__(func, timed(grad), x0, **kw)
+
+        def result(self):
+            inside["excluded"] = self.clock["excluded"]
+            return super().result()
+
+    def run_steps(stepper, stop=None):
+        """The trainer's loop, profiled for the refinement when asked."""
+        if not (spec.get("profile") and isinstance(stepper, conjgrad.RefinementPhase)):
+            return original_steps(stepper, stop)
+        import cProfile
+        import io
+        import pstats
+        profiler = cProfile.Profile()
+        profiler.runcall(original_steps, stepper, stop)
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+        Path(spec_path).with_name("profile.txt").write_text(text.getvalue())
 
     curve = []
 
@@ -133,23 +143,25 @@ def child(spec_path):
         model.weights = final
         return result
 
-    trainer.conjugate_gradients = counted_cg
+    conjgrad.ConjugateGradients = CountedCG
+    trainer.run_steps = run_steps
     trainer.test = test_and_curve
     import convnet
     out = spec["out"]
     convnet.run(spec["ctl"], out=out, device=spec["device"], seed=spec["seed"],
                 threads=spec["threads"], quiet=True, report=False)
     results = json.loads((Path(out) / "results.json").read_text())
-    train = next(r for r in results["runs"] if r["kind"] == "TRAIN")
-    test = [r for r in results["runs"] if r["kind"] == "TEST"][-1]
+    train = next(r for r in results["runs"] if r["command"] == "TRAIN")
+    test = [r for r in results["runs"] if r["command"] == "TEST"][-1]
+    refinement = next(p for p in train["phases"] if p["name"] == "refinement")
     row = {
         "sigma": getattr(conjgrad, "WOLFE_SIGMA", 0.1),
         "annealing_s": train["seconds"]["annealing"],
         "refinement_s": train["seconds"]["refinement"] - inside.get("excluded", 0.0),
-        "iterations": train["refinement"]["n_iterations"],
-        "gradients": train["refinement"]["n_gradient_evals"],
+        "iterations": refinement["steps"],
+        "gradients": refinement["evaluations"]["gradient"],
         "inside_s": inside["seconds"],
-        "stop": train["refinement"]["stop_reason"],
+        "stop": refinement["stop_reason"],
         "train_criterion": train["final_criterion"],
         "test_error": test["misclassification"],
         "curve": curve,

@@ -163,22 +163,22 @@ def _error_from(stderr, returncode):
 def fill_from_results(row, folder):
     """Fill a row's results from a session's results.json (from its CONVNET.LOG where there is no
     results.json; nothing when neither can be read)."""
-    from .logs.results import load_results
+    from .logs.results import load_results, run_phase
     try:
         data = load_results(folder)
     except ConvnetError:
         return row
     runs = data.get("runs") or []
-    trains = [r for r in runs if r["kind"] == "TRAIN"]
+    trains = [r for r in runs if r["command"] == "TRAIN"]
     if not trains:
         return row
     train = trains[-1]
     row.weights = (train.get("architecture") or {}).get("total_weights")
-    row.annealing_criterion = (train.get("annealing") or {}).get("criterion")
+    row.annealing_criterion = run_phase(train, "annealing").get("criterion")
     row.final_criterion = train.get("final_criterion")
     row.train_misclassification = train.get("misclassification")
     row.device = train.get("device")
-    later = [r for r in runs if r["kind"] == "TEST" and r["index"] > train["index"]]
+    later = [r for r in runs if r["command"] == "TEST" and r["index"] > train["index"]]
     if later:
         row.test_misclassification = later[0].get("misclassification")
     return row

@@ -6,7 +6,11 @@ weight vector in the book's host order:
 * ``criterion(w)``: the mean negative log likelihood per case and class (Equation 1-13, the sum
   times :attr:`Evaluator.scale`) plus the weight penalty;
 * ``gradient(w)``: ``(criterion, d criterion / d w)``;
-* ``outputs(w)``: the SoftMax outputs, (n_cases, n_classes).
+* ``outputs(w)``: the SoftMax outputs, (n_cases, n_classes);
+* ``subset(case_indices)``: an evaluator with this same interface over those cases (0-based
+  indices into its own cases, in the order given; repeats allowed) of the data already bound:
+  the data set is not sent to the backend again and nothing is tuned again (for validation sets
+  and mini-batches). Its results are those of a fresh evaluator on those cases.
 
 What is common to every backend lives here, once: the checks of inputs, classes, weights and
 the penalty (each failure one :class:`~convnet.errors.ConvnetError`), the scale 1 / (n_cases *
@@ -47,6 +51,21 @@ def check_classes(arch, classes, n_cases):
     if c.size and (c.min() < 0 or c.max() >= arch.n_classes):
         raise ConvnetError(f"classes must lie in 0..{arch.n_classes - 1} for this model, "
                            f"found {int(c.min())}..{int(c.max())}")
+    return c
+
+
+def check_cases(case_indices, n_cases):
+    """Case indices for a subset as (m,) int64, m >= 1, each in 0..n_cases-1, or ConvnetError."""
+    c = np.asarray(case_indices)
+    if c.ndim != 1 or c.shape[0] < 1:
+        raise ConvnetError(f"a subset needs a list of at least one case index, not an array of "
+                           f"shape {tuple(c.shape)}")
+    if not np.issubdtype(c.dtype, np.integer):
+        raise ConvnetError(f"case indices must be whole numbers, not {c.dtype}")
+    c = np.ascontiguousarray(c, dtype=np.int64)
+    if c.min() < 0 or c.max() >= n_cases:
+        raise ConvnetError(f"case indices must lie in 0..{n_cases - 1}, found "
+                           f"{int(c.min())}..{int(c.max())}")
     return c
 
 
@@ -120,7 +139,8 @@ class WeightPenalty:
 class Evaluator:
     """What every backend's evaluator shares: a checked data set, its scale and its penalty.
 
-    Subclasses call :meth:`bind` first and then implement criterion, gradient and outputs."""
+    Subclasses call :meth:`bind` first and then implement criterion, gradient and outputs; their
+    ``subset`` calls :meth:`bind_subset` on the new evaluator."""
 
     def bind(self, arch, inputs, classes, wpen):
         """Check the data set and the penalty; returns the inputs as float64 (n, bands, rows,
@@ -132,6 +152,18 @@ class Evaluator:
         self.scale = 1.0 / (self.n_cases * arch.n_classes)
         self.penalty = WeightPenalty(arch, self.wpen)
         return x
+
+    def bind_subset(self, arch, parent, case_indices):
+        """Take ``parent``'s checked data set restricted to ``case_indices`` (see the module
+        notes): its classes, penalty and the scale of the subset's case count, as :meth:`bind`
+        would have made them; returns the indices as int64 (into the parent's cases)."""
+        cases = check_cases(case_indices, parent.n_cases)
+        self.n_cases = cases.shape[0]
+        self.classes = None if parent.classes is None else parent.classes[cases]
+        self.wpen = parent.wpen
+        self.scale = 1.0 / (self.n_cases * arch.n_classes)
+        self.penalty = parent.penalty
+        return cases
 
     def need_classes(self):
         """The classes, or ConvnetError when the data set came without them."""

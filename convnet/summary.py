@@ -10,7 +10,7 @@ def result_line(cmd, result):
     seconds = result.seconds.get("total") if isinstance(result.seconds, dict) else result.seconds
     interrupted = " (interrupted)" if getattr(result, "interrupted", False) else ""
     timing = f", {seconds:.1f} s" if seconds is not None else ""
-    return (f"{result.kind} at {cmd.file}:{cmd.line}: criterion {result.final_criterion:.6g}, "
+    return (f"{result.command} at {cmd.file}:{cmd.line}: criterion {result.final_criterion:.6g}, "
             f"{result.misclassification:.2f} % misclassified{timing}{interrupted}")
 
 

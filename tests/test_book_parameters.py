@@ -31,7 +31,7 @@ def test_flat_annealing_starts_below_all_zero_weights(tmp_path):
     than all-zero weights, whose criterion is ln(classes) / classes."""
     result, log = _manual_annealing_only(tmp_path)
     zero_weights = math.log(6) / 6                     # 0.29863
-    assert result.anneal_criterion < zero_weights
+    assert result.phase("annealing").criterion < zero_weights
     assert "ANNEAL RANGE = 0.1, ANNEAL SCALE = FLAT," in log
 
 
@@ -40,7 +40,7 @@ def test_fanin_scaling_is_an_option(tmp_path):
     flat, _ = _manual_annealing_only(tmp_path / "flat")
     fanin, log = _manual_annealing_only(tmp_path / "fanin", "ANNEAL SCALE = FANIN\n")
     assert "ANNEAL SCALE = FANIN," in log
-    assert fanin.anneal_criterion != flat.anneal_criterion
+    assert fanin.phase("annealing").criterion != flat.phase("annealing").criterion
 
 
 def test_anneal_scale_is_in_the_registry_and_checked():

@@ -19,11 +19,19 @@ def lines_by_label(ax):
     return {line.get_label(): line for line in ax.get_lines()}
 
 
+def book_phases(annealing, refinement, annealing_result=None):
+    """The book's two phases as results data."""
+    return [{"name": "annealing", "title": "Simulated annealing", "unit": "evaluation",
+             "chart": "scatter", "trace": annealing, "criterion": annealing_result},
+            {"name": "refinement", "title": "Conjugate-gradient refinement", "unit": "iteration",
+             "chart": "line", "trace": refinement}]
+
+
 def test_criterion_figure_draws_each_phase_in_its_panel(tmp_path):
     annealing = [(k, 1.0 + 0.5 * math.sin(k) + 1.0 / k) for k in range(1, 41)]
     annealing.append((41, float("inf")))                 # a non-finite evaluation is left out
     refinement = [(i, 0.9 * 0.8 ** i + 0.1) for i in range(0, 16)]
-    fig = plots.criterion_figure(annealing, refinement, title="a title")
+    fig = plots.criterion_figure(book_phases(annealing, refinement), title="a title")
     left, right = fig.axes
     assert left.get_title() == "Simulated annealing"
     assert right.get_title() == "Conjugate-gradient refinement"
@@ -52,10 +60,24 @@ def test_criterion_figure_draws_each_phase_in_its_panel(tmp_path):
 
 def test_criterion_figure_goes_logarithmic_for_a_criterion_falling_to_near_zero():
     refinement = [(i, 10.0 ** -i) for i in range(8)]
-    fig = plots.criterion_figure([], refinement, annealing_result=1.0)
+    fig = plots.criterion_figure(book_phases([], refinement, annealing_result=1.0))
     left, right = fig.axes
     assert right.get_yscale() == "log" and "logarithmic" in right.get_ylabel()
-    assert "annealing result 1" in " ".join(t.get_text() for t in left.texts)
+    assert "result 1\n(evaluations not recorded)" in " ".join(t.get_text() for t in left.texts)
+
+
+def test_criterion_figure_draws_any_phases_of_any_names():
+    """A method of three phases, given as objects: three panels, each titled and labelled by its
+    phase's own words."""
+    from convnet.train.phase import PhaseResult
+    phases = [PhaseResult("warm", "Warm start", "trial", "scatter", [(1, 3.0), (2, 2.0)]),
+              PhaseResult("batches", "Mini-batches", "epoch", "line", [(0, 2.0), (1, 1.5)]),
+              PhaseResult("polish", "Polish", "iteration", "line", [], criterion=1.4)]
+    fig = plots.criterion_figure(phases)
+    assert [ax.get_title() for ax in fig.axes] == ["Warm start", "Mini-batches", "Polish"]
+    assert [ax.get_xlabel() for ax in fig.axes[:2]] == ["trial", "epoch"]
+    assert fig.axes[0].collections[0].get_label() == "each trial"
+    assert "result 1.4" in " ".join(t.get_text() for t in fig.axes[2].texts)
 
 
 def test_confusion_figure_shows_every_count_and_colours_by_row_percent():
@@ -87,7 +109,8 @@ def test_save_png_to_an_unwritable_place_is_a_user_error(tmp_path):
 
 
 def test_svg_markup_is_an_svg_element_without_prolog():
-    svg = plots.svg_markup(plots.criterion_figure([(1, 2.0), (2, 1.0)], [(0, 1.0), (1, 0.5)]))
+    svg = plots.svg_markup(plots.criterion_figure(book_phases([(1, 2.0), (2, 1.0)],
+                                                              [(0, 1.0), (1, 0.5)])))
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
     assert not re.search(r"<\?xml|<!DOCTYPE", svg)
     assert "Simulated annealing" in svg
@@ -96,7 +119,7 @@ def test_svg_markup_is_an_svg_element_without_prolog():
 def test_long_traces_are_thinned_to_what_can_be_drawn():
     annealing = [(k, 1.0 + 1.0 / k) for k in range(1, 100001)]
     refinement = [(i, 1.0 / (i + 1)) for i in range(50001)]
-    fig = plots.criterion_figure(annealing, refinement)
+    fig = plots.criterion_figure(book_phases(annealing, refinement))
     left, right = fig.axes
     assert len(left.collections[0].get_offsets()) <= plots.MAX_DRAWN + 1
     line = lines_by_label(right)["criterion"]

@@ -88,14 +88,19 @@ def test_defaults_come_from_the_parameter_table():
     assert control._show_default(0.0) == "0"
 
 
-def test_training_reads_the_table(monkeypatch):
+def test_training_reads_its_typed_parameters():
+    """TRAIN reads TrainingParams, whose defaults are the parameter table's."""
+    from convnet.params import TrainingParams
     from test_train_trainer import problem, run_train
-    monkeypatch.setitem(control.DEFAULT_PARAMETERS, "ANNEAL ITERS", 7)
-    monkeypatch.setitem(control.DEFAULT_PARAMETERS, "MAXITERS", 2)
+    defaults = TrainingParams()
+    phrases = ("ANNEAL ITERS", "ANNEAL RANGE", "ANNEAL SCALE", "MAXITERS", "TOL", "WPEN")
+    assert (defaults.anneal_iters, defaults.anneal_range, defaults.anneal_scale,
+            defaults.maxiters, defaults.tol, defaults.wpen) == \
+        tuple(control.DEFAULT_PARAMETERS[p] for p in phrases)
     model, data = problem()
-    res, _ = run_train(model, data, params={})
-    assert len(res.annealing_history) == 7
-    assert res.iterations <= 2
+    res, _ = run_train(model, data, params={"ANNEAL ITERS": 7, "MAXITERS": 2})
+    assert len(res.phase("annealing").trace) == 7 and res.phase("annealing").limit == 7
+    assert res.phase("refinement").steps <= 2 and res.phase("refinement").limit == 2
 
 
 def test_device_reads_the_table(fake_runtime, monkeypatch):  # noqa: F811
@@ -103,3 +108,81 @@ def test_device_reads_the_table(fake_runtime, monkeypatch):  # noqa: F811
     monkeypatch.setitem(control.DEFAULT_PARAMETERS, "MAX MEM GRAD", 9)
     be = dbe.DeviceBackend(ARCH)
     assert (be.max_hid_grad, be.max_mem_grad) == (5, 9)
+
+
+# ------------------------------------------------------------------ subsets of the bound cases
+def _subset_problem(n=150):
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, (n, 1, 6, 6))
+    c = rng.integers(0, 3, n)
+    w = rng.normal(0, 0.5, ARCH.n_weights)
+    return x, c, w
+
+
+SUBSETS = [("gathered", lambda rng, n: rng.permutation(n)[:37]),
+           ("contiguous", lambda rng, n: np.arange(20, 90)),
+           ("repeated", lambda rng, n: np.array([5, 5, 1, 149, 0, 5])),
+           ("one case", lambda rng, n: np.array([7]))]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("what,pick", SUBSETS, ids=[s[0] for s in SUBSETS])
+def test_host_subset_equals_a_fresh_evaluator_bitwise(what, pick, threads):
+    """On the host a subset's blocks are those of a fresh evaluator on the same cases (they
+    depend only on the case count) and hold the same inputs, so every result is the same to the
+    last bit."""
+    x, c, w = _subset_problem()
+    be = HostBackend(ARCH, threads=threads)
+    ev = be.evaluator(x, c, 0.3)
+    cases = pick(np.random.default_rng(4), len(c))
+    sub = ev.subset(cases)
+    fresh = be.evaluator(x[cases], c[cases], 0.3)
+    assert isinstance(sub, Evaluator) and sub.n_cases == len(cases) and sub.scale == fresh.scale
+    assert np.shares_memory(sub.inputs, ev.inputs)           # the data set was not copied
+    assert sub.criterion(w) == fresh.criterion(w)
+    (sf, sg), (ff, fg) = sub.gradient(w), fresh.gradient(w)
+    assert sf == ff and np.array_equal(sg, fg)
+    assert np.array_equal(sub.outputs(w), fresh.outputs(w))
+    assert ev.criterion(w) == be.evaluator(x, c, 0.3).criterion(w)     # the whole set unchanged
+
+
+def test_host_subset_of_a_subset_and_without_classes():
+    x, c, w = _subset_problem()
+    be = HostBackend(ARCH, threads=2)
+    first = np.arange(10, 140, 3)
+    second = np.array([4, 0, 30, 12, 7])
+    nested = be.evaluator(x, c, 0.0).subset(first).subset(second)
+    direct = be.evaluator(x[first][second], c[first][second], 0.0)
+    assert nested.gradient(w)[0] == direct.gradient(w)[0]
+    assert np.array_equal(nested.gradient(w)[1], direct.gradient(w)[1])
+    outputs_only = be.evaluator(x, None, 0.0).subset(second)
+    assert np.array_equal(outputs_only.outputs(w), be.evaluator(x[second], None).outputs(w))
+    with pytest.raises(ConvnetError, match="needs the classes"):
+        outputs_only.criterion(w)
+
+
+BAD_CASES = [("empty", [], "at least one case"), ("out of range", [0, 150], "lie in 0..149"),
+             ("negative", [-1], "lie in 0..149"), ("fractional", [0.5], "whole numbers"),
+             ("two-dimensional", [[0, 1]], "at least one case")]
+
+
+@pytest.mark.parametrize("what,cases,message", BAD_CASES, ids=[b[0] for b in BAD_CASES])
+def test_host_subset_refuses_bad_indices(what, cases, message):
+    x, c, _ = _subset_problem()
+    ev = HostBackend(ARCH, threads=1).evaluator(x, c, 0.0)
+    with pytest.raises(ConvnetError, match=message):
+        ev.subset(cases)
+
+
+def test_device_subset_keeps_the_contract(fake_runtime):  # noqa: F811
+    """The device's subset against a fresh device evaluator on the same cases, to 1e-12
+    relative: its batches of the subset may be cut and summed otherwise than a fresh one's."""
+    x, c, w = _subset_problem()
+    ev = dbe.DeviceBackend(ARCH).evaluator(x, c, 0.3)
+    if not hasattr(ev, "subset"):
+        pytest.skip("this device evaluator has no subset yet")
+    cases = np.random.default_rng(4).permutation(len(c))[:37]
+    fresh = dbe.DeviceBackend(ARCH).evaluator(x[cases], c[cases], 0.3)
+    (sf, sg), (ff, fg) = ev.subset(cases).gradient(w), fresh.gradient(w)
+    assert abs(sf - ff) <= 1e-12 * abs(ff)
+    assert np.linalg.norm(sg - fg) <= 1e-12 * np.linalg.norm(fg)

@@ -89,7 +89,8 @@ def test_book_log_gives_a_train_and_a_test():
     assert log.format_version == 1 and log.convnet_version == "0.1.0" and log.seed == 7
     assert log.control_files == ["book.ctl"]
     train, test = log.runs
-    assert train.kind == "TRAIN" and test.kind == "TEST" and (train.index, test.index) == (1, 2)
+    assert train.command == "TRAIN" and test.command == "TEST"
+    assert (train.index, test.index) == (1, 2)
     assert train.weights == 4267 and test.weights == 4267
     assert (train.rows, train.cols, train.bands, train.n_classes) == (12, 12, 1, 6)
     assert train.architecture[0] == "Input has 12 rows, 12 columns, and 1 bands"
@@ -97,8 +98,9 @@ def test_book_log_gives_a_train_and_a_test():
     assert train.params == {"ANNEAL ITERS": "100", "ANNEAL RANGE": "0.1", "MAXITERS": "1000",
                             "TOL": "5e-05", "WPEN": "0.001"}
     assert train.device == "cpu" and train.threads == "2"
-    assert train.annealing_criterion == 0.29804 and train.final_criterion == 0.09214
-    assert train.interrupted
+    assert train.phase("annealing").criterion == 0.29804 and train.final_criterion == 0.09214
+    assert [p.name for p in train.phases] == ["annealing", "refinement"]
+    assert train.interrupted and train.phase("refinement").interrupted
     assert train.misclassification == 17.8711 and test.misclassification == 81.0
     assert len(train.confusion) == 6 and train.confusion[1] == [1, 127, 18, 0, 1, 31]
     assert train.n_cases == 1024
@@ -131,7 +133,7 @@ def test_summary_and_compare_lines():
     log = parse_log(BOOK_LOG, "book.log")
     lines = summary_lines([log, log])
     assert len(lines) == 1 + 4
-    assert lines[0].split()[:4] == ["log", "run", "kind", "weights"]
+    assert lines[0].split()[:4] == ["log", "run", "command", "weights"]
     cells = lines[1].split()
     assert cells[:6] == ["book.log", "1", "TRAIN", "4267", "cpu", "0.29804"]
     assert "17.8711" in cells and cells[-1] == "interrupted"
@@ -194,22 +196,24 @@ def test_reader_agrees_with_a_real_session(tmp_path):
     session = run([str(ctl)], out=str(tmp_path / "out"), device="cpu", seed=11, threads=1)
     train, test, train2 = session.results
     log = read_log(tmp_path / "out" / "CONVNET.LOG")
-    assert [r.kind for r in log.runs] == ["TRAIN", "TEST", "TRAIN"]
+    assert [r.command for r in log.runs] == ["TRAIN", "TEST", "TRAIN"]
     assert log.seed == 11 and log.control_files == [str(ctl)]
     a, t, b = log.runs
     assert a.weights == 2 * 10 + 2 * 73 and t.weights == a.weights
     assert b.weights == 2 * 37 + 2 * 3 and b.layers[0].startswith("1 fully connected 1x1x2")
     assert a.device == "cpu" and a.params["ANNEAL ITERS"] == "5" and a.params["WPEN"] == "0.01"
     # every number agrees with what the session computed, to the digits the log keeps
-    assert abs(a.annealing_criterion - train.anneal_criterion) <= 5e-6
+    assert [p.name for p in a.phases] == [p.name for p in train.phases]
+    for logged_phase, real_phase in zip(a.phases, train.phases):
+        assert abs(logged_phase.criterion - real_phase.criterion) <= 5e-6
+        assert [s for s, _ in logged_phase.trace] == [s for s, _ in real_phase.trace]
+        for (step, logged), (_, real) in zip(logged_phase.trace, real_phase.trace):
+            # 6 digits; a step 0 is the previous phase's result, logged with 5 decimals
+            assert abs(logged - real) <= (5e-6 if step == 0 else 5e-6 * abs(real))
+        assert logged_phase.seconds == pytest.approx(real_phase.seconds, abs=0.006)
     assert abs(a.final_criterion - train.final_criterion) <= 5e-6
-    assert [e for e, _ in a.annealing] == [e for e, _ in train.annealing_history]
-    for (_, logged), (_, real) in zip(a.annealing, train.annealing_history):
-        assert abs(logged - real) <= 5e-6 * abs(real)
-    assert [i for i, _ in a.refinement] == [i for i, _ in train.refinement_history]
-    for (_, logged), (_, real) in zip(a.refinement[1:], train.refinement_history[1:]):
-        assert abs(logged - real) <= 5e-6 * abs(real)
-    assert a.iterations == train.iterations and a.stop_reason
+    assert a.phase("refinement").steps == train.phase("refinement").steps
+    assert a.phase("refinement").stop_words == train.phase("refinement").stop_words
     assert abs(a.misclassification - train.misclassification) <= 1e-4
     assert a.confusion == train.confusion.tolist() and a.n_cases == 40
     assert abs(a.seconds - train.seconds["total"]) <= 0.01
@@ -238,14 +242,15 @@ def test_real_log_of_the_manual_example():
     assert train.weights == 4267 and train.device == "cpu"
     assert train.params["WPEN"] == "0.001" and train.params["MAXITERS"] == "1000"
     assert train.layers[1] == "2 max pool 3x3 stride 2,2 -> 5x5x6"
-    assert len(train.annealing) == 100 and train.annealing[0][0] == 1
-    assert min(v for _, v in train.annealing) == pytest.approx(train.annealing_criterion, abs=5e-6)
-    assert train.refinement[0] == (0, train.annealing_criterion)
-    assert len(train.refinement) == train.iterations + 1 == 1001
-    crits = [v for _, v in train.refinement]
+    annealing, refinement = train.phases
+    assert len(annealing.trace) == 100 and annealing.trace[0][0] == 1
+    assert min(v for _, v in annealing.trace) == pytest.approx(annealing.criterion, abs=5e-6)
+    assert refinement.trace[0] == (0, annealing.criterion)
+    assert len(refinement.trace) == refinement.steps + 1 == 1001
+    crits = [v for _, v in refinement.trace]
     assert all(b <= a for a, b in zip(crits, crits[1:]))     # refinement never goes up
     assert train.final_criterion == pytest.approx(crits[-1], abs=5e-6)
-    assert train.stop_reason == "MAXITERS reached"
+    assert refinement.stop_words == "MAXITERS reached"
     assert train.misclassification is not None and len(train.confusion) == 6
     assert sum(map(sum, train.confusion)) == train.n_cases == 1024
     assert set(train.phase_seconds) == {"annealing", "refinement", "final pass", "confusion matrix",
@@ -255,7 +260,7 @@ def test_real_log_of_the_manual_example():
     lines = summary_lines([log])
     cells = lines[1].split()
     assert cells[2:5] == ["TRAIN", "4267", "cpu"] and cells[-1] == "ok"
-    assert cells[5] == f"{train.annealing_criterion:.6g}" and cells[7] == "1000"
+    assert cells[5] == f"{annealing.criterion:.6g}" and cells[7] == "1000"
 
 
 def test_host_timing_table_lines():
@@ -279,5 +284,5 @@ def test_host_timing_table_lines():
     assert len({len(line) for line in lines[2:4]} | {len(lines[5])}) == 1
     # the reader skips the table
     log = parse_log(BOOK_LOG.replace("CLEAR\n", "\n".join(lines) + "\nCLEAR\n"), "t.log")
-    assert [r.kind for r in log.runs] == ["TRAIN", "TEST"]
+    assert [r.command for r in log.runs] == ["TRAIN", "TEST"]
     assert log.runs[0].misclassification == 17.8711

@@ -38,4 +38,4 @@ def test_readme_python_blocks_run_as_written(tmp_path, monkeypatch, capsys):
     assert np.allclose(namespace["probabilities"].sum(axis=1), 1.0)
     assert (tmp_path / "manual-run" / "CONVNET.LOG").exists()
     assert "% misclassified, criterion" in capsys.readouterr().out
-    assert namespace["train"].iterations > 0
+    assert namespace["train"].phase("refinement").steps > 0

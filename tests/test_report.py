@@ -66,7 +66,7 @@ def test_report_of_something_else_is_one_error_line(tmp_path):
 
 
 def test_a_run_page_names_the_error_with_its_file_and_line(tmp_path):
-    data = {"format": "convnet results", "format_version": 1, "status": "error",
+    data = {"format": "convnet results", "format_version": 2, "status": "error",
             "error": {"text": "x.ctl:6: first case to display (11) must lie within 1..10",
                       "message": "first case to display (11) must lie within 1..10",
                       "file": "x.ctl", "line": 6},
@@ -79,9 +79,34 @@ def test_a_run_page_names_the_error_with_its_file_and_line(tmp_path):
 
 def test_a_gpu_run_page_shows_its_cuda_log(tmp_path):
     (tmp_path / "CUDA.LOG").write_text("CUDA device: an example GPU\nLaunch <timing> table\n")
-    data = {"format": "convnet results", "format_version": 1, "status": "running",
+    data = {"format": "convnet results", "format_version": 2, "status": "running",
             "session": {"control_files": ["g.ctl"]}, "runs": [], "cuda_log": "CUDA.LOG"}
     page = run_page(data, str(tmp_path))
     assert '<section id="cuda"><h2>CUDA.LOG</h2><pre>CUDA device: an example GPU\n' \
            "Launch &lt;timing&gt; table\n</pre></section>" in page
     assert '<meta http-equiv="refresh" content="5">' in page          # still running
+
+
+def test_a_run_page_shows_any_phases_of_a_train(tmp_path):
+    """The page reads a TRAIN's phases, whatever their number and names."""
+    phases = [{"name": "warm", "title": "Warm start", "unit": "trial", "chart": "scatter",
+               "trace": [[1, 0.9], [2, 0.7]], "criterion": 0.7, "steps": 2,
+               "stop_words": "2 trials made"},
+              {"name": "batches", "title": "Mini-batches", "unit": "epoch", "chart": "line",
+               "trace": [[0, 0.7], [1, 0.5]], "criterion": 0.5, "steps": 1},
+              {"name": "polish", "title": "Polish", "unit": "iteration", "chart": "line",
+               "trace": [[0, 0.5], [1, 0.4]], "criterion": 0.4, "steps": 1,
+               "stop_words": "MAXITERS reached"}]
+    data = {"format": "convnet results", "format_version": 2, "status": "done",
+            "session": {"control_files": ["m.ctl"]},
+            "runs": [{"command": "TRAIN", "index": 1, "status": "done", "phases": phases,
+                      "final_criterion": 0.4, "confusion": [[1, 0], [0, 1]],
+                      "misclassification": 0.0, "n_cases": 2}]}
+    page = run_page(data, str(tmp_path))
+    for name in ("warm", "batches", "polish"):
+        assert f"<th>{name} criterion</th>" in page
+    assert 'data-key="batches_criterion" data-value="0.5"' in page
+    assert "<td>warm trials</td>" in page and "<td>batches epochs</td>" in page
+    assert "<td>polish ended because</td><td>MAXITERS reached</td>" in page
+    assert "Warm start (trials), Mini-batches (epochs), Polish (iterations)" in page
+    assert page.count("<svg") >= 2                  # the three-panel curve and the confusion

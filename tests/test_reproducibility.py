@@ -46,7 +46,8 @@ def test_thread_count_does_not_change_a_seeded_run(tmp_path):
         session = run([str(ctl)], out=str(out), seed=7, threads=threads, device="cpu")
         logs.append(_numbers(out / "CONVNET.LOG"))
         train, test = session.results
-        results.append((train.anneal_criterion, train.final_criterion, train.iterations,
+        results.append(([(p.criterion, p.steps, p.trace) for p in train.phases],
+                        train.final_criterion,
                         test.criterion, session.model.weights.tobytes()))
     assert any(line.startswith("Iteration 20 criterion") for line in logs[0])
     assert results[0] == results[1] == results[2]          # same bits, not merely close

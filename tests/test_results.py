@@ -47,20 +47,25 @@ def small_run(tmp_path_factory):
 def test_results_hold_what_the_session_computed(small_run):
     ctl, out, session, data = small_run
     train, test = session.results
-    assert data["format"] == "convnet results" and data["format_version"] == 1
+    assert data["format"] == "convnet results" and data["format_version"] == 2
     assert data["status"] == "done" and data["error"] is None and data["finished"]
     assert data["session"]["seed"] == 11 and data["session"]["control_files"] == [str(ctl)]
     t, s = data["runs"]
-    assert (t["kind"], t["index"], t["line"], t["status"]) == ("TRAIN", 1, 6, "done")
+    assert (t["command"], t["index"], t["line"], t["status"]) == ("TRAIN", 1, 6, "done")
     assert t["control_file"] == str(ctl) and t["device"] == "cpu" and t["threads"] == 1
     # numbers are exact (JSON keeps every digit of a float)
     assert t["final_criterion"] == train.final_criterion and t["nll"] == train.nll
-    assert t["annealing"]["criterion"] == train.anneal_criterion
-    assert t["annealing"]["evaluations"] == [list(p) for p in train.annealing_history]
-    assert [p[:2] for p in t["refinement"]["iterations"]] == \
-        [list(p) for p in train.refinement_history]
-    assert t["refinement"]["n_iterations"] == train.iterations
-    assert t["refinement"]["stop_reason"] == train.stop_reason
+    annealing, refinement = t["phases"]
+    assert annealing["name"] == "annealing" and refinement["name"] == "refinement"
+    assert annealing["criterion"] == train.phase("annealing").criterion
+    assert annealing["trace"] == [list(p) for p in train.phase("annealing").trace]
+    assert annealing["steps"] == 5 and annealing["stop_reason"] == "limit"
+    assert refinement["trace"] == [list(p) for p in train.phase("refinement").trace]
+    assert refinement["trace"][0] == [0, annealing["criterion"]]
+    assert refinement["steps"] == train.phase("refinement").steps
+    assert refinement["stop_reason"] == train.phase("refinement").stop_reason
+    assert len(refinement["figures"]["step_lengths"]) == len(refinement["trace"])
+    assert t["n_criterion_evals"] == 5 + refinement["evaluations"]["criterion"] + 1
     assert t["confusion"] == train.confusion.tolist() and t["n_cases"] == 40
     assert t["misclassification"] == train.misclassification
     assert set(t["seconds"]) == {"annealing", "refinement", "final pass", "confusion", "total"}
@@ -73,7 +78,7 @@ def test_results_hold_what_the_session_computed(small_run):
     assert [layer["line"] for layer in arch["layers"]] == ["CONVOLUTIONAL LAYER 2 1 1 1 1 1 1",
                                                            None]
     assert arch["layers"][1]["output"] and arch["report"][-1].startswith("166 Total weights")
-    assert (s["kind"], s["line"], s["status"]) == ("TEST", 11, "done")
+    assert (s["command"], s["line"], s["status"]) == ("TEST", 11, "done")
     assert s["criterion"] == test.criterion and s["confusion"] == test.confusion.tolist()
     assert s["misclassification"] == test.misclassification and s["n_cases"] == 20
     assert [p["file"] for p in data["pictures"]] == ["criterion.png", "training.png"]
@@ -152,7 +157,8 @@ def test_an_interrupted_session_marks_the_running_train(tmp_path, monkeypatch):
     data = load(tmp_path / "out")
     assert data["status"] == "interrupted"
     (t,) = data["runs"]
-    assert t["status"] == "interrupted" and t["annealing"]["evaluations"] == [[1, 0.5], [2, 0.4]]
+    assert t["status"] == "interrupted" and t["phases"][0]["trace"] == [[1, 0.5], [2, 0.4]]
+    assert t["phases"][0]["name"] == "annealing"
 
 
 class FakeClock:
@@ -190,13 +196,23 @@ def test_results_are_rewritten_while_training_runs(tmp_path):
     record.start(["x.ctl"])
     entry = record.begin("TRAIN", Cmd, arch, dict(DEFAULT_PARAMETERS), "cpu", 1)
     observe = record.observer(entry)
+
+    class Refinement:
+        name, title, unit, chart, label, limit = ("refinement", "Refining", "iteration", "line",
+                                                  "Refinement", 10)
+
+        def start_trace(self):
+            return [(0, 0.8)]
     observe("Annealing", 1, 0.9, 0.9, total=2)
     observe("Annealing", 2, 0.8, 0.8, total=2)
+    observe.start_phase(Refinement())
     observe("Refinement", 1, 0.7, 0.7, total=10)
     data = load(tmp_path)
     assert data["status"] == "running" and data["runs"][0]["status"] == "running"
-    assert data["runs"][0]["annealing"]["evaluations"] == [[1, 0.9], [2, 0.8]]
-    assert data["runs"][0]["refinement"]["iterations"] == [[0, 0.8, None], [1, 0.7, None]]
+    annealing, refinement = data["runs"][0]["phases"]
+    assert annealing["name"] == "annealing" and annealing["trace"] == [[1, 0.9], [2, 0.8]]
+    assert refinement["trace"] == [[0, 0.8], [1, 0.7]] and refinement["title"] == "Refining"
+    assert refinement["steps"] == 1 and refinement["limit"] == 10
     assert pages and not any(pages)
     record.finish("done")
     assert pages[-1] is True and load(tmp_path)["runs"][0]["status"] == "interrupted"
@@ -236,3 +252,53 @@ def test_results_that_cannot_be_written_at_the_end_are_one_clear_error(tmp_path,
     with pytest.raises(ConvnetError) as info:
         run([str(ctl)], out=str(tmp_path / "out2"), device="cpu", seed=1)
     assert str(info.value).startswith(f"{ctl}:2: TEST needs a model")
+
+
+V1_TRAIN = {
+    "kind": "TRAIN", "index": 1, "control_file": "a.ctl", "line": 6, "status": "done",
+    "error": None, "device": "cpu", "threads": 1,
+    "architecture": {"rows": 6, "cols": 6, "bands": 1, "classes": 2, "total_weights": 166,
+                     "layers": [], "report": []},
+    "parameters": {"ANNEAL ITERS": 3, "MAXITERS": 8},
+    "annealing": {"evaluations": [[1, 0.35], [2, 0.38], [3, 0.33]], "criterion": 0.33,
+                  "n_evaluations": 3, "limit": 3, "interrupted": False, "seconds": 2.5},
+    "refinement": {"iterations": [[0, 0.33, None], [1, 0.31, 0.02], [2, 0.30, 0.01]],
+                   "n_iterations": 2, "limit": 8, "stop_reason": "tol",
+                   "stop_words": "the relative improvement fell below TOL", "interrupted": False,
+                   "n_gradient_evals": 6, "seconds": 0.1},
+    "n_criterion_evals": 5, "final_criterion": 0.30, "nll": 0.29, "penalty": 0.01,
+    "confusion": [[3, 0], [1, 2]], "misclassification": 16.6, "n_cases": 6,
+    "seconds": {"annealing": 2.5, "refinement": 0.1, "final pass": 0.0, "confusion": 0.0,
+                "total": 2.6}}
+
+
+def test_a_version_1_file_is_read_as_version_2(tmp_path):
+    """Version 1's annealing and refinement become version 2's phases, number for number."""
+    path = tmp_path / "results.json"
+    test_run = {"kind": "TEST", "index": 2, "status": "done", "criterion": 0.4,
+                "final_criterion": 0.4, "confusion": [[1, 0], [0, 1]], "misclassification": 0.0,
+                "n_cases": 2, "seconds": {"test": 0.1, "total": 0.1}}
+    path.write_text(json.dumps({"format": "convnet results", "format_version": 1,
+                                "status": "done", "runs": [V1_TRAIN, test_run]}))
+    data = results_file.read_results(str(path))
+    assert data["format_version"] == 2
+    train, test = data["runs"]
+    assert (train["command"], test["command"]) == ("TRAIN", "TEST") and "kind" not in train
+    assert "annealing" not in train and "refinement" not in train
+    annealing, refinement = train["phases"]
+    assert annealing == {"name": "annealing", "title": "Simulated annealing",
+                         "unit": "evaluation", "chart": "scatter",
+                         "trace": [[1, 0.35], [2, 0.38], [3, 0.33]], "criterion": 0.33,
+                         "steps": 3, "limit": 3, "interrupted": False, "stop_reason": "limit",
+                         "stop_words": "ANNEAL ITERS reached", "seconds": 2.5,
+                         "evaluations": {"criterion": 3, "gradient": 0}, "figures": {}}
+    assert refinement["trace"] == [[0, 0.33], [1, 0.31], [2, 0.30]]
+    assert refinement["figures"] == {"step_lengths": [None, 0.02, 0.01]}
+    assert refinement["criterion"] == 0.30 and refinement["steps"] == 2
+    assert refinement["evaluations"] == {"criterion": 1, "gradient": 6}
+    assert (refinement["stop_reason"], refinement["limit"]) == ("tol", 8)
+    assert train["n_criterion_evals"] == 5 and train["final_criterion"] == 0.30
+    (tmp_path / "CONVNET.LOG").write_text("CONVNET.LOG format 1, convnet 0.1.0, x\n")
+    result = CliRunner().invoke(main, ["log", "summary", str(tmp_path / "CONVNET.LOG")])
+    assert result.exit_code == 0, result.output
+    assert "0.33" in result.output.splitlines()[1]        # the first phase's criterion

@@ -8,6 +8,8 @@ import pytest
 
 from convnet.architecture import Architecture
 from convnet.errors import Interrupted
+from convnet.params import Params
+from convnet.train.phase import Phase, PhaseResult
 from convnet.train.trainer import TestResult, TrainResult, test, train
 
 PARAMS = {"ANNEAL ITERS": 20, "ANNEAL RANGE": 0.1, "MAXITERS": 60, "TOL": 0.00005, "WPEN": 0.0}
@@ -137,11 +139,24 @@ def problem(hidden=True, n=120, seed=0):
     return TinyModel(arch), Data(inputs, classes, 3)
 
 
-def run_train(model, data, params=PARAMS, seed=1, interrupt=None, progress=None):
+def training(params):
+    """TrainingParams from control-file phrases."""
+    return Params.from_phrases(dict(params)).training
+
+
+def run_train(model, data, params=PARAMS, seed=1, interrupt=None, progress=None, **kw):
     log = Log()
-    res = train(model, data, dict(params), log, interrupt or Interrupt(),
-                np.random.default_rng(seed), progress=progress)
+    res = train(model, data, training(params), log, interrupt or Interrupt(),
+                np.random.default_rng(seed), progress=progress, **kw)
     return res, log
+
+
+def anneal_of(res):
+    return res.phase("annealing")
+
+
+def refine_of(res):
+    return res.phase("refinement")
 
 
 # ------------------------------------------------------------------ the phases and the log
@@ -150,14 +165,14 @@ def test_train_phases_and_log():
     seen = []
     res, log = run_train(model, data, progress=lambda *a, **k: seen.append((a, k)))
     assert isinstance(res, TrainResult)
-    assert res.final_criterion <= res.anneal_criterion
+    assert res.final_criterion <= anneal_of(res).criterion
     assert res.final_criterion < 0.25 * math.log(3) / 3
     assert res.confusion.sum() == data.n_cases == res.n_cases
     assert res.misclassification < 15.0
     assert not res.interrupted
-    assert len(res.annealing_history) == 20
-    assert res.refinement_history[0] == (0, pytest.approx(res.anneal_criterion))
-    crits = [c for _, c in res.refinement_history]
+    assert len(anneal_of(res).trace) == 20
+    assert refine_of(res).trace[0] == (0, pytest.approx(anneal_of(res).criterion))
+    crits = [c for _, c in refine_of(res).trace]
     assert all(b <= a for a, b in zip(crits, crits[1:]))
     assert res.final_criterion == pytest.approx(crits[-1])
     assert set(res.seconds) == {"annealing", "refinement", "final pass", "confusion", "total"}
@@ -167,11 +182,11 @@ def test_train_phases_and_log():
     text = "\n".join(log.lines)
     m = re.search(r"^Simulated annealing for starting weights is complete with mean negative log "
                   r"likelihood = (\d+\.\d{5})$", text, re.M)
-    assert m and float(m.group(1)) == pytest.approx(res.anneal_criterion, abs=6e-6)
+    assert m and float(m.group(1)) == pytest.approx(anneal_of(res).criterion, abs=6e-6)
     m = re.search(r"^Optimization is complete with negative log likelihood = (\d+\.\d{5})", text, re.M)
     assert m and float(m.group(1)) == pytest.approx(res.final_criterion, abs=6e-6)
     iters = re.findall(r"^Iteration (\d+) criterion = (\S+) step = (\S+)$", text, re.M)
-    assert [int(i) for i, _, _ in iters] == list(range(1, res.iterations + 1))
+    assert [int(i) for i, _, _ in iters] == list(range(1, refine_of(res).steps + 1))
     assert float(iters[-1][1]) == pytest.approx(res.final_criterion, rel=1e-5)
     ann = re.findall(r"^Annealing evaluations (\d+)-(\d+): (.*)$", text, re.M)
     assert [(a, b) for a, b, _ in ann] == [("1", "10"), ("11", "20")]
@@ -224,15 +239,15 @@ def test_weight_penalty_is_honoured():
 def test_no_hidden_layer_and_zero_iterations():
     model, data = problem(hidden=False)
     res, log = run_train(model, data, dict(PARAMS, MAXITERS=0, **{"ANNEAL ITERS": 0}))
-    assert res.iterations == 0 and len(res.annealing_history) == 1
-    assert res.final_criterion == pytest.approx(res.anneal_criterion)
+    assert refine_of(res).steps == 0 and len(anneal_of(res).trace) == 1
+    assert res.final_criterion == pytest.approx(anneal_of(res).criterion)
     assert not any(l.startswith("Iteration ") for l in log.lines)
 
 
 def test_refinement_stops_on_tol():
     model, data = problem(hidden=False)
     res, log = run_train(model, data, dict(PARAMS, MAXITERS=100000, TOL=1e-3, WPEN=0.1))
-    assert res.stop_reason == "tol" and res.iterations < 100000
+    assert refine_of(res).stop_reason == "tol" and refine_of(res).steps < 100000
     assert any("ended because the relative improvement fell below TOL" in l for l in log.lines)
 
 
@@ -249,10 +264,10 @@ def test_ctrl_c_during_annealing_moves_on_to_refinement():
 
     model.hook = hook
     res, log = run_train(model, data, dict(PARAMS, **{"ANNEAL ITERS": 50}), interrupt=intr)
-    assert res.anneal_interrupted and not res.refine_interrupted
-    assert len(res.annealing_history) == 5
+    assert anneal_of(res).interrupted and not refine_of(res).interrupted
+    assert len(anneal_of(res).trace) == 5
     assert intr.resets >= 1
-    assert res.iterations > 5 and res.final_criterion < res.anneal_criterion
+    assert refine_of(res).steps > 5 and res.final_criterion < anneal_of(res).criterion
     assert "WARNING... User pressed ESCape during optimization" not in log.lines
     assert any(l.startswith("Annealing ended by the user") for l in log.lines)
     assert res.confusion.sum() == data.n_cases
@@ -269,8 +284,8 @@ def test_ctrl_c_during_refinement_keeps_best_and_warns():
             pressed["at"] = cur
 
     res, log = run_train(model, data, dict(PARAMS, MAXITERS=500), interrupt=intr, progress=progress)
-    assert res.refine_interrupted and not res.anneal_interrupted and res.interrupted
-    assert res.iterations == 4 and res.stop_reason == "interrupt"
+    assert refine_of(res).interrupted and not anneal_of(res).interrupted and res.interrupted
+    assert refine_of(res).steps == 4 and refine_of(res).stop_reason == "interrupt"
     assert res.final_criterion == pytest.approx(pressed["at"])
     i = log.lines.index("WARNING... User pressed ESCape during optimization")
     assert log.lines[i + 1] == "Results are incomplete and may be seriously incorrect"
@@ -293,8 +308,8 @@ def test_ctrl_c_inside_a_line_search():
 
     model.hook = hook
     res, log = run_train(model, data, dict(PARAMS, MAXITERS=500), interrupt=intr)
-    assert res.refine_interrupted and res.iterations <= 4
-    assert res.final_criterion <= res.anneal_criterion
+    assert refine_of(res).interrupted and refine_of(res).steps <= 4
+    assert res.final_criterion <= anneal_of(res).criterion
     assert "Results are incomplete and may be seriously incorrect" in log.lines
 
 
@@ -364,10 +379,83 @@ def test_train_and_test_on_the_host_model():
     data = Data(rng.uniform(size=(40, 1, 6, 6)), rng.integers(0, 3, 40), 3)
     model = Model(arch, threads=1)
     log = Log()
-    res = train(model, data, dict(PARAMS, MAXITERS=30, WPEN=0.001), log, Interrupt(),
+    res = train(model, data, training(dict(PARAMS, MAXITERS=30, WPEN=0.001)), log, Interrupt(),
                 np.random.default_rng(2))
-    assert res.final_criterion < res.anneal_criterion
+    assert res.final_criterion < anneal_of(res).criterion
     assert res.final_criterion == pytest.approx(model.criterion(data.inputs, data.classes, 0.001))
     t = test(model, data, Log())
     assert t.confusion.sum() == 40
     assert np.array_equal(t.confusion, res.confusion)
+
+
+# ------------------------------------------------------------------ another training method
+class GradientSteps(Phase):
+    """A phase of fixed-size gradient steps, to show that a method is any list of phases."""
+
+    name, title, unit, label = "descent", "Gradient steps", "step", "Descent"
+
+    def __init__(self, training):
+        self.limit = 5
+        self.taken = 0
+
+    @property
+    def done(self):
+        return self.taken >= self.limit or self.stopped
+
+    def start(self, context, weights):
+        self.context, self.stopped = context, False
+        self.w = np.zeros(context.arch.n_weights) if weights is None else weights.copy()
+        self.trace = [(0, context.evaluator.criterion(self.w))]
+
+    def start_trace(self):
+        return list(self.trace)
+
+    def interrupt(self):
+        self.stopped = True
+
+    def step(self):
+        f, g = self.context.evaluator.gradient(self.w)
+        self.w = self.w - 0.5 * g
+        self.taken += 1
+        f = self.context.evaluator.criterion(self.w)
+        self.trace.append((self.taken, f))
+        self.context.model.weights = self.w
+        self.context.report(self, self.taken, f, f)
+
+    def finish(self):
+        return PhaseResult(self.name, self.title, self.unit, trace=self.trace,
+                           criterion=self.trace[-1][1], steps=self.taken, limit=self.limit,
+                           interrupted=self.stopped, stop_reason="limit", stop_words="5 steps",
+                           evaluations={"criterion": self.taken + 1, "gradient": self.taken},
+                           weights=self.w)
+
+    def log_result(self, log, result):
+        log.write(f"Descent: {result.steps} steps")
+
+
+def test_a_method_of_other_phases_runs_records_and_draws(tmp_path):
+    """The driver, the results record, the log's times and the plots take any phases."""
+    from convnet.display.plots import criterion_curve
+    from convnet.logs.results import train_entry
+    from convnet.train.anneal import AnnealingPhase
+    model, data = problem()
+    seen = []
+    res, log = run_train(model, data, progress=lambda *a, **k: seen.append(a[0]),
+                         method=(AnnealingPhase, GradientSteps))
+    assert [p.name for p in res.phases] == ["annealing", "descent"]
+    descent = res.phase("descent")
+    assert descent.trace[0] == (0, pytest.approx(anneal_of(res).criterion))
+    assert descent.steps == 5 and seen.count("Descent") == 5
+    assert res.final_criterion == pytest.approx(descent.criterion)
+    assert res.n_criterion_evals == 20 + 6 + 1 and res.n_gradient_evals == 5
+    assert set(res.seconds) == {"annealing", "descent", "final pass", "confusion", "total"}
+    assert "Descent: 5 steps" in log.lines
+    assert any(re.match(r"Elapsed time: annealing \S+ s, descent \S+ s, final pass", line)
+               for line in log.lines)
+    entry = train_entry(res.phases, res.final_criterion, res.nll, res.confusion, 0.0, 1,
+                        res.seconds)
+    assert [p["name"] for p in entry["phases"]] == ["annealing", "descent"]
+    assert entry["phases"][1]["trace"][-1] == [5, descent.criterion]
+    assert (tmp_path / "c.png").exists() is False
+    criterion_curve(res, str(tmp_path / "c.png"))
+    assert (tmp_path / "c.png").stat().st_size > 0

@@ -14,6 +14,13 @@ runtime of tests/test_device_emulated.py, so no GPU is needed; ``--gpu`` uses th
            whole set runs in minutes. CONVNET.LOG, CUDA.LOG and results.json are hashed with times,
            dates and the version taken out (what differs between two runs of the same code).
 
+results.json is hashed in the layout of the results reader of the code being run (a file of an
+older format version is converted as ``convnet`` reads it), so that a change of the results
+layout alone can be checked too: ``--baseline-results DIR`` takes the baseline's normalised
+results.json files kept with ``--keep`` (``DEVICE-FILE.ctl-results.json.txt``), converts them
+through the current reader and hashes them in place of the baseline's own results.json hashes;
+``--hashes FILE`` compares hashes written earlier with ``-o`` instead of computing them.
+
 A hash that differs names the item; ``--keep DIR`` keeps the normalised files to diff.
 """
 
@@ -163,6 +170,37 @@ def normalised_results(data):
     return data
 
 
+def results_text(data):
+    """Results data as hashed: in the current reader's layout, normalised, as sorted JSON."""
+    try:
+        from convnet.logs.results import in_current_layout
+    except ImportError:                     # a version of convnet with one results layout
+        def in_current_layout(data):
+            return data
+    return json.dumps(normalised_results(in_current_layout(data)), indent=1, sort_keys=True)
+
+
+def baseline_results(before, folder, keep=None):
+    """``before`` with its results.json hashes made anew from the normalised files in
+    ``folder`` (see the module notes); returns how many were replaced."""
+    replaced = 0
+    for name in sorted(os.listdir(folder)):
+        m = re.match(r"(\w+)-(.+\.ctl)-results\.json\.txt$", name)
+        if not m:
+            continue
+        device, control_file = m.groups()
+        with open(os.path.join(folder, name)) as f:
+            text = results_text(json.load(f))
+        before.setdefault(f"{device} runs", {})[f"{control_file} results.json"] = \
+            hashlib.sha256(text.encode()).hexdigest()[:16]
+        replaced += 1
+        if keep:
+            os.makedirs(keep, exist_ok=True)
+            with open(os.path.join(keep, f"baseline-{name}"), "w") as f:
+                f.write(text)
+    return replaced
+
+
 def control_runs(device, keep=None, real_gpu=False, only=None):
     from convnet.session import run
     out = {}
@@ -190,8 +228,7 @@ def control_runs(device, keep=None, real_gpu=False, only=None):
                                                          gpu=real_gpu)
             with open(os.path.join(run_out, "results.json")) as f:
                 results = json.loads(f.read().replace(folder, "<dir>"))
-            files["results.json"] = json.dumps(normalised_results(results), indent=1,
-                                               sort_keys=True)
+            files["results.json"] = results_text(results)
             for file_name, text in files.items():
                 out[f"{name} {file_name}"] = hashlib.sha256(text.encode()).hexdigest()[:16]
                 if keep:
@@ -245,16 +282,29 @@ def main():
     parser.add_argument("--no-runs", action="store_true", help="skip the control-file runs")
     parser.add_argument("--files", help="run only these control files (comma-separated names)")
     parser.add_argument("--path", choices=("cpu", "cuda"), help="only the host or the device path")
+    parser.add_argument("--hashes", metavar="FILE",
+                        help="compare the hashes written earlier with -o instead of computing them")
+    parser.add_argument("--baseline-results", metavar="DIR",
+                        help="with --compare: the baseline's results.json hashes made from its "
+                             "normalised files kept in DIR, read through the current reader")
     parser.add_argument("--gpu", action="store_true", help="the real GPU instead of the emulation")
     parser.add_argument("--keep", help="keep the normalised logs and results in this folder")
     args = parser.parse_args()
-    hashes = all_hashes(args)
+    if args.hashes:
+        with open(args.hashes) as f:
+            hashes = json.load(f)
+    else:
+        hashes = all_hashes(args)
     if args.output:
         with open(args.output, "w") as f:
             json.dump(hashes, f, indent=1, sort_keys=True)
     if args.compare:
         with open(args.compare) as f:
-            sys.exit(1 if compare(hashes, json.load(f)) else 0)
+            before = json.load(f)
+        if args.baseline_results:
+            count = baseline_results(before, args.baseline_results, args.keep)
+            print(f"{count} baseline results.json hashes made from {args.baseline_results}")
+        sys.exit(1 if compare(hashes, before) else 0)
 
 
 if __name__ == "__main__":

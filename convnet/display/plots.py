@@ -3,11 +3,11 @@
 Margins are fixed rather than computed (tight_layout): computing them took about 40 % of the
 drawing time, which matters to a report rewritten while training runs.
 
-One home for every chart the program draws: the criterion curve of a TRAIN (``criterion.png``,
-``convnet log plot``, the run report), the confusion matrix as a heat map with its counts, and the
-refinement curves of several runs overlaid (the batch report). Each builder returns a matplotlib
-``Figure``; ``save_png`` writes one as a PNG and ``svg_markup`` gives it as SVG text to put inside
-an HTML page (text stays text, so a browser can select and search it).
+One home for every chart the program draws: the criterion curve of a TRAIN, one panel per phase
+(``criterion.png``, ``convnet log plot``, the run report), the confusion matrix as a heat map with
+its counts, and the last phase's curves of several runs overlaid (the batch report). Each builder
+returns a matplotlib ``Figure``; ``save_png`` writes one as a PNG and ``svg_markup`` gives it as
+SVG text to put inside an HTML page (text stays text, so a browser can select and search it).
 """
 
 import io
@@ -21,9 +21,9 @@ import matplotlib
 
 from ..errors import ConvnetError
 
-ANNEAL_COLOUR = "#c86e14"            # best annealing criterion so far
-ANNEAL_POINTS = "#f0c8a0"            # each annealing evaluation
-REFINE_COLOUR = "#1e5ab4"            # the refinement criterion
+SCATTER_COLOUR = "#c86e14"           # a scattered phase's best criterion so far (annealing)
+SCATTER_POINTS = "#f0c8a0"           # each step of a scattered phase
+LINE_COLOUR = "#1e5ab4"              # a phase drawn as a curve (refinement)
 OTHER_RUNS = "#9aa5b8"               # overlaid curves other than the best one
 HEAT_MAP = "Blues"
 MAX_MARKERS = 60                     # a refinement curve with more points is drawn without markers
@@ -82,53 +82,64 @@ def _xy(points):
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def criterion_figure(annealing, refinement, annealing_result=None, title=None,
-                     size=(1040, 430)):
-    """The two panels of a TRAIN's criterion curve: annealing at the left, refinement at the right.
+def criterion_figure(phases, title=None, size=(1040, 430)):
+    """A TRAIN's criterion curve: one panel per phase, left to right.
 
-    annealing: (evaluation, criterion) of every annealing evaluation (may be empty);
-    refinement: (iteration, criterion), iteration 0 being refinement's starting point;
-    annealing_result: the annealing criterion, named when the evaluations themselves are unknown.
+    phases: the phases of the TRAIN, each a mapping or an object with name, title, unit, chart
+    ("scatter": every step as a point and the best so far as steps; "line": a curve, on a
+    logarithmic scale when it falls far), trace ((step, criterion) points) and criterion (named
+    when the trace itself is unknown).
     """
     fig = figure(*size)
-    left, right = fig.subplots(1, 2)
-    points = finite_points(annealing)
-    if points:
-        left.scatter(*_xy(thin(points)), s=9, color=ANNEAL_POINTS, label="each evaluation",
-                     zorder=2)
-        left.plot(*_xy(thin(best_so_far(points))), color=ANNEAL_COLOUR, linewidth=2,
-                  drawstyle="steps-post", label="best so far", zorder=3)
-        left.legend(loc="upper right", fontsize="small")
-        left.xaxis.set_major_locator(MaxNLocator(integer=True))
-        left.set_xlabel("evaluation")
-        left.set_ylabel("criterion")
-        left.grid(True, color="#e1e1e1")
-    else:
-        note = "no annealing evaluations"
-        if annealing_result is not None and math.isfinite(annealing_result):
-            note = f"annealing result {annealing_result:.6g}\n(evaluations not recorded)"
-        _empty(left, note)
-    left.set_title("Simulated annealing")
-    refine = thin(finite_points(refinement))
-    if refine:
-        log_y = wants_log_scale([y for _, y in refine])
-        right.plot(*_xy(refine), color=REFINE_COLOUR, linewidth=2,
-                   marker="o" if len(refine) <= MAX_MARKERS else None, markersize=3,
-                   label="criterion")
-        if log_y:
-            right.set_yscale("log")
-        right.xaxis.set_major_locator(MaxNLocator(integer=True))
-        right.set_xlabel("iteration")
-        right.set_ylabel("criterion (logarithmic scale)" if log_y else "criterion")
-        right.grid(True, color="#e1e1e1")
-    else:
-        _empty(right, "no refinement iterations")
-    right.set_title("Conjugate-gradient refinement")
+    phases = list(phases)
+    axes = fig.subplots(1, max(1, len(phases)), squeeze=False)[0]
+    for ax, phase in zip(axes, phases):
+        _phase_panel(ax, _field(phase, "title") or _field(phase, "name"), _field(phase, "unit"),
+                     _field(phase, "chart"), _field(phase, "trace") or [],
+                     _field(phase, "criterion"))
+    if not phases:
+        _empty(axes[0], "no phases recorded")
     if title:
         fig.suptitle(title)
     fig.subplots_adjust(left=0.07, right=0.97, bottom=0.13, top=0.84 if title else 0.9,
                         wspace=0.22)
     return fig
+
+
+def _field(phase, name):
+    """A phase's field, whether the phase is a mapping (results data) or an object."""
+    return phase.get(name) if isinstance(phase, dict) else getattr(phase, name, None)
+
+
+def _phase_panel(ax, title, unit, chart, trace, result):
+    """One phase's panel (see criterion_figure)."""
+    unit = unit or "step"
+    points = finite_points(trace)
+    if not points:
+        note = f"no {unit}s"
+        if result is not None and math.isfinite(result):
+            note = f"result {result:.6g}\n({unit}s not recorded)"
+        _empty(ax, note)
+    elif chart == "scatter":
+        ax.scatter(*_xy(thin(points)), s=9, color=SCATTER_POINTS, label=f"each {unit}", zorder=2)
+        ax.plot(*_xy(thin(best_so_far(points))), color=SCATTER_COLOUR, linewidth=2,
+                drawstyle="steps-post", label="best so far", zorder=3)
+        ax.legend(loc="upper right", fontsize="small")
+        ax.set_ylabel("criterion")
+    else:
+        points = thin(points)
+        log_y = wants_log_scale([y for _, y in points])
+        ax.plot(*_xy(points), color=LINE_COLOUR, linewidth=2,
+                marker="o" if len(points) <= MAX_MARKERS else None, markersize=3,
+                label="criterion")
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_ylabel("criterion (logarithmic scale)" if log_y else "criterion")
+    if points:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(unit)
+        ax.grid(True, color="#e1e1e1")
+    ax.set_title(title)
 
 
 def confusion_figure(matrix, title=None):
@@ -163,15 +174,17 @@ def confusion_figure(matrix, title=None):
     return fig
 
 
-def overlay_figure(curves, best=None, title="Refinement of every run", size=(900, 420)):
-    """Refinement curves of several runs on one chart; ``curves`` is a list of (label, points),
-    ``best`` the index of the run to mark (drawn last, thick, in the refinement colour)."""
+def overlay_figure(curves, best=None, title="Refinement of every run", size=(900, 420),
+                   unit="iteration"):
+    """The last phase's curves of several runs on one chart; ``curves`` is a list of (label,
+    points), ``best`` the index of the run to mark (drawn last, thick, in the line colour);
+    ``unit`` what a step of the phase is."""
     fig = figure(*size)
     ax = fig.subplots()
     drawn = [(i, label, thin(finite_points(points))) for i, (label, points) in enumerate(curves)]
     drawn = [d for d in drawn if d[2]]
     if not drawn:
-        _empty(ax, "no refinement iterations recorded")
+        _empty(ax, f"no {unit}s recorded")
         ax.set_title(title)
         return fig
     for i, label, points in drawn:
@@ -179,11 +192,11 @@ def overlay_figure(curves, best=None, title="Refinement of every run", size=(900
             ax.plot(*_xy(points), color=OTHER_RUNS, linewidth=1, label=label)
     for i, label, points in drawn:
         if i == best:
-            ax.plot(*_xy(points), color=REFINE_COLOUR, linewidth=2.5, label=f"{label} (best)")
+            ax.plot(*_xy(points), color=LINE_COLOUR, linewidth=2.5, label=f"{label} (best)")
     if wants_log_scale([y for _, _, pts in drawn for _, y in pts]):
         ax.set_yscale("log")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("iteration")
+    ax.set_xlabel(unit)
     ax.set_ylabel("criterion")
     ax.grid(True, color="#e1e1e1")
     if len(drawn) <= 12:
@@ -214,17 +227,16 @@ def svg_markup(fig):
 # ------------------------------------------------------------------- the curve of one TRAIN
 def log_curve(run, path, title=None):
     """``convnet log plot``: the criterion curve of a TRAIN read back from a run (a reader Run)."""
-    if run.kind != "TRAIN":
+    if run.command != "TRAIN":
         raise ConvnetError("only a TRAIN has a criterion curve")
-    if not run.annealing and not run.refinement and run.annealing_criterion is None:
+    if not any(p.trace or p.criterion is not None for p in run.phases):
         raise ConvnetError(f"TRAIN {run.index} of the log records no criterion to plot")
-    return save_png(criterion_figure(run.annealing, run.refinement, run.annealing_criterion,
-                                     title=title), path)
+    return save_png(criterion_figure(run.phases, title=title), path)
 
 
 def criterion_curve(result, path):
-    """The ``criterion.png`` every TRAIN writes, from its TrainResult."""
-    crit, final = result.anneal_criterion, result.final_criterion
-    title = f"TRAIN: annealing {crit:.6g}, final {final:.6g}"
-    return save_png(criterion_figure(result.annealing_history, result.refinement_history, crit,
-                                     title=title), path)
+    """The ``criterion.png`` every TRAIN writes, from its TrainResult: each phase's criterion
+    but the last's named in the title, then the final criterion."""
+    named = [f"{p.name} {p.criterion:.6g}" for p in result.phases[:-1]]
+    title = "TRAIN: " + ", ".join(named + [f"final {result.final_criterion:.6g}"])
+    return save_png(criterion_figure(result.phases, title=title), path)

@@ -269,6 +269,75 @@ def _wait_all(futures):
         raise interrupted
 
 
+class _Job:
+    """One computation over the cases, as the workers share it: its inputs (all cases of x, or
+    x[cases]), classes, blocks and chunks, and the per-block sums and per-chunk gradients the
+    workers write."""
+
+    def __init__(self, plan, w, x, classes, mode, results, cases, blocks, chunks):
+        self.plan, self.w, self.mode, self.results, self.cases = plan, w, mode, results, cases
+        self.xf = x.reshape(x.shape[0], plan.n_inputs)
+        self.classes = classes
+        self.want_classes = classes.shape[0] > 0
+        self.blocks, self.chunks = blocks, chunks
+        self.gradient = mode == "gradient"
+        self.totals = np.zeros(len(blocks))                  # each block's -log likelihood sum
+        self.partials = np.empty((len(chunks), plan.n_weights)) if self.gradient else None
+
+    def block_inputs(self, b0, b1):
+        """The inputs of cases b0..b1-1 of the computation (gathered when it runs on a subset)."""
+        return self.xf[b0:b1] if self.cases is None else self.xf[self.cases[b0:b1]]
+
+    def run_chunks(self, wk, chunk_numbers):
+        """One worker's share: the chunks numbered, each summed into a partial of its own."""
+        with wk.lock:
+            for chunk in chunk_numbers:
+                if self.gradient:
+                    wk.grad[:] = 0.0
+                for block in range(*self.chunks[chunk]):
+                    self.run_block(wk, block)
+                if self.gradient:
+                    self.partials[chunk] = wk.grad
+
+    def run_block(self, wk, block):
+        """One block: its -log likelihood sum, and its gradient, outputs, activations or
+        winners as the computation asks."""
+        plan, mode, results = self.plan, self.mode, self.results
+        b0, b1 = self.blocks[block]
+        count = b1 - b0
+        inputs = self.block_inputs(b0, b1)
+        classes = self.classes[b0:b1] if self.want_classes else _NO_CLASSES
+        if mode == "criterion":
+            self.totals[block] = _criterion_block(plan, self.w, inputs, wk, count, classes)
+            return
+        self.totals[block] = _forward_block(plan, self.w, inputs, wk, count, classes,
+                                            self.gradient, mode in ("gradient", "outputs"))
+        if self.gradient:
+            _backward_block(plan, self.w, wk, count)
+        elif mode == "outputs":
+            results[b0:b1] = _view(wk.logits, plan.n_classes, count).T
+        elif mode == "activations":
+            for i, layer in enumerate(plan.layers):
+                results[i][b0:b1] = _view(wk.acts[i], layer.n_out, count).T
+        elif mode == "winners":
+            for i in results:
+                results[i][b0:b1] = wk.ids_view(i, count).T
+
+    def total(self):
+        total = 0.0
+        for v in self.totals:                            # block order, whatever the threads
+            total += float(v)
+        return total
+
+    def gradient_sum(self):
+        if not self.gradient:
+            return None
+        grad = self.partials[0].copy()
+        for p in self.partials[1:]:                      # chunk order, whatever the threads
+            grad += p
+        return grad
+
+
 # ---------------------------------------------------------------------------------- backend
 class HostBackend:
     """CPU backend for one architecture.
@@ -389,64 +458,24 @@ class HostBackend:
         self._calls[:] = 0
 
     # -- the engine
-    def _run(self, w, x, classes, mode, results=None):
-        """Run a computation over all cases: (sum of -log likelihood, gradient sum or None)."""
-        plan = self._plan
-        n = x.shape[0]
-        gradient = mode == "gradient"
+    def _run(self, w, x, classes, mode, results=None, cases=None):
+        """Run a computation over all cases of x, or over x[cases] when ``cases`` (int64 indices)
+        is given: (sum of -log likelihood, gradient sum or None)."""
+        n = x.shape[0] if cases is None else cases.shape[0]
         blocks, chunks = self.partition(n)
-        B = blocks[0][1] - blocks[0][0]
-        T = min(self._threads, len(chunks))
-        groups = self._shares(blocks, chunks, T)
-        works = []
-        for t in range(T):
-            wk = self._works.get(t)
-            if wk is None or wk.capacity < B or (gradient and not wk.gradient):
-                wk = _Work(plan, B, gradient or (wk is not None and wk.gradient))
-                self._works[t] = wk
-            works.append(wk)
-        xf = x.reshape(n, plan.n_inputs)
-        want_classes = classes.shape[0] > 0
-        totals = np.zeros(len(blocks))                  # each block's -log likelihood sum
-        partials = np.empty((len(chunks), plan.n_weights)) if gradient else None
-
-        def worker(t):
-            wk = works[t]
-            with wk.lock:
-                for c in groups[t]:
-                    if gradient:
-                        wk.grad[:] = 0.0
-                    for k in range(*chunks[c]):
-                        b0, b1 = blocks[k]
-                        m = b1 - b0
-                        xb = xf[b0:b1]
-                        cb = classes[b0:b1] if want_classes else _NO_CLASSES
-                        if mode == "criterion":
-                            totals[k] = _criterion_block(plan, w, xb, wk, m, cb)
-                            continue
-                        totals[k] = _forward_block(plan, w, xb, wk, m, cb, gradient,
-                                                   mode in ("gradient", "outputs"))
-                        if gradient:
-                            _backward_block(plan, w, wk, m)
-                        elif mode == "outputs":
-                            results[b0:b1] = _view(wk.logits, plan.n_classes, m).T
-                        elif mode == "activations":
-                            for i, L in enumerate(plan.layers):
-                                results[i][b0:b1] = _view(wk.acts[i], L.n_out, m).T
-                        elif mode == "winners":
-                            for i in results:
-                                results[i][b0:b1] = wk.ids_view(i, m).T
-                    if gradient:
-                        partials[c] = wk.grad
-
+        n_workers = min(self._threads, len(chunks))
+        works = self._work_areas(n_workers, blocks[0][1] - blocks[0][0], mode == "gradient")
+        job = _Job(self._plan, w, x, classes, mode, results, cases, blocks, chunks)
+        groups = self._shares(blocks, chunks, n_workers)
         with self._call_lock, single_threaded_blas():
             for wk in works:
                 wk.seconds[:] = 0.0
                 wk.calls[:] = 0
-            pool = self._executor(T - 1)
-            futures = [pool.submit(worker, t) for t in range(1, T)] if T > 1 else []
+            pool = self._executor(n_workers - 1)
+            futures = [pool.submit(job.run_chunks, works[t], groups[t])
+                       for t in range(1, n_workers)] if n_workers > 1 else []
             try:
-                worker(0)
+                job.run_chunks(works[0], groups[0])
             finally:
                 _wait_all(futures)
             for f in futures:
@@ -454,15 +483,19 @@ class HostBackend:
             for wk in works:
                 self._seconds += wk.seconds
                 self._calls += wk.calls
-            total = 0.0
-            for v in totals:                            # block order, whatever the threads
-                total += float(v)
-            grad = None
-            if gradient:
-                grad = partials[0].copy()
-                for p in partials[1:]:                  # chunk order, whatever the threads
-                    grad += p
-        return total, grad
+            return job.total(), job.gradient_sum()
+
+    def _work_areas(self, n_workers, block, gradient):
+        """The work areas of n_workers workers for blocks of ``block`` cases (kept from call to
+        call, made anew only when too small or without the gradient's areas)."""
+        works = []
+        for t in range(n_workers):
+            wk = self._works.get(t)
+            if wk is None or wk.capacity < block or (gradient and not wk.gradient):
+                wk = _Work(self._plan, block, gradient or (wk is not None and wk.gradient))
+                self._works[t] = wk
+            works.append(wk)
+        return works
 
     def close(self):
         """Stop the worker threads (they are also stopped at exit)."""
@@ -474,11 +507,31 @@ class HostBackend:
 
 class HostEvaluator(Evaluator):
     """A data set bound to a :class:`HostBackend`: full-batch criterion, gradient and outputs
-    (the contract in :mod:`convnet.evaluator`)."""
+    (the contract in :mod:`convnet.evaluator`), over all its cases or, for an evaluator made by
+    :meth:`subset`, over some of them."""
 
     def __init__(self, backend, inputs, classes, wpen=0.0):
         self.backend = backend
         self.inputs = self.bind(backend.arch, inputs, classes, wpen)
+        self.cases = None                 # all cases of self.inputs, in order
+
+    def subset(self, case_indices):
+        """An evaluator over the cases ``case_indices`` (0-based, of this evaluator's cases) of
+        the data already bound: it reads the same inputs array (no copy; a contiguous run of
+        cases is a view of it, other cases are gathered a block at a time as they are
+        computed), and its results equal, to the last bit, those of a fresh evaluator on those
+        cases (the blocks depend only on the number of cases)."""
+        sub = HostEvaluator.__new__(HostEvaluator)
+        sub.backend = self.backend
+        cases = sub.bind_subset(self.backend.arch, self, case_indices)
+        if self.cases is not None:
+            cases = self.cases[cases]
+        first = int(cases[0])
+        if np.array_equal(cases, np.arange(first, first + cases.size)):
+            sub.inputs, sub.cases = self.inputs[first:first + cases.size], None
+        else:
+            sub.inputs, sub.cases = self.inputs, cases
+        return sub
 
     # The penalty's dot product runs with BLAS held to one thread too: woken for it, OpenBLAS's
     # threads keep spinning for a while afterwards and take a core from the next computation's
@@ -488,7 +541,7 @@ class HostEvaluator(Evaluator):
         b = self.backend
         w = check_weights(b.arch, weights)
         with single_threaded_blas():
-            total, _ = b._run(w, self.inputs, self.need_classes(), "criterion")
+            total, _ = b._run(w, self.inputs, self.need_classes(), "criterion", cases=self.cases)
             return total * self.scale + self.penalty.value(w)
 
     def gradient(self, weights):
@@ -496,7 +549,8 @@ class HostEvaluator(Evaluator):
         b = self.backend
         w = check_weights(b.arch, weights)
         with single_threaded_blas():
-            total, grad = b._run(w, self.inputs, self.need_classes(), "gradient")
+            total, grad = b._run(w, self.inputs, self.need_classes(), "gradient",
+                                 cases=self.cases)
             grad *= self.scale
             self.penalty.add_gradient(w, grad)
             return total * self.scale + self.penalty.value(w), grad
@@ -506,5 +560,5 @@ class HostEvaluator(Evaluator):
         b = self.backend
         w = check_weights(b.arch, weights)
         res = np.empty((self.n_cases, b.arch.n_classes))
-        b._run(w, self.inputs, _NO_CLASSES, "outputs", res)
+        b._run(w, self.inputs, _NO_CLASSES, "outputs", res, cases=self.cases)
         return res

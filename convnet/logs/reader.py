@@ -61,11 +61,47 @@ _GIVES = re.compile(r"gives (\d+) weights$")
 _MODEL_LOADED = re.compile(r"^\s*Model loaded from (.+)$")
 
 
+# The phases of the book's training method, whose lines the log has: name -> (title, unit, chart).
+BOOK_PHASES = {"annealing": ("Simulated annealing", "evaluation", "scatter"),
+               "refinement": ("Conjugate-gradient refinement", "iteration", "line")}
+
+
+@dataclass
+class LogPhase:
+    """One phase of a TRAIN as a log (or results.json) records it: the fields of
+    convnet.train's PhaseResult, those the log does not say left None."""
+
+    name: str
+    title: str = ""
+    unit: str = "step"
+    chart: str = "line"
+    trace: List[Tuple[int, float]] = field(default_factory=list)     # (step, criterion)
+    criterion: Optional[float] = None
+    steps: Optional[int] = None
+    limit: Optional[int] = None
+    interrupted: Optional[bool] = None
+    stop_reason: Optional[str] = None
+    stop_words: Optional[str] = None
+    seconds: Optional[float] = None
+    evaluations: Dict[str, Optional[int]] = field(default_factory=dict)
+    figures: Dict[str, list] = field(default_factory=dict)
+
+    FIELDS = ("name", "title", "unit", "chart", "trace", "criterion", "steps", "limit",
+              "interrupted", "stop_reason", "stop_words", "seconds", "evaluations", "figures")
+
+    @property
+    def last_step(self):
+        """The steps taken: as recorded, else the last step of the trace (None when neither)."""
+        if self.steps is not None:
+            return self.steps
+        return max(s for s, _ in self.trace) if self.trace else None
+
+
 @dataclass
 class Run:
     """One TRAIN or TEST as the log records it."""
 
-    kind: str                                   # "TRAIN" or "TEST"
+    command: str                                # "TRAIN" or "TEST"
     index: int                                  # 1-based position among the log's runs
     control_file: Optional[str] = None
     rows: Optional[int] = None                  # the model's input image
@@ -78,12 +114,8 @@ class Run:
     params: Dict[str, str] = field(default_factory=dict)    # training parameters as logged
     device: Optional[str] = None                # "cpu" or "cuda"
     threads: Optional[str] = None
-    annealing_criterion: Optional[float] = None
-    annealing: List[Tuple[int, float]] = field(default_factory=list)    # (evaluation, criterion)
-    refinement: List[Tuple[int, float]] = field(default_factory=list)   # (iteration, criterion)
-    final_criterion: Optional[float] = None     # TRAIN: after refinement; TEST: on the test set
-    iterations: Optional[int] = None            # refinement iterations (TRAIN)
-    stop_reason: Optional[str] = None           # why refinement ended, as logged
+    phases: List[LogPhase] = field(default_factory=list)  # a TRAIN's phases, in order
+    final_criterion: Optional[float] = None     # TRAIN: after its phases; TEST: on the test set
     n_cases: Optional[int] = None
     confusion: List[List[int]] = field(default_factory=list)            # [true][predicted]
     misclassification: Optional[float] = None   # percent
@@ -95,6 +127,19 @@ class Run:
     @property
     def complete(self):
         return self.misclassification is not None and self.error is None
+
+    def phase(self, name):
+        """The phase called ``name`` (None when there is none)."""
+        return next((p for p in self.phases if p.name == name), None)
+
+    def book_phase(self, name):
+        """The book's phase ``name``, made when the log first speaks of it."""
+        found = self.phase(name)
+        if found is None:
+            title, unit, chart = BOOK_PHASES[name]
+            found = LogPhase(name, title, unit, chart)
+            self.phases.append(found)
+        return found
 
 
 @dataclass
@@ -112,11 +157,11 @@ class LogFile:
 
     @property
     def trains(self):
-        return [r for r in self.runs if r.kind == "TRAIN"]
+        return [r for r in self.runs if r.command == "TRAIN"]
 
     @property
     def tests(self):
-        return [r for r in self.runs if r.kind == "TEST"]
+        return [r for r in self.runs if r.command == "TEST"]
 
 
 def _float(text):
@@ -145,8 +190,8 @@ def compact_layers(report):
             continue
         m = _LAYER_POOL.match(line)
         if m:
-            n, wv, wh, kind, sv, sh, h, w, d = m.groups()
-            out.append([f"{n} {kind} pool {wv}x{wh} stride {sv},{sh} -> {h}x{w}x{d}", None, None])
+            n, wv, wh, pooling, sv, sh, h, w, d = m.groups()
+            out.append([f"{n} {pooling} pool {wv}x{wh} stride {sv},{sh} -> {h}x{w}x{d}", None, None])
             continue
         m = _LAYER_OUT.match(line)
         if m:
@@ -234,7 +279,8 @@ class _Parser:
                 self.report["weights"] = int(m.group(1))
                 self.model = self.report
                 self.report = None
-                if self.run is not None and self.run.kind == "TRAIN" and self.run.weights is None:
+                run = self.run
+                if run is not None and run.command == "TRAIN" and run.weights is None:
                     self._apply_model(self.run)
             return
         if self.in_confusion:
@@ -245,10 +291,10 @@ class _Parser:
             if line.startswith("\t") or not stripped:
                 return
             self.in_confusion = False
-        kind = _command_word(stripped)
-        if kind is not None:
-            self.run = Run(kind, len(self.log.runs) + 1, control_file=self.control_file)
-            if kind == "TEST":
+        command = _command_word(stripped)
+        if command is not None:
+            self.run = Run(command, len(self.log.runs) + 1, control_file=self.control_file)
+            if command == "TEST":
                 self._apply_model(self.run)
             self.log.runs.append(self.run)
             return
@@ -281,35 +327,42 @@ class _Parser:
 
     def h_anneal(self, m):
         if self.run is not None:
-            self.run.annealing_criterion = _crit(m)
+            self.run.book_phase("annealing").criterion = _crit(m)
 
     def h_anneal_values(self, m):
         if self.run is None:
             return
+        annealing = self.run.book_phase("annealing")
         first = int(m.group(1))
         values = m.group(3).split()
         for k, v in enumerate(values):
             try:
-                self.run.annealing.append((first + k, float(v)))
+                annealing.trace.append((first + k, float(v)))
             except ValueError:
                 pass
+        annealing.steps = len(annealing.trace)
 
     def h_anneal_stopped(self, m):
         if self.run is not None:
             self.run.interrupted = True
+            self.run.book_phase("annealing").interrupted = True
 
     def h_iteration(self, m):
         if self.run is None:
             return
-        if not self.run.refinement and self.run.annealing_criterion is not None:
+        refinement = self.run.book_phase("refinement")
+        annealing = self.run.phase("annealing")
+        if not refinement.trace and annealing is not None and annealing.criterion is not None:
             # refinement starts from the annealing result: its iteration 0
-            self.run.refinement.append((0, self.run.annealing_criterion))
-        self.run.refinement.append((int(m.group(1)), _float(m.group(2))))
+            refinement.trace.append((0, annealing.criterion))
+        refinement.trace.append((int(m.group(1)), _float(m.group(2))))
+        refinement.criterion = refinement.trace[-1][1]
 
     def h_refine_done(self, m):
         if self.run is not None:
-            self.run.iterations = int(m.group(1))
-            self.run.stop_reason = m.group(2).strip()
+            refinement = self.run.book_phase("refinement")
+            refinement.steps = int(m.group(1))
+            refinement.stop_words = m.group(2).strip()
 
     def h_opt(self, m):
         if self.run is not None:
@@ -326,6 +379,8 @@ class _Parser:
         for name, value in _ELAPSED_PART.findall(m.group(1)):
             self.run.phase_seconds[name.strip()] = float(value)
         secs = self.run.phase_seconds
+        for phase in self.run.phases:
+            phase.seconds = secs.get(phase.name)
         self.run.seconds = secs.get("total", secs.get("test"))
 
     def h_run_ended(self, m):
@@ -336,6 +391,7 @@ class _Parser:
     def h_escape(self, m):
         if self.run is not None:
             self.run.interrupted = True
+            self.run.book_phase("refinement").interrupted = True
 
     def h_confusion(self, m):
         if self.run is not None:
@@ -406,10 +462,14 @@ def _fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
 
-def _iterations(run):
-    if run.iterations is not None:
-        return run.iterations
-    return max(i for i, _ in run.refinement) if run.refinement else None
+def _first_criterion(run):
+    """The criterion of a TRAIN's first phase (annealing in the book's method)."""
+    return run.phases[0].criterion if run.phases else None
+
+
+def _last_steps(run):
+    """The steps of a TRAIN's last phase (refinement iterations in the book's method)."""
+    return run.phases[-1].last_step if run.phases else None
 
 
 def _status(run):
@@ -435,16 +495,16 @@ def _table(head, body, right):
 
 def summary_lines(logs):
     """``convnet log summary``: one row per TRAIN / TEST of every log, in order."""
-    head = ["log", "run", "kind", "weights", "device", "anneal crit", "final crit", "iters",
+    head = ["log", "run", "command", "weights", "device", "phase 1 crit", "final crit", "steps",
             "misclass %", "seconds", "status"]
     right = [False, True, False, True, False, True, True, True, True, True, False]
     body = []
     for log in logs:
         for run in log.runs:
-            body.append([log.path, str(run.index), run.kind, _fmt(run.weights, "d"),
-                         run.device or "-", _fmt(run.annealing_criterion, ".6g"),
+            body.append([log.path, str(run.index), run.command, _fmt(run.weights, "d"),
+                         run.device or "-", _fmt(_first_criterion(run), ".6g"),
                          _fmt(run.final_criterion, ".6g"),
-                         _fmt(_iterations(run), "d") if run.kind == "TRAIN" else "-",
+                         _fmt(_last_steps(run), "d") if run.command == "TRAIN" else "-",
                          _fmt(run.misclassification, ".4f"), _fmt(run.seconds, ".2f"),
                          _status(run)])
         if not log.runs:
@@ -469,9 +529,9 @@ def pick_train(log, number=None):
     test = None
     for run in log.runs:
         if run.index > train.index:
-            if run.kind == "TRAIN":
+            if run.command == "TRAIN":
                 break
-            if run.kind == "TEST":
+            if run.command == "TEST":
                 test = run
                 break
     return train, test
@@ -480,6 +540,8 @@ def pick_train(log, number=None):
 def compare_lines(log_a, log_b, number_a=None, number_b=None):
     """``convnet log compare``: architecture and results of two runs side by side."""
     (ta, sa), (tb, sb) = pick_train(log_a, number_a), pick_train(log_b, number_b)
+
+    names = [p.name for p in ta.phases] + [p.name for p in tb.phases if ta.phase(p.name) is None]
 
     def facts(train, test):
         p = train.params
@@ -494,8 +556,7 @@ def compare_lines(log_a, log_b, number_a=None, number_b=None):
             ("MAXITERS", p.get("MAXITERS", "-")),
             ("TOL", p.get("TOL", "-")),
             ("WPEN", p.get("WPEN", "-")),
-            ("annealing criterion", _fmt(train.annealing_criterion, ".6g")),
-            ("refinement iterations", _fmt(_iterations(train), "d")),
+        ] + _phase_facts(train, names) + [
             ("final criterion", _fmt(train.final_criterion, ".6g")),
             ("train misclassification %", _fmt(train.misclassification, ".4f")),
             ("test misclassification %", _fmt(test.misclassification, ".4f") if test else "-"),
@@ -504,6 +565,22 @@ def compare_lines(log_a, log_b, number_a=None, number_b=None):
         ]
 
     fa, fb = facts(ta, sa), facts(tb, sb)
+    return _side_by_side(log_a, log_b, ta, tb, fa, fb)
+
+
+def _phase_facts(train, names):
+    """(label, value) of each phase named: its criterion and its steps."""
+    out = []
+    for name in names:
+        phase = train.phase(name)
+        unit = phase.unit if phase is not None else "step"
+        out.append((f"{name} criterion", _fmt(phase and phase.criterion, ".6g")))
+        out.append((f"{name} {unit}s", _fmt(phase and phase.last_step, "d")))
+    return out
+
+
+def _side_by_side(log_a, log_b, ta, tb, fa, fb):
+    """The lines of ``convnet log compare`` from the two runs' facts and layers."""
     label_w = max(len(k) for k, _ in fa)
     arch_a, arch_b = ta.layers, tb.layers
     col_w = max([len(log_a.path) + 12, 24] + [len(v) for _, v in fa]

@@ -17,7 +17,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import ConvnetError
-from .results import RESULTS_FORMAT, RESULTS_NAME, RESULTS_VERSION, write_results
+from .results import RESULTS_FORMAT, RESULTS_NAME, RESULTS_VERSION, train_entry, write_results
 
 RESULTS_INTERVAL = 5.0          # seconds between throttled rewrites of results.json
 COST_RATIO = 50.0               # ... and at least this many times the last write's duration
@@ -154,70 +154,33 @@ class SessionRecord:
             raise ConvnetError(f"cannot write {self.path}: {e.strerror or e}") from None
 
     # ------------------------------------------------------------------ TRAIN and TEST
-    def begin(self, kind, cmd, arch, params, device, threads):
-        """A TRAIN or TEST starts; returns its entry in the data."""
-        run = {"kind": kind, "index": len(self.data["runs"]) + 1, "control_file": cmd.file,
+    def begin(self, command, cmd, arch, params, device, threads):
+        """A TRAIN or TEST (``command``) starts; returns its entry in the data."""
+        run = {"command": command, "index": len(self.data["runs"]) + 1, "control_file": cmd.file,
                "line": cmd.line, "status": "running", "error": None, "device": device,
                "threads": threads, "architecture": architecture_data(arch),
                "parameters": {k: _plain(v) for k, v in params.items()},
                "started": _now()}
-        if kind == "TRAIN":
-            run["annealing"] = {"evaluations": [], "criterion": None, "n_evaluations": 0,
-                                "limit": params.get("ANNEAL ITERS")}
-            run["refinement"] = {"iterations": [], "n_iterations": 0,
-                                 "limit": params.get("MAXITERS")}
+        if command == "TRAIN":
+            run["phases"] = []
         self.data["runs"].append(run)
         self.write()
         return run
 
     def observer(self, run, also=None):
-        """A progress callback (the trainer's ``progress``) that records each annealing evaluation
-        and refinement iteration of ``run``, rewrites the files now and then, and passes the call
-        on to ``also`` (the terminal's progress line) when given."""
-        annealing, refinement = run["annealing"], run["refinement"]
-
-        def observe(phase, iteration, current=None, best=None, total=None):
-            if str(phase).lower().startswith("anneal"):
-                annealing["evaluations"].append([int(iteration), current])
-                annealing["n_evaluations"] = int(iteration)
-                annealing["criterion"] = best
-            else:
-                if not refinement["iterations"] and annealing["criterion"] is not None:
-                    refinement["iterations"].append([0, annealing["criterion"], None])
-                refinement["iterations"].append([int(iteration), current, None])
-                refinement["n_iterations"] = int(iteration)
-            self.write(force=False)
-            if also is not None:
-                also(phase, iteration, current, best, total=total)
-        return observe
+        """A progress callback (the trainer's ``progress``) that records each step of the phases
+        of ``run``, rewrites the files now and then, and passes the call on to ``also`` (the
+        terminal's progress line) when given. The trainer tells it of each phase as it starts
+        (``start_phase``)."""
+        return _PhaseObserver(self, run, also)
 
     def end_train(self, run, result):
         """A TRAIN finished: its full results replace what was gathered on the way."""
-        from ..train.trainer import STOP_WORDS
-        steps = list(result.refinement_steps)
-        iterations = [[int(it), float(f), None if it == 0 or it > len(steps) else steps[it - 1]]
-                      for it, f in result.refinement_history]
-        seconds = {k: round(float(v), 6) for k, v in result.seconds.items()}
-        run.update({
-            "status": "interrupted" if result.interrupted else "done",
-            "annealing": {"evaluations": [[int(k), float(f)] for k, f in result.annealing_history],
-                          "criterion": result.anneal_criterion,
-                          "n_evaluations": len(result.annealing_history),
-                          "limit": run["annealing"].get("limit"),
-                          "interrupted": result.anneal_interrupted,
-                          "seconds": seconds.get("annealing")},
-            "refinement": {"iterations": iterations, "n_iterations": result.iterations,
-                           "limit": run["refinement"].get("limit"),
-                           "stop_reason": result.stop_reason,
-                           "stop_words": STOP_WORDS.get(result.stop_reason, result.stop_reason),
-                           "interrupted": result.refine_interrupted,
-                           "n_gradient_evals": result.n_gradient_evals,
-                           "seconds": seconds.get("refinement")},
-            "n_criterion_evals": result.n_criterion_evals,
-            "final_criterion": result.final_criterion, "nll": result.nll,
-            "penalty": result.final_criterion - result.nll,
-            "confusion": result.confusion.tolist(), "misclassification": result.misclassification,
-            "n_cases": result.n_cases, "seconds": seconds, "finished": _now()})
+        run.update(train_entry(result.phases, result.final_criterion, result.nll,
+                               result.confusion.tolist(), result.misclassification,
+                               result.n_cases, result.seconds, result.n_criterion_evals))
+        run.update({"status": "interrupted" if result.interrupted else "done",
+                    "finished": _now()})
         self.write()
 
     def end_test(self, run, result):
@@ -248,6 +211,36 @@ class SessionRecord:
 
     def cuda_log(self, path, out="."):
         self.data["cuda_log"] = _relative(path, out)
+
+
+class _PhaseObserver:
+    """The live record of a TRAIN's phases (see SessionRecord.observer)."""
+
+    def __init__(self, record, run, also):
+        self.record, self.run, self.also = record, run, also
+        self.entry = self.label = None
+
+    def start_phase(self, phase):
+        """A phase starts: its entry, with the points its trace starts with."""
+        self.label = phase.label
+        self._open({"name": phase.name, "title": phase.title, "unit": phase.unit,
+                    "chart": phase.chart, "limit": phase.limit,
+                    "trace": [[int(s), c] for s, c in phase.start_trace()]})
+
+    def _open(self, entry):
+        self.entry = dict(entry, criterion=None, steps=0)
+        self.run["phases"].append(self.entry)
+
+    def __call__(self, label, step, current=None, best=None, total=None):
+        if label != self.label:            # a step of a phase not announced: named by its label
+            self.label = label
+            self._open({"name": str(label).lower(), "trace": [], "limit": total})
+        self.entry["trace"].append([int(step), current])
+        self.entry["steps"] = int(step)
+        self.entry["criterion"] = best
+        self.record.write(force=False)
+        if self.also is not None:
+            self.also(label, step, current, best, total=total)
 
 
 def _relative(path, out):

@@ -14,12 +14,12 @@ import os
 import tempfile
 
 from ..errors import ConvnetError
-from .reader import LogFile, Run, compact_layers, read_log
+from .reader import BOOK_PHASES, LogFile, LogPhase, Run, compact_layers, read_log
 
 RESULTS_FORMAT = "convnet results"
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2
 RESULTS_NAME = "results.json"
-KNOWN_VERSIONS = (RESULTS_VERSION,)
+KNOWN_VERSIONS = (1, RESULTS_VERSION)       # version 1 is converted on reading (from_version_1)
 STATUSES = ("running", "done", "interrupted", "error")
 
 
@@ -83,7 +83,12 @@ def read_results(path):
         known = ", ".join(str(v) for v in KNOWN_VERSIONS)
         raise ConvnetError(f"results format {version} is not known to this convnet (it reads "
                            f"format {known}); use the convnet version that wrote it", str(path))
-    return data
+    return in_current_layout(data)
+
+
+def in_current_layout(data):
+    """Results data of any version this convnet reads, in the layout of the current version."""
+    return from_version_1(data) if data.get("format_version") == 1 else data
 
 
 def results_beside(log_path):
@@ -141,34 +146,34 @@ def to_logfile(data, path):
                   seed=session.get("seed"), control_files=list(session.get("control_files", [])),
                   error=error.get("text") if error else None)
     for r in data.get("runs", []):
-        arch = r.get("architecture") or {}
-        run = Run(r["kind"], r["index"], control_file=r.get("control_file"),
-                  rows=arch.get("rows"), cols=arch.get("cols"), bands=arch.get("bands"),
-                  n_classes=arch.get("classes"), weights=arch.get("total_weights"),
-                  architecture=list(arch.get("report", [])),
-                  params={k: _param_text(v) for k, v in (r.get("parameters") or {}).items()},
-                  device=r.get("device"),
-                  threads=None if r.get("threads") is None else str(r.get("threads")),
-                  final_criterion=r.get("final_criterion"), n_cases=r.get("n_cases"),
-                  confusion=[list(row) for row in r.get("confusion") or []],
-                  misclassification=r.get("misclassification"),
-                  seconds=(r.get("seconds") or {}).get("total"),
-                  phase_seconds=dict(r.get("seconds") or {}),
-                  interrupted=r.get("status") == "interrupted" or bool(r.get("interrupted")))
-        run.layers = compact_layers(run.architecture)
-        if r.get("status") == "error":
-            run.error = r.get("error") or (error.get("text") if error else "error")
-        if r["kind"] == "TRAIN":
-            ann = r.get("annealing") or {}
-            ref = r.get("refinement") or {}
-            run.annealing_criterion = ann.get("criterion")
-            run.annealing = [(int(k), c) for k, c in ann.get("evaluations", []) if c is not None]
-            run.refinement = [(int(p[0]), p[1]) for p in ref.get("iterations", [])
-                              if p[1] is not None]
-            run.iterations = ref.get("n_iterations")
-            run.stop_reason = ref.get("stop_words")
-        log.runs.append(run)
+        log.runs.append(_logged_run(r, error))
     return log
+
+
+def _logged_run(r, error):
+    """One run entry of the results as the reader's Run."""
+    arch = r.get("architecture") or {}
+    run = Run(r["command"], r["index"], control_file=r.get("control_file"),
+              rows=arch.get("rows"), cols=arch.get("cols"), bands=arch.get("bands"),
+              n_classes=arch.get("classes"), weights=arch.get("total_weights"),
+              architecture=list(arch.get("report", [])),
+              params={k: _param_text(v) for k, v in (r.get("parameters") or {}).items()},
+              device=r.get("device"),
+              threads=None if r.get("threads") is None else str(r.get("threads")),
+              final_criterion=r.get("final_criterion"), n_cases=r.get("n_cases"),
+              confusion=[list(row) for row in r.get("confusion") or []],
+              misclassification=r.get("misclassification"),
+              seconds=(r.get("seconds") or {}).get("total"),
+              phase_seconds=dict(r.get("seconds") or {}),
+              interrupted=r.get("status") == "interrupted" or bool(r.get("interrupted")))
+    run.layers = compact_layers(run.architecture)
+    if r.get("status") == "error":
+        run.error = r.get("error") or (error.get("text") if error else "error")
+    for entry in r.get("phases") or []:
+        fields = {k: entry.get(k) for k in LogPhase.FIELDS if k in entry}
+        fields["trace"] = [(int(p[0]), p[1]) for p in entry.get("trace") or [] if p[1] is not None]
+        run.phases.append(LogPhase(**fields))
+    return run
 
 
 def _param_text(value):
@@ -183,39 +188,7 @@ def _param_text(value):
 def from_logfile(log):
     """Results data made from what a CONVNET.LOG says (for runs made before results.json existed,
     or whose results.json was lost). Only what the log records is filled in."""
-    runs = []
-    for r in log.runs:
-        status = "done"
-        if r.error:
-            status = "error"
-        elif r.interrupted:
-            status = "interrupted"
-        elif r.misclassification is None:
-            status = "running"
-        run = {"kind": r.kind, "index": r.index, "control_file": r.control_file, "line": None,
-               "status": status, "error": r.error, "device": r.device,
-               "threads": int(r.threads) if r.threads and r.threads.isdigit() else None,
-               "architecture": {"rows": r.rows, "cols": r.cols, "bands": r.bands,
-                                "classes": r.n_classes, "total_weights": r.weights,
-                                "layers": [], "report": list(r.architecture)},
-               "parameters": dict(r.params), "final_criterion": r.final_criterion,
-               "confusion": [list(row) for row in r.confusion],
-               "misclassification": r.misclassification, "n_cases": r.n_cases,
-               "seconds": dict(r.phase_seconds)}
-        if r.seconds is not None:
-            run["seconds"].setdefault("total", r.seconds)
-        if r.kind == "TRAIN":
-            refinement = [[i, c, None] for i, c in r.refinement]
-            run["annealing"] = {"evaluations": [[k, c] for k, c in r.annealing],
-                                "criterion": r.annealing_criterion,
-                                "n_evaluations": len(r.annealing) or None,
-                                "seconds": r.phase_seconds.get("annealing")}
-            run["refinement"] = {"iterations": refinement, "n_iterations": r.iterations,
-                                 "stop_reason": None, "stop_words": r.stop_reason,
-                                 "seconds": r.phase_seconds.get("refinement")}
-        else:
-            run["criterion"] = r.final_criterion
-        runs.append(run)
+    runs = [_run_from_log(r) for r in log.runs]
     status = "done"
     error = None
     if log.error:
@@ -230,3 +203,111 @@ def from_logfile(log):
             "session": {"seed": log.seed, "seed_given": None, "device": None, "threads": None,
                         "control_files": list(log.control_files)},
             "runs": runs, "pictures": [], "models": [], "cuda_log": None}
+
+
+def _run_from_log(r):
+    """One run entry from the reader's Run."""
+    status = "done"
+    if r.error:
+        status = "error"
+    elif r.interrupted:
+        status = "interrupted"
+    elif r.misclassification is None:
+        status = "running"
+    run = {"command": r.command, "index": r.index, "control_file": r.control_file, "line": None,
+           "status": status, "error": r.error, "device": r.device,
+           "threads": int(r.threads) if r.threads and r.threads.isdigit() else None,
+           "architecture": {"rows": r.rows, "cols": r.cols, "bands": r.bands,
+                            "classes": r.n_classes, "total_weights": r.weights,
+                            "layers": [], "report": list(r.architecture)},
+           "parameters": dict(r.params)}
+    seconds = dict(r.phase_seconds)
+    if r.seconds is not None:
+        seconds.setdefault("total", r.seconds)
+    if r.command == "TRAIN":
+        run.update(train_entry(r.phases, r.final_criterion, None, r.confusion, r.misclassification,
+                               r.n_cases, seconds))
+    else:
+        run.update({"criterion": r.final_criterion, "final_criterion": r.final_criterion,
+                    "confusion": [list(row) for row in r.confusion],
+                    "misclassification": r.misclassification, "n_cases": r.n_cases,
+                    "seconds": seconds})
+    return run
+
+
+# ------------------------------------------------------------------- a TRAIN's entry
+def phase_entry(phase):
+    """A phase of a TRAIN as results data, from anything with PhaseResult's fields (a
+    convnet.train PhaseResult, or the log reader's LogPhase)."""
+    seconds = phase.seconds
+    return {"name": phase.name, "title": phase.title, "unit": phase.unit, "chart": phase.chart,
+            "trace": [[int(step), None if crit is None else float(crit)]
+                      for step, crit in phase.trace],
+            "criterion": phase.criterion, "steps": phase.steps, "limit": phase.limit,
+            "interrupted": phase.interrupted, "stop_reason": phase.stop_reason or None,
+            "stop_words": phase.stop_words or None,
+            "seconds": None if seconds is None else round(float(seconds), 6),
+            "evaluations": dict(phase.evaluations or {}),
+            "figures": {name: list(values) for name, values in (phase.figures or {}).items()}}
+
+
+def train_entry(phases, final_criterion, nll, confusion, misclassification, n_cases, seconds,
+                n_criterion_evals=None):
+    """What a TRAIN's run entry holds beyond what every run has: its phases and final figures.
+    The one place such an entry is made, for the live record and for a log read back."""
+    penalty = None if final_criterion is None or nll is None else final_criterion - nll
+    return {"phases": [phase_entry(p) for p in phases], "n_criterion_evals": n_criterion_evals,
+            "final_criterion": final_criterion, "nll": nll, "penalty": penalty,
+            "confusion": [[int(v) for v in row] for row in confusion],
+            "misclassification": misclassification, "n_cases": n_cases,
+            "seconds": {k: round(float(v), 6) for k, v in seconds.items()}}
+
+
+def run_phase(run, name):
+    """The phase entry called ``name`` of a TRAIN's run entry, or {} when there is none."""
+    return next((p for p in run.get("phases") or [] if p.get("name") == name), {})
+
+
+# ------------------------------------------------------------------- version 1 -> 2
+# Annealing's stop words, as version 2 writes them (version 1 did not record them).
+_ANNEALING_STOP_WORDS = {"limit": "ANNEAL ITERS reached", "interrupt": "interrupted by the user"}
+
+
+def from_version_1(data):
+    """Results data of version 1 (a TRAIN's "annealing" and "refinement" and every run's
+    "kind") in the layout of version 2 (its "phases" and "command"); the numbers are the same."""
+    data = dict(data, format_version=RESULTS_VERSION)
+    data["runs"] = [_run_from_version_1(r) for r in data.get("runs") or []]
+    return data
+
+
+def _run_from_version_1(old):
+    run = {("command" if k == "kind" else k): v for k, v in old.items()
+           if k not in ("annealing", "refinement")}
+    if run.get("command") != "TRAIN":
+        return run
+    ann, ref = old.get("annealing") or {}, old.get("refinement") or {}
+    interrupted = ann.get("interrupted")
+    reason = None if interrupted is None else ("interrupt" if interrupted else "limit")
+    annealing = dict(_v1_phase("annealing", ann, reason, _ANNEALING_STOP_WORDS.get(reason)),
+                     trace=[list(p) for p in ann.get("evaluations") or []],
+                     criterion=ann.get("criterion"), steps=ann.get("n_evaluations"),
+                     evaluations={"criterion": ann.get("n_evaluations"), "gradient": 0})
+    points = ref.get("iterations") or []
+    total = old.get("n_criterion_evals")
+    refinement = dict(_v1_phase("refinement", ref, ref.get("stop_reason"), ref.get("stop_words")),
+                      trace=[[p[0], p[1]] for p in points],
+                      criterion=points[-1][1] if points else None, steps=ref.get("n_iterations"),
+                      evaluations={"criterion": None if total is None or not annealing["steps"]
+                                   else total - annealing["steps"] - 1,   # the final pass: 1
+                                   "gradient": ref.get("n_gradient_evals")},
+                      figures={"step_lengths": [p[2] if len(p) > 2 else None for p in points]})
+    run["phases"] = [annealing, refinement]
+    return run
+
+
+def _v1_phase(name, old, stop_reason, stop_words):
+    title, unit, chart = BOOK_PHASES[name]
+    return {"name": name, "title": title, "unit": unit, "chart": chart, "limit": old.get("limit"),
+            "interrupted": old.get("interrupted"), "stop_reason": stop_reason,
+            "stop_words": stop_words, "seconds": old.get("seconds"), "figures": {}}

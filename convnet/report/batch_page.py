@@ -1,5 +1,6 @@
 """DIR/report.html of a batch: every run in a table that sorts by any column, each row linking to
-that run's own report, and the refinement curves of all runs on one chart with the best marked.
+that run's own report, and the curves of the last phase of all runs (refinement, in the book's
+method) on one chart with the best marked.
 
 The best run is the one with the lowest final criterion among those that ran without error (the
 quantity the curves show). A click on a column heading sorts by it; the order is kept in the
@@ -23,16 +24,20 @@ COLUMNS = (("status", "status", None), ("weights", "weights", "d"),
            ("seconds", "seconds", ".2f"), ("device", "device", None))
 
 
-def refinement_curve(folder):
-    """(iteration, criterion) of the last TRAIN of the run in ``folder`` ([] when none)."""
+def last_phase(folder):
+    """The last phase of the last TRAIN of the run in ``folder`` (results data; {} when none)."""
     try:
         data = load_results(folder)
     except ConvnetError:
-        return []
-    trains = [r for r in data.get("runs") or [] if r["kind"] == "TRAIN"]
-    if not trains:
-        return []
-    return [(p[0], p[1]) for p in (trains[-1].get("refinement") or {}).get("iterations", [])]
+        return {}
+    trains = [r for r in data.get("runs") or [] if r["command"] == "TRAIN"]
+    phases = trains[-1].get("phases") if trains else None
+    return phases[-1] if phases else {}
+
+
+def last_phase_curve(phase):
+    """(step, criterion) points of a phase entry."""
+    return [(p[0], p[1]) for p in phase.get("trace") or []]
 
 
 def best_index(rows):
@@ -72,8 +77,13 @@ def batch_page(rows, out):
         mark = ' class="best"' if i == best else ""
         lines.append(f"<tr{mark}>" + "".join(cells) + "</tr>")
     lines.append("</tbody></table>")
-    curves = [(os.path.basename(os.path.normpath(r.out)), refinement_curve(r.out)) for r in rows]
-    chart = plots.svg_markup(plots.overlay_figure(curves, best=best))
+    lasts = [last_phase(r.out) for r in rows]
+    curves = [(os.path.basename(os.path.normpath(r.out)), last_phase_curve(p))
+              for r, p in zip(rows, lasts)]
+    named = next((p for p in lasts if p), {})
+    title, unit = named.get("title") or "Refinement", named.get("unit") or "iteration"
+    chart = plots.svg_markup(plots.overlay_figure(curves, best=best, title=f"{title} of every run",
+                                                  unit=unit))
     failed = sum(not r.ok for r in rows)
     best_text = ("no run finished without error" if best is None else
                  f"best: {rows[best].file} (final criterion "
@@ -81,9 +91,9 @@ def batch_page(rows, out):
     body = [f"<h1>convnet batch: {esc(os.path.abspath(out))}</h1>",
             f"<p>{len(rows)} control files, {len(rows) - failed} without error; "
             f'<span id="best">{esc(best_text)}</span>. Click a column heading to sort by it.</p>',
-            "\n".join(lines), "<h2>Refinement of every run</h2>",
+            "\n".join(lines), f"<h2>{esc(title)} of every run</h2>",
             f"<figure>{chart}<figcaption>The criterion of each run's last TRAIN against the "
-            f"refinement iteration; the best run is drawn thick.</figcaption></figure>"]
+            f"{esc(unit)} of its last phase; the best run is drawn thick.</figcaption></figure>"]
     return page(f"convnet batch: {os.path.basename(os.path.abspath(out))}", "\n".join(body),
                 script=SORT_SCRIPT)
 

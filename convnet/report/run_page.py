@@ -2,7 +2,7 @@
 
 The page shows the session (control files, seed, device, status and any error with its FILE:LINE),
 a table of every TRAIN and TEST, and for each of them its architecture, the parameters in force,
-the criterion curves of annealing and refinement (TRAIN), the confusion matrix as a heat map with
+the criterion curve of each phase of a TRAIN, the confusion matrix as a heat map with
 counts, and the times; then the pictures the run made, the models it saved or loaded and, for a GPU
 run, CUDA.LOG. The numbers a program may want from the page carry ``data-key`` and ``data-value``.
 
@@ -46,18 +46,28 @@ def _run_status(run):
     return run.get("status") or "unknown"
 
 
+def _phase_names(runs):
+    """The names of the phases of every TRAIN, in the order they first appear."""
+    names = []
+    for r in runs:
+        names += [p["name"] for p in r.get("phases") or [] if p["name"] not in names]
+    return names
+
+
 def summary_table(runs):
-    head = ["#", "kind", "where", "device", "weights", "annealing criterion", "final criterion",
-            "misclassification %", "cases", "seconds", "status"]
+    names = _phase_names(runs)
+    head = (["#", "command", "where", "device", "weights"] + [f"{n} criterion" for n in names]
+            + ["final criterion", "misclassification %", "cases", "seconds", "status"])
     rows = []
     for r in runs:
         arch = r.get("architecture") or {}
-        ann = (r.get("annealing") or {}).get("criterion")
-        rows.append([f'<td><a href="#run-{r["index"]}">{r["index"]}</a></td>', r["kind"],
+        phases = {p["name"]: p for p in r.get("phases") or []}
+        rows.append([f'<td><a href="#run-{r["index"]}">{r["index"]}</a></td>', r["command"],
                      _where(r), r.get("device") or "-",
-                     cell(arch.get("total_weights"), "d", "weights"),
-                     cell(ann, ".6g", "annealing_criterion"),
-                     cell(r.get("final_criterion"), ".6g", "final_criterion"),
+                     cell(arch.get("total_weights"), "d", "weights")]
+                    + [cell((phases.get(n) or {}).get("criterion"), ".6g", f"{n}_criterion")
+                       for n in names]
+                    + [cell(r.get("final_criterion"), ".6g", "final_criterion"),
                      cell(r.get("misclassification"), ".4f", "misclassification"),
                      cell(r.get("n_cases"), "d", "n_cases"),
                      cell((r.get("seconds") or {}).get("total"), ".2f", "seconds"),
@@ -104,34 +114,32 @@ def run_section(run, cache):
     done = run.get("status") != "running"
     key = run["index"] if done else None
     out = [f'<section id="run-{run["index"]}">',
-           f'<h2>{esc(run["kind"])} {run["index"]} <small>({esc(_where(run))})</small> '
+           f'<h2>{esc(run["command"])} {run["index"]} <small>({esc(_where(run))})</small> '
            f'{status_badge(_run_status(run))}</h2>']
     if run.get("error"):
         out.append(f'<p class="error">{esc(run["error"])}</p>')
     facts = [("device", run.get("device") or "-"), ("threads", run.get("threads") or "-")]
-    if run["kind"] == "TRAIN":
-        ann, ref = run.get("annealing") or {}, run.get("refinement") or {}
-        facts += [("annealing criterion", number(ann.get("criterion"))),
-                  ("annealing evaluations", number(ann.get("n_evaluations"), "d")),
-                  ("refinement iterations", number(ref.get("n_iterations"), "d")),
-                  ("refinement ended because", ref.get("stop_words") or "-")]
+    for phase in run.get("phases") or []:
+        facts += [(f"{phase['name']} criterion", number(phase.get("criterion"))),
+                  (f"{phase['name']} {phase.get('unit') or 'step'}s",
+                   number(phase.get("steps"), "d")),
+                  (f"{phase['name']} ended because", phase.get("stop_words") or "-")]
     facts += [("final criterion", number(run.get("final_criterion"))),
               ("misclassification %", number(run.get("misclassification"), ".4f")),
               ("cases", number(run.get("n_cases"), "d"))]
     out.append(table(["", ""], [[k, v] for k, v in facts]).replace(
         "<thead><tr><th></th><th></th></tr></thead>", ""))
-    if run["kind"] == "TRAIN":
-        ann, ref = run.get("annealing") or {}, run.get("refinement") or {}
-        evaluations = [(k, c) for k, c in ann.get("evaluations", [])]
-        iterations = [(p[0], p[1]) for p in ref.get("iterations", [])]
+    if run["command"] == "TRAIN":
+        phases = run.get("phases") or []
         svg = cache.get(("curve", key) if key else None, lambda: plots.criterion_figure(
-            evaluations, iterations, ann.get("criterion"), size=(1040, 400)))
+            phases, size=(1040, 400)))
         out.append("<h3>Criterion</h3>")
-        out.append(_figure(svg, "Annealing evaluations (best so far as steps) and refinement "
-                                "iterations" + ("" if done else " so far")))
+        words = ", ".join(f"{p.get('title') or p['name']} ({p.get('unit') or 'step'}s)"
+                          for p in phases) or "No phase started"
+        out.append(_figure(svg, words + ("" if done else " so far")))
     if run.get("confusion"):
         svg = cache.get(("confusion", key) if key else None, lambda: plots.confusion_figure(
-            run["confusion"], title=f"{run['kind']} {run['index']}: "
+            run["confusion"], title=f"{run['command']} {run['index']}: "
                                     f"{number(run.get('misclassification'), '.4f')} % misclassified"))
         out.append("<h3>Confusion matrix</h3>")
         out.append(_figure(svg, "Rows: true class; columns: predicted class; colour: percent of "

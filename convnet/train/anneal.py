@@ -18,6 +18,8 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
+from .phase import SCATTER, Phase, PhaseResult, format_criterion, run_steps
+
 END_TEMPERATURE = 0.1
 
 # Inputs of one neuron for which FANIN scaling gives exactly ANNEAL RANGE (see weight_scales).
@@ -79,50 +81,157 @@ def anneal(func: Callable, scales, n_iters: int, rng: np.random.Generator,
     best so far; on_eval(index, criterion, best, best_weights): called after each evaluation
     (best_weights: the best trial so far; do not modify it).
     """
-    scales = np.asarray(scales, dtype=np.float64)
-    n_iters = max(1, int(n_iters))
-    center = np.zeros_like(scales)
-    f_center = math.inf
-    best_w, best_f = None, math.inf
-    history = []
-    mean_change = 0.0
-    n_changes = 0
-    interrupted = False
-    n = 0
-    spread = np.empty_like(scales)      # temp * scales, in one buffer kept for the whole run
-    for k in range(n_iters):
-        if k > 0 and stop is not None and stop():
-            interrupted = True
-            break
+    annealer = Annealer(func, scales, n_iters, rng, on_eval)
+    run_steps(annealer, stop)
+    return annealer.result()
+
+
+class Annealer:
+    """Simulated annealing one evaluation at a time (see :func:`anneal`): ``step()`` makes the
+    next trial; ``done`` once n_iters trials are made or ``interrupt()`` was called."""
+
+    def __init__(self, func, scales, n_iters, rng, on_eval=None):
+        self.func, self.rng, self.on_eval = func, rng, on_eval
+        self.scales = np.asarray(scales, dtype=np.float64)
+        self.n_iters = max(1, int(n_iters))
+        self.center = np.zeros_like(self.scales)
+        self.f_center = math.inf
+        self.best_w, self.best_f = None, math.inf
+        self.history = []
+        self.mean_change = 0.0
+        self.n_changes = 0
+        self.interrupted = False
+        self.k = 0                                # trials made
+        self.spread = np.empty_like(self.scales)  # temp * scales, one buffer for the whole run
+
+    @property
+    def done(self):
+        return self.interrupted or self.k >= self.n_iters
+
+    def may_stop(self):
+        return self.k > 0                  # the first trial is always made
+
+    def interrupt(self):
+        self.interrupted = True
+
+    def step(self):
+        k, n_iters, scales = self.k, self.n_iters, self.scales
         temp = END_TEMPERATURE ** (k / (n_iters - 1)) if n_iters > 1 else 1.0
         # trial = center + temp * scales * uniform, the same products and sums (each commutes), in
         # the array the draw returned: on large nets each fresh temporary cost more than the draw
-        trial = rng.uniform(-1.0, 1.0, size=scales.size)
-        np.multiply(scales, temp, out=spread)
-        np.multiply(trial, spread, out=trial)
-        np.add(center, trial, out=trial)
-        u = rng.random()
-        f = func(trial)
-        n += 1
+        trial = self.rng.uniform(-1.0, 1.0, size=scales.size)
+        np.multiply(scales, temp, out=self.spread)
+        np.multiply(trial, self.spread, out=trial)
+        np.add(self.center, trial, out=trial)
+        u = self.rng.random()
+        f = self.func(trial)
+        self.k += 1
         if f is None or not math.isfinite(f):
             f = math.inf
-        history.append((k + 1, f))
-        if f < best_f:
-            best_w, best_f = trial, f
-        if math.isfinite(f_center) and math.isfinite(f):
-            change = f - f_center
-            n_changes += 1
-            mean_change += (abs(change) - mean_change) / n_changes
-        if f < f_center:
-            accept = True
-        elif math.isfinite(f) and mean_change > 0:
-            accept = u < math.exp(-(f - f_center) / (mean_change * temp))
-        else:
-            accept = False
-        if accept:
-            center, f_center = trial, f
-        if on_eval is not None:
-            on_eval(k + 1, f, best_f, best_w if best_w is not None else trial)
-    if best_w is None:                  # every trial was non-finite: fall back to the first trial
-        best_w = center
-    return AnnealResult(np.array(best_w, dtype=np.float64), best_f, n, history, interrupted)
+        self.history.append((k + 1, f))
+        if f < self.best_f:
+            self.best_w, self.best_f = trial, f
+        if self._accepts(f, u, temp):
+            self.center, self.f_center = trial, f
+        if self.on_eval is not None:
+            self.on_eval(k + 1, f, self.best_f, self.best_w if self.best_w is not None else trial)
+
+    def _accepts(self, f, u, temp):
+        """Whether the trial of criterion f becomes the current point (the mean change is brought
+        up to date first)."""
+        if math.isfinite(self.f_center) and math.isfinite(f):
+            change = f - self.f_center
+            self.n_changes += 1
+            self.mean_change += (abs(change) - self.mean_change) / self.n_changes
+        if f < self.f_center:
+            return True
+        if math.isfinite(f) and self.mean_change > 0:
+            return u < math.exp(-(f - self.f_center) / (self.mean_change * temp))
+        return False
+
+    def result(self):
+        best_w = self.best_w
+        if best_w is None:              # every trial was non-finite: fall back to the first trial
+            best_w = self.center
+        return AnnealResult(np.array(best_w, dtype=np.float64), self.best_f, self.k,
+                            self.history, self.interrupted)
+
+
+# ---------------------------------------------------------------------- the phase of TRAIN
+ANNEAL_VALUES_PER_LINE = 10
+
+# Why annealing ended, for people.
+STOP_WORDS = {"limit": "ANNEAL ITERS reached", "interrupt": "interrupted by the user"}
+
+
+class AnnealingPhase(Phase):
+    """The first phase of the book's method: starting weights by simulated annealing, its
+    evaluations logged ten to a line."""
+
+    name, title, unit, label, chart = ("annealing", "Simulated annealing", "evaluation",
+                                       "Annealing", SCATTER)
+
+    def __init__(self, training):
+        self.limit = training.anneal_iters
+        self.range, self.scale = float(training.anneal_range), training.anneal_scale
+        self.annealer = None
+
+    @property
+    def progress_total(self):
+        return max(1, int(self.limit))
+
+    @property
+    def done(self):
+        return self.annealer.done
+
+    def may_stop(self):
+        return self.annealer.may_stop()
+
+    def interrupt(self):
+        self.annealer.interrupt()
+
+    def step(self):
+        self.annealer.step()
+
+    def start(self, context, weights):
+        self.context, self.pending, self.last_best = context, [], math.inf
+        scales = weight_scales(context.arch, self.range, self.scale)
+        self.annealer = Annealer(context.evaluator.criterion, scales, int(self.limit), context.rng,
+                                 self._evaluated)
+
+    def _evaluated(self, k, f, best, best_w):
+        self.pending.append((k, f))
+        if len(self.pending) == ANNEAL_VALUES_PER_LINE:
+            self._flush()
+        if best < self.last_best:
+            self.last_best = best
+            self.context.model.weights = best_w
+        self.context.report(self, k, f, best)
+
+    def _flush(self):
+        """One log line for up to ANNEAL_VALUES_PER_LINE annealing evaluations."""
+        if not self.pending:
+            return
+        first, last = self.pending[0][0], self.pending[-1][0]
+        values = " ".join(f"{f:.6g}" for _, f in self.pending)
+        self.context.log.write(f"Annealing evaluations {first}-{last}: {values}")
+        self.pending.clear()
+
+    def finish(self):
+        self._flush()
+        ares = self.annealer.result()
+        self.context.model.weights = ares.weights
+        reason = "interrupt" if ares.interrupted else "limit"
+        return PhaseResult(self.name, self.title, self.unit, self.chart, list(ares.history),
+                           float(ares.criterion), ares.n_evals, self.limit, ares.interrupted,
+                           reason, STOP_WORDS[reason],
+                           evaluations={"criterion": ares.n_evals, "gradient": 0},
+                           weights=ares.weights)
+
+    def log_result(self, log, result):
+        if result.interrupted:
+            log.write(f"Annealing ended by the user (Ctrl-C) after {result.steps} of "
+                      f"{self.progress_total} evaluations; refining the best weights so far")
+        log.write("Simulated annealing for starting weights is complete with mean negative log "
+                  f"likelihood = {format_criterion(result.criterion)}")
+        log.write(f"Annealing: {result.steps} evaluations, {result.seconds:.2f} seconds")

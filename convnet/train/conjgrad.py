@@ -39,6 +39,7 @@ from typing import Callable, List, Optional, Tuple
 import numpy as np
 
 from ..vectors import HOST_VECTORS, step_into
+from .phase import Phase, PhaseResult, run_steps
 
 GOLDEN = 0.3819660112501051          # 2 - golden ratio: the golden-section fraction
 EXPAND_LIMIT = 8.0                   # largest growth of the trial step during bracketing
@@ -67,6 +68,27 @@ def _finite(f):
     return f if (f is not None and math.isfinite(f)) else math.inf
 
 
+class _ValueProbe:
+    """The criterion at x + t * d for a line search by values: counts the evaluations, keeps the
+    lowest point seen, and raises _Stop when ``stop()`` says so after an evaluation."""
+
+    def __init__(self, func, x, d, f0, stop):
+        self.func, self.x, self.d, self.stop = func, x, d, stop
+        self.best_step, self.best_f, self.n = 0.0, f0, 0
+
+    def __call__(self, t):
+        f = _finite(self.func(self.x + t * self.d))
+        self.n += 1
+        if f < self.best_f:
+            self.best_step, self.best_f = t, f
+        if self.stop is not None and self.stop():
+            raise _Stop
+        return f
+
+    def result(self, interrupted=False):
+        return LineResult(self.best_step, self.best_f, self.n, interrupted)
+
+
 def line_minimize(func, x, d, f0, slope0, step0, stop=None, rtol=0.1, max_evals=30):
     """Minimize ``func(x + t * d)`` over t > 0, approximately.
 
@@ -76,65 +98,62 @@ def line_minimize(func, x, d, f0, slope0, step0, stop=None, rtol=0.1, max_evals=
     rtol times the step (a loose search is enough for conjugate gradients, but a too loose one costs
     conjugacy). Returns a LineResult; step 0.0 means no lower point was found.
     """
-    best = [0.0, f0]
-    n = [0]
-
-    def phi(t):
-        f = _finite(func(x + t * d))
-        n[0] += 1
-        if f < best[1]:
-            best[0], best[1] = t, f
-        if stop is not None and stop():
-            raise _Stop
-        return f
-
+    phi = _ValueProbe(func, x, d, f0, stop)
     try:
-        a, fa = 0.0, f0
-        b = step0
-        fb = phi(b)
+        fb = phi(step0)
         if fb >= f0:
-            # Too far: shrink toward 0 using the parabola through f0, slope0 and fb.
-            while True:
-                denom = 2.0 * (fb - f0 - slope0 * b)
-                tq = -slope0 * b * b / denom if denom > 0 and math.isfinite(fb) else SHRINK_LIMITS[0] * b
-                tq = min(max(tq, SHRINK_LIMITS[0] * b), SHRINK_LIMITS[1] * b)
-                fq = phi(tq)
-                if fq < f0:
-                    a, fa, c, fc, b, fb = 0.0, f0, b, fb, tq, fq
-                    break
-                b, fb = tq, fq
-                # The step is below what double precision can move the weights by: give up.
-                if b * np.max(np.abs(d)) <= 1e-15 * max(1.0, float(np.max(np.abs(x)))) \
-                        or n[0] >= max_evals:
-                    return LineResult(best[0], best[1], n[0])
+            bracket = _shrink_bracket(phi, x, d, f0, slope0, step0, fb, max_evals)
         else:
-            # Downhill at b: grow the step until the criterion rises again.
-            pts = [(0.0, f0), (b, fb)]
-            while True:
-                (t1, f1), (t2, f2) = pts[-2], pts[-1]
-                if len(pts) == 2:
-                    cq = f2 - f0 - slope0 * t2
-                    tq = -slope0 * t2 * t2 / (2.0 * cq) if cq > 0 else math.inf
-                else:
-                    tq = _parabola_min(pts[-3], pts[-2], pts[-1])
-                growth = 2.0
-                if math.isfinite(tq) and tq > t2:
-                    growth = min(max(tq / t2, 1.25), EXPAND_LIMIT)
-                elif math.isfinite(tq):
-                    growth = 1.5          # the model puts the minimum behind us: a short look ahead
-                tc = t2 * growth
-                fc = phi(tc)
-                if fc >= f2:
-                    a, fa, b, fb, c, fc = t1, f1, t2, f2, tc, fc
-                    break
-                pts.append((tc, fc))
-                if n[0] >= max_evals:
-                    return LineResult(best[0], best[1], n[0])
+            bracket = _grow_bracket(phi, f0, slope0, step0, fb, max_evals)
+        if bracket is None:
+            return phi.result()
         # The minimum lies in (a, c) and fb is below both ends: refine.
-        _brent(phi, a, fa, b, fb, c, fc, rtol, max_evals - n[0])
+        _brent(phi, *bracket, rtol, max_evals - phi.n)
     except _Stop:
-        return LineResult(best[0], best[1], n[0], interrupted=True)
-    return LineResult(best[0], best[1], n[0])
+        return phi.result(interrupted=True)
+    return phi.result()
+
+
+def _shrink_bracket(phi, x, d, f0, slope0, b, fb, max_evals):
+    """Too far at b: shrink toward 0 using the parabola through f0, slope0 and fb. Returns the
+    bracket (a, fa, b, fb, c, fc), or None when no lower point was found."""
+    while True:
+        denom = 2.0 * (fb - f0 - slope0 * b)
+        tq = -slope0 * b * b / denom if denom > 0 and math.isfinite(fb) else SHRINK_LIMITS[0] * b
+        tq = min(max(tq, SHRINK_LIMITS[0] * b), SHRINK_LIMITS[1] * b)
+        fq = phi(tq)
+        if fq < f0:
+            return 0.0, f0, tq, fq, b, fb
+        b, fb = tq, fq
+        # The step is below what double precision can move the weights by: give up.
+        if b * np.max(np.abs(d)) <= 1e-15 * max(1.0, float(np.max(np.abs(x)))) \
+                or phi.n >= max_evals:
+            return None
+
+
+def _grow_bracket(phi, f0, slope0, b, fb, max_evals):
+    """Downhill at b: grow the step until the criterion rises again. Returns the bracket (a, fa,
+    b, fb, c, fc), or None when the evaluations ran out first."""
+    pts = [(0.0, f0), (b, fb)]
+    while True:
+        (t1, f1), (t2, f2) = pts[-2], pts[-1]
+        if len(pts) == 2:
+            cq = f2 - f0 - slope0 * t2
+            tq = -slope0 * t2 * t2 / (2.0 * cq) if cq > 0 else math.inf
+        else:
+            tq = _parabola_min(pts[-3], pts[-2], pts[-1])
+        growth = 2.0
+        if math.isfinite(tq) and tq > t2:
+            growth = min(max(tq / t2, 1.25), EXPAND_LIMIT)
+        elif math.isfinite(tq):
+            growth = 1.5          # the model puts the minimum behind us: a short look ahead
+        tc = t2 * growth
+        fc = phi(tc)
+        if fc >= f2:
+            return t1, f1, t2, f2, tc, fc
+        pts.append((tc, fc))
+        if phi.n >= max_evals:
+            return None
 
 
 def _parabola_min(p0, p1, p2):
@@ -150,6 +169,62 @@ def _parabola_min(p0, p1, p2):
     return t if curv > 0 else math.inf
 
 
+class _Bracket:
+    """Brent's points inside the bracket lo < hi: x the best, w the second best, v the third."""
+
+    def __init__(self, a, fa, b, fb, c, fc):
+        self.lo, self.hi = (a, c) if a < c else (c, a)
+        self.x, self.fx = b, fb
+        if fa <= fc:
+            self.w, self.fw, self.v, self.fv = a, fa, c, fc
+        else:
+            self.w, self.fw, self.v, self.fv = c, fc, a, fa
+
+    def parabolic_move(self, move, last_move, mid, tol1):
+        """The vertex of the parabola through x, w and v as a move from x when it is safely
+        inside the bracket and shrinks the move enough: (move, last_move, "parabolic"), or
+        "done" when it is within tolerance of x, else "golden"."""
+        x = self.x
+        if abs(last_move) > tol1:
+            r = (x - self.w) * (self.fx - self.fv)
+            q = (x - self.v) * (self.fx - self.fw)
+            p = (x - self.v) * q - (x - self.w) * r
+            q = 2.0 * (q - r)
+            if q > 0:
+                p = -p
+            q = abs(q)
+            prev = last_move
+            last_move = move
+            if q > 0 and abs(p) < abs(0.5 * q * prev) and self.lo < x + p / q < self.hi:
+                move = p / q
+                if abs(move) < tol1:
+                    return move, last_move, "done"
+                u = x + move
+                if u - self.lo < 2.0 * tol1 or self.hi - u < 2.0 * tol1:
+                    move = tol1 if mid >= x else -tol1
+                return move, last_move, "parabolic"
+        return move, last_move, "golden"
+
+    def add(self, u, fu):
+        """Take the trial point u of criterion fu into the bracket and the three best points."""
+        if fu <= self.fx:
+            if u >= self.x:
+                self.lo = self.x
+            else:
+                self.hi = self.x
+            self.v, self.fv, self.w, self.fw = self.w, self.fw, self.x, self.fx
+            self.x, self.fx = u, fu
+            return
+        if u < self.x:
+            self.lo = u
+        else:
+            self.hi = u
+        if fu <= self.fw or self.w == self.x:
+            self.v, self.fv, self.w, self.fw = self.w, self.fw, u, fu
+        elif fu <= self.fv or self.v == self.x or self.v == self.w:
+            self.v, self.fv = u, fu
+
+
 def _brent(phi, a, fa, b, fb, c, fc, rtol, max_evals):
     """Brent's minimization inside the bracket a < b < c (f(b) below both ends).
 
@@ -157,62 +232,24 @@ def _brent(phi, a, fa, b, fb, c, fc, rtol, max_evals):
     the bracket and shrinks the step enough, else a golden-section step into the larger half. Starts
     with the parabola through the bracket itself. Stops when the bracket is narrower than rtol * b.
     """
-    lo, hi = (a, c) if a < c else (c, a)
-    x, fx = b, fb
-    # w: second best, v: third best point.
-    if fa <= fc:
-        w, fw, v, fv = a, fa, c, fc
-    else:
-        w, fw, v, fv = c, fc, a, fa
+    bracket = _Bracket(a, fa, b, fb, c, fc)
     # The last move and the one before it; starting them at the bracket width lets the first trial be
     # the parabola through the bracket.
-    last_move = move = hi - lo
+    last_move = move = bracket.hi - bracket.lo
     for _ in range(max(0, max_evals)):
-        mid = 0.5 * (lo + hi)
-        tol1 = rtol * 0.5 * abs(x) + 1e-300
-        if hi - lo <= 2.0 * tol1:
+        mid = 0.5 * (bracket.lo + bracket.hi)
+        tol1 = rtol * 0.5 * abs(bracket.x) + 1e-300
+        if bracket.hi - bracket.lo <= 2.0 * tol1:
             break
-        parabolic = False
-        if abs(last_move) > tol1:
-            r = (x - w) * (fx - fv)
-            q = (x - v) * (fx - fw)
-            p = (x - v) * q - (x - w) * r
-            q = 2.0 * (q - r)
-            if q > 0:
-                p = -p
-            q = abs(q)
-            prev = last_move
-            last_move = move
-            if q > 0 and abs(p) < abs(0.5 * q * prev) and lo < x + p / q < hi:
-                move = p / q
-                if abs(move) < tol1:
-                    break             # the parabola's vertex is within tolerance of x: done
-                u = x + move
-                if u - lo < 2.0 * tol1 or hi - u < 2.0 * tol1:
-                    move = tol1 if mid >= x else -tol1
-                parabolic = True
-        if not parabolic:
-            last_move = (lo - x) if x >= mid else (hi - x)
+        move, last_move, how = bracket.parabolic_move(move, last_move, mid, tol1)
+        if how == "done":
+            break             # the parabola's vertex is within tolerance of x
+        if how == "golden":
+            last_move = (bracket.lo - bracket.x) if bracket.x >= mid else (bracket.hi - bracket.x)
             move = GOLDEN * last_move
-        u = x + (move if abs(move) >= tol1 else math.copysign(tol1, move))
-        fu = phi(u)
-        if fu <= fx:
-            if u >= x:
-                lo = x
-            else:
-                hi = x
-            v, fv, w, fw, x, fx = w, fw, x, fx, u, fu
-        else:
-            if u < x:
-                lo = u
-            else:
-                hi = u
-            if fu <= fw or w == x:
-                v, fv, w, fw = w, fw, u, fu
-            elif fu <= fv or v == x or v == w:
-                v, fv = u, fu
-    return x, fx
-
+        u = bracket.x + (move if abs(move) >= tol1 else math.copysign(tol1, move))
+        bracket.add(u, phi(u))
+    return bracket.x, bracket.fx
 
 
 def _cubic_min(t1, f1, s1, t2, f2, s2):
@@ -260,6 +297,99 @@ class HostLine:
         return handle
 
 
+class _SlopeSearch:
+    """The state of one slope line search (see :func:`line_search_slopes`): its trial points'
+    evaluator, the evaluations made, and the lowest point seen."""
+
+    def __init__(self, line, f0, slope0, stop, sigma, c1, max_evals):
+        self.line, self.f0, self.slope0, self.stop = line, f0, slope0, stop
+        self.c1, self.max_evals = c1, max_evals
+        self.target = -sigma * slope0
+        self.best = (0.0, f0, None)
+        self.n = 0
+
+    def probe(self, t):
+        f, s, g = self.line.evaluate(t)
+        self.n += 1
+        f = _finite(f)
+        if not math.isfinite(f) or not math.isfinite(s):
+            f, s = math.inf, math.nan
+        if f < self.best[1]:
+            self.best = (t, f, g)
+        if self.stop is not None and self.stop():
+            raise _Stop
+        return f, s, g
+
+    def result(self, t, f, g, interrupted=False):
+        r = LineResult(t, f, self.n, interrupted)
+        r.gradient = None if g is None else self.line.gradient(g)
+        return r
+
+    def too_high(self, t, f):
+        """Not sufficiently lower than the start (c1), or not finite."""
+        return not math.isfinite(f) or f > self.f0 + self.c1 * t * self.slope0
+
+    def bracket(self, t):
+        """Phase 1: grow the trial step from t until the minimum is bracketed. Returns (lo, hi)
+        as (t, f, slope) triples, or the accepted LineResult, or None when the evaluations ran
+        out first."""
+        prev = (0.0, self.f0, self.slope0)
+        while self.n < self.max_evals:
+            f, s, g = self.probe(t)
+            if self.too_high(t, f) or (prev[0] > 0 and f >= prev[1]):
+                return prev, (t, f, s)
+            if abs(s) <= self.target:
+                return self.result(t, f, g)
+            if s >= 0:
+                return (t, f, s), prev
+            # Still going down steeply: extrapolate.
+            tc = _cubic_min(prev[0], prev[1], prev[2], t, f, s)
+            if not (math.isfinite(tc) and tc > t):
+                tc = EXPAND_LIMIT * t
+            tc = min(max(tc, 1.5 * t), EXPAND_LIMIT * t)
+            prev, t = (t, f, s), tc
+        return None
+
+    def narrow(self, lo, hi):
+        """Phase 2: narrow the bracket (lo, hi) until a point is accepted (its LineResult) or the
+        evaluations run out or the bracket vanishes (None)."""
+        while self.n < self.max_evals:
+            (ta, fa, sa), (tb, fb, sb) = lo, hi
+            width = abs(tb - ta)
+            t = _narrowing_trial(ta, fa, sa, tb, fb, sb, width)
+            if width <= 1e-12 * max(abs(ta), abs(tb)):
+                return None
+            f, s, g = self.probe(t)
+            if self.too_high(t, f) or f >= fa:
+                hi = (t, f, s)
+            else:
+                if abs(s) <= self.target:
+                    return self.result(t, f, g)
+                if s * (tb - ta) >= 0:
+                    hi = lo
+                lo = (t, f, s)
+        return None
+
+
+def _narrowing_trial(ta, fa, sa, tb, fb, sb, width):
+    """The next trial inside the bracket: the safeguarded cubic's minimizer, kept 10 percent of
+    the width away from the ends (else the quadratic through lo's value and slope and hi's value,
+    else bisection); a long way back toward lo when hi overflowed."""
+    lo_end, hi_end = min(ta, tb) + 0.1 * width, max(ta, tb) - 0.1 * width
+    if math.isfinite(fb) and math.isfinite(sb):
+        t = _cubic_min(ta, fa, sa, tb, fb, sb)
+    else:
+        t = math.nan
+    if not math.isfinite(fb):
+        t = ta + 0.1 * (tb - ta)      # the far end overflowed: come back a long way
+    elif not math.isfinite(t) or not (lo_end <= t <= hi_end):
+        if not math.isfinite(t):
+            denom = 2.0 * (fb - fa - sa * (tb - ta))
+            t = ta - sa * (tb - ta) ** 2 / denom if denom > 0 else 0.5 * (ta + tb)
+        t = min(max(t, lo_end), hi_end)
+    return t
+
+
 def line_search_slopes(fg, x, d, f0, slope0, step0, stop=None, sigma=0.1, c1=1e-4, max_evals=20,
                        trial=None, line=None):
     """Line minimization along d using the criterion and its slope at every trial point.
@@ -279,77 +409,17 @@ def line_search_slopes(fg, x, d, f0, slope0, step0, stop=None, sigma=0.1, c1=1e-
     """
     if line is None:
         line = HostLine(fg, x, d, trial)
-    best = [0.0, f0, None]
-    n = [0]
-    target = -sigma * slope0
-
-    def probe(t):
-        f, s, g = line.evaluate(t)
-        n[0] += 1
-        f = _finite(f)
-        if not math.isfinite(f) or not math.isfinite(s):
-            f, s = math.inf, math.nan
-        if f < best[1]:
-            best[0], best[1], best[2] = t, f, g
-        if stop is not None and stop():
-            raise _Stop
-        return f, s, g
-
-    def result(t, f, g, interrupted=False):
-        r = LineResult(t, f, n[0], interrupted)
-        r.gradient = None if g is None else line.gradient(g)
-        return r
-
+    search = _SlopeSearch(line, f0, slope0, stop, sigma, c1, max_evals)
     try:
-        prev = (0.0, f0, slope0)
-        t = step0
-        lo = hi = None
-        while n[0] < max_evals:
-            f, s, g = probe(t)
-            if not math.isfinite(f) or f > f0 + c1 * t * slope0 or (prev[0] > 0 and f >= prev[1]):
-                lo, hi = prev, (t, f, s)
-                break
-            if abs(s) <= target:
-                return result(t, f, g)
-            if s >= 0:
-                lo, hi = (t, f, s), prev
-                break
-            # Still going down steeply: extrapolate.
-            tc = _cubic_min(prev[0], prev[1], prev[2], t, f, s)
-            if not (math.isfinite(tc) and tc > t):
-                tc = EXPAND_LIMIT * t
-            tc = min(max(tc, 1.5 * t), EXPAND_LIMIT * t)
-            prev, t = (t, f, s), tc
-        while hi is not None and n[0] < max_evals:
-            (ta, fa, sa), (tb, fb, sb) = lo, hi
-            width = abs(tb - ta)
-            lo_end, hi_end = min(ta, tb) + 0.1 * width, max(ta, tb) - 0.1 * width
-            if math.isfinite(fb) and math.isfinite(sb):
-                t = _cubic_min(ta, fa, sa, tb, fb, sb)
-            else:
-                t = math.nan
-            if not math.isfinite(fb):
-                t = ta + 0.1 * (tb - ta)      # the far end overflowed: come back a long way
-            elif not math.isfinite(t) or not (lo_end <= t <= hi_end):
-                if not math.isfinite(t):
-                    # Quadratic through lo's value and slope and hi's value, else bisection.
-                    denom = 2.0 * (fb - fa - sa * (tb - ta))
-                    t = ta - sa * (tb - ta) ** 2 / denom if denom > 0 else 0.5 * (ta + tb)
-                t = min(max(t, lo_end), hi_end)
-            if width <= 1e-12 * max(abs(ta), abs(tb)):
-                break
-            f, s, g = probe(t)
-            if not math.isfinite(f) or f > f0 + c1 * t * slope0 or f >= fa:
-                hi = (t, f, s)
-            else:
-                if abs(s) <= target:
-                    return result(t, f, g)
-                if s * (tb - ta) >= 0:
-                    hi = lo
-                lo = (t, f, s)
+        found = search.bracket(step0)
+        if isinstance(found, tuple):
+            found = search.narrow(*found)
+        if found is not None:
+            return found
     except _Stop:
-        return result(best[0], best[1], best[2], interrupted=True)
-    return result(best[0], best[1], best[2])
+        return search.result(*search.best, interrupted=True)
+    return search.result(*search.best)
+
 
 @dataclass
 class CGResult:
@@ -400,128 +470,268 @@ def conjugate_gradients(func: Callable, grad: Callable, x0, max_iters=1000, tol=
     ``grad`` is then asked only for the start, with host weights, and ``on_iter`` gets host
     weights (to read during the call: copy them to keep them).
     """
-    V = HOST_VECTORS if vectors is None else vectors
-    if V is not HOST_VECTORS and (line is None or line_search != "slopes" or preconditioner is not None):
-        raise ValueError("vectors kept away from the host need their line, the slope search and no "
-                         "preconditioner")
-    x = V.copy(x0)
-    if sigma is None:
-        sigma = WOLFE_SIGMA
-    sc = None if preconditioner is None else np.asarray(preconditioner, dtype=np.float64)
-    n_func = 0
-    n_grad = 0
+    cg = ConjugateGradients(func, grad, x0, max_iters=max_iters, tol=tol, patience=patience,
+                            stop=stop, on_iter=on_iter, first_move=first_move,
+                            line_search=line_search, sigma=sigma, rtol=rtol,
+                            preconditioner=preconditioner, line=line, vectors=vectors)
+    run_steps(cg, stop)
+    return cg.result()
 
-    def func_counted(w):
-        nonlocal n_func
-        n_func += 1
-        return func(w)
 
-    def grad_counted(w):
-        nonlocal n_grad
-        n_grad += 1
-        return grad(w)
+class ConjugateGradients:
+    """Conjugate gradients one iteration at a time (the arguments: see
+    :func:`conjugate_gradients`): the start's gradient is evaluated on construction, ``step()``
+    makes one iteration, ``done`` once it has ended (``stop_reason`` says why)."""
 
-    f, g = grad_counted(V.host(x))
-    f = _finite(f)
-    history = [(0, f, 0.0)]
-    if not math.isfinite(f) or max_iters <= 0:
-        return CGResult(V.result(x), f, 0, n_func, n_grad, history,
-                        "no progress" if not math.isfinite(f) else "maxiters")
+    def __init__(self, func, grad, x0, max_iters=1000, tol=5e-5, patience=2, stop=None,
+                 on_iter=None, first_move=0.05, line_search="slopes", sigma=None, rtol=0.1,
+                 preconditioner=None, line=None, vectors=None):
+        home = HOST_VECTORS if vectors is None else vectors
+        if home is not HOST_VECTORS and (line is None or line_search != "slopes"
+                                         or preconditioner is not None):
+            raise ValueError("vectors kept away from the host need their line, the slope search "
+                             "and no preconditioner")
+        self.vectors, self.func, self.grad = home, func, grad
+        self.stop, self.on_iter = stop, on_iter
+        self.max_iters, self.tol, self.patience = max_iters, tol, patience
+        self.first_move, self.line_search = first_move, line_search
+        self.rtol, self.line = rtol, line
+        self.sigma = WOLFE_SIGMA if sigma is None else sigma
+        self.sc = None if preconditioner is None else np.asarray(preconditioner, dtype=np.float64)
+        self.x = home.copy(x0)
+        self.n_func = self.n_grad = 0
+        self.it = 0
+        self.stop_reason = "maxiters"
+        self.finished = False
+        self._start()
 
-    def scaled(vec):
-        return vec if sc is None else vec * sc
+    def _start(self):
+        vectors = self.vectors
+        f, g = self._grad_counted(vectors.host(self.x))
+        self.f = f = _finite(f)
+        self.history = [(0, f, 0.0)]
+        if not math.isfinite(f) or self.max_iters <= 0:
+            self._finish("no progress" if not math.isfinite(f) else "maxiters")
+            return
+        # In the scaled coordinates the gradient is s * g and a direction dv moves the weights by
+        # s * dv.
+        self.gv = vectors.array(self._scaled(g))
+        self.dv = vectors.neg(self.gv)
+        self.gg = vectors.dot(self.gv, self.gv)
+        # The host's trial points go to one array allocated once, and the vector updates are
+        # single passes (vectors.py): on large nets fresh arrays and repeated passes every
+        # evaluation cost as much as the arithmetic.
+        self.trial = np.empty_like(self.x) if self.line is None else None
+        self.steepest = True
+        self.small = 0
+        self.prev_step = self.prev_slope = None
 
-    # In the scaled coordinates the gradient is s * g and a direction dv moves the weights by s * dv.
-    gv = V.array(scaled(g))
-    dv = V.neg(gv)
-    gg = V.dot(gv, gv)
-    # The host's trial points go to one array allocated once, and the vector updates are single
-    # passes (vectors.py): on large nets fresh arrays and repeated passes every evaluation cost as
-    # much as the arithmetic.
-    trial = np.empty_like(x) if line is None else None
-    steepest = True
-    small = 0
-    prev_step = prev_slope = None
-    stop_reason = "maxiters"
-    it = 0
-    while it < max_iters:
-        if stop is not None and stop():
-            stop_reason = "interrupt"
-            break
-        if gg == 0.0 or not math.isfinite(gg):
-            stop_reason = "zero gradient"
-            break
-        slope = V.dot(gv, dv)
-        if not (slope < 0.0 and math.isfinite(slope)):
-            dv = V.neg(gv)               # not a descent direction: restart along the gradient
-            slope = -gg
-            steepest = True
-        d = scaled(dv)
-        dnorm = V.norm(d)
-        if prev_step is None:
-            xnorm = V.norm(x)
-            t0 = first_move * (xnorm if xnorm > 0 else 0.01 * math.sqrt(x.size)) / dnorm
-        else:
-            # The previous step rescaled by the ratio of directional derivatives, within limits.
-            t0 = prev_step * prev_slope / slope
-            t0 = min(max(t0, 0.01 * prev_step), 100.0 * prev_step)
-        if line_search == "slopes":
-            points = HostLine(grad, x, d, trial) if line is None else line(x, d)
-            res = line_search_slopes(None, x, d, f, slope, t0, stop=stop, sigma=sigma, line=points)
-            n_grad += res.n_evals
-            g_new = res.gradient
-        else:
-            res = line_minimize(func_counted, x, d, f, slope, t0, stop=stop, rtol=rtol)
-            g_new = None
-        it += 1
-        if not (res.step > 0.0 and res.criterion < f):
-            history.append((it, f, 0.0))
-            if on_iter is not None:
-                on_iter(it, f, 0.0, V.host(x))
-            if res.interrupted:
-                stop_reason = "interrupt"
-                break
-            if steepest:
-                stop_reason = "no progress"
-                break
-            dv = V.neg(gv)               # a conjugate direction that gave nothing: try the gradient
-            steepest = True
-            prev_step = None
-            continue
+    def _scaled(self, vec):
+        return vec if self.sc is None else vec * self.sc
+
+    def _func_counted(self, w):
+        self.n_func += 1
+        return self.func(w)
+
+    def _grad_counted(self, w):
+        self.n_grad += 1
+        return self.grad(w)
+
+    def _finish(self, reason):
+        self.stop_reason = reason
+        self.finished = True
+
+    @property
+    def done(self):
+        return self.finished or self.it >= self.max_iters
+
+    def may_stop(self):
+        return True
+
+    def interrupt(self):
+        self._finish("interrupt")
+
+    def result(self):
+        return CGResult(self.vectors.result(self.x), self.f, self.it, self.n_func, self.n_grad,
+                        self.history, self.stop_reason)
+
+    def step(self):
+        """One iteration: a direction, a line search along it, the new point and direction."""
+        vectors = self.vectors
+        if self.gg == 0.0 or not math.isfinite(self.gg):
+            return self._finish("zero gradient")
+        slope = self._descent_slope()
+        d = self._scaled(self.dv)
+        dnorm = vectors.norm(d)
+        t0 = self._first_trial(slope, dnorm)
+        res, g_new = self._search(d, slope, t0)
+        self.it += 1
+        if not (res.step > 0.0 and res.criterion < self.f):
+            return self._no_gain(res)
         # x + step * d in place: the very point the line search evaluated, to the last bit
-        V.step_into(x, x, res.step, d)
-        x_new = x
+        vectors.step_into(self.x, self.x, res.step, d)
         step_len = res.step * dnorm
         f_new = res.criterion
         if res.interrupted:
-            x, f = x_new, f_new
-            history.append((it, f, step_len))
-            if on_iter is not None:
-                on_iter(it, f, step_len, V.host(x))
-            stop_reason = "interrupt"
-            break
+            self.f = f_new
+            self._record(step_len)
+            return self._finish("interrupt")
         if g_new is None:
-            f_check, g_new = grad_counted(x_new)
+            f_check, g_new = self._grad_counted(self.x)
             # The criterion is deterministic, so f_check equals f_new; keep the lower to be safe.
             f_new = min(f_new, _finite(f_check))
-        improvement = (f - f_new) / max(abs(f), 1e-300)
-        x, f = x_new, f_new
-        history.append((it, f, step_len))
-        if on_iter is not None:
-            on_iter(it, f, step_len, V.host(x))
-        gv_new = V.array(scaled(g_new))
-        gg_new, change = V.dot_and_change(gv_new, gv)
-        prev_step, prev_slope = res.step, slope
-        if improvement < tol:
-            small += 1
-            if small >= patience:
-                stop_reason = "tol"
-                break
+        improvement = (self.f - f_new) / max(abs(self.f), 1e-300)
+        self.f = f_new
+        self._record(step_len)
+        self._turn(g_new, improvement, res.step, slope)
+
+    def _descent_slope(self):
+        """The slope along the direction; a direction that does not descend is replaced by the
+        negative gradient (a restart)."""
+        slope = self.vectors.dot(self.gv, self.dv)
+        if not (slope < 0.0 and math.isfinite(slope)):
+            self.dv = self.vectors.neg(self.gv)
+            slope = -self.gg
+            self.steepest = True
+        return slope
+
+    def _first_trial(self, slope, dnorm):
+        """The line search's first trial step."""
+        if self.prev_step is None:
+            xnorm = self.vectors.norm(self.x)
+            return self.first_move * (xnorm if xnorm > 0 else 0.01 * math.sqrt(self.x.size)) / dnorm
+        # The previous step rescaled by the ratio of directional derivatives, within limits.
+        t0 = self.prev_step * self.prev_slope / slope
+        return min(max(t0, 0.01 * self.prev_step), 100.0 * self.prev_step)
+
+    def _search(self, d, slope, t0):
+        """(LineResult, gradient at its point or None) of the line search along d."""
+        if self.line_search == "slopes":
+            points = (HostLine(self.grad, self.x, d, self.trial) if self.line is None
+                      else self.line(self.x, d))
+            res = line_search_slopes(None, self.x, d, self.f, slope, t0, stop=self.stop,
+                                     sigma=self.sigma, line=points)
+            self.n_grad += res.n_evals
+            return res, res.gradient
+        res = line_minimize(self._func_counted, self.x, d, self.f, slope, t0, stop=self.stop,
+                            rtol=self.rtol)
+        return res, None
+
+    def _record(self, step_len):
+        self.history.append((self.it, self.f, step_len))
+        if self.on_iter is not None:
+            self.on_iter(self.it, self.f, step_len, self.vectors.host(self.x))
+
+    def _no_gain(self, res):
+        """The line search found no lower point: end, or try the gradient once."""
+        self._record(0.0)
+        if res.interrupted:
+            return self._finish("interrupt")
+        if self.steepest:
+            return self._finish("no progress")
+        # a conjugate direction that gave nothing: try the gradient
+        self.dv = self.vectors.neg(self.gv)
+        self.steepest = True
+        self.prev_step = None
+
+    def _turn(self, g_new, improvement, step, slope):
+        """The next direction from the new gradient (Polak-Ribiere, clipped; a restart after a
+        small improvement), or the end after ``patience`` small ones."""
+        vectors = self.vectors
+        gv_new = vectors.array(self._scaled(g_new))
+        gg_new, change = vectors.dot_and_change(gv_new, self.gv)
+        self.prev_step, self.prev_slope = step, slope
+        if improvement < self.tol:
+            self.small += 1
+            if self.small >= self.patience:
+                return self._finish("tol")
             beta = 0.0                   # a small improvement: restart along the gradient
         else:
-            small = 0
-            beta = max(0.0, change / gg)                          # Polak-Ribiere, clipped
-        V.new_direction(dv, beta, gv_new)    # dv = -gv_new + beta * dv, in place
-        steepest = beta == 0.0
-        gv, gg = gv_new, gg_new
-    return CGResult(V.result(x), f, it, n_func, n_grad, history, stop_reason)
+            self.small = 0
+            beta = max(0.0, change / self.gg)
+        vectors.new_direction(self.dv, beta, gv_new)    # dv = -gv_new + beta * dv, in place
+        self.steepest = beta == 0.0
+        self.gv, self.gg = gv_new, gg_new
+
+
+# ---------------------------------------------------------------------- the phase of TRAIN
+# Why refinement ended, as the log and the results say it.
+STOP_WORDS = {
+    "tol": "the relative improvement fell below TOL",
+    "maxiters": "MAXITERS reached",
+    "interrupt": "interrupted by the user",
+    "zero gradient": "the gradient vanished",
+    "no progress": "no lower point along the gradient",
+}
+
+
+class RefinementPhase(Phase):
+    """The second phase of the book's method: conjugate-gradient refinement from the previous
+    phase's best weights, one log line per iteration."""
+
+    name, title, unit, label = "refinement", "Conjugate-gradient refinement", "iteration", \
+        "Refinement"
+
+    def __init__(self, training):
+        self.limit = training.maxiters
+        self.tol = float(training.tol)
+        self.cg = None
+
+    @property
+    def done(self):
+        return self.cg.done
+
+    def interrupt(self):
+        self.cg.interrupt()
+
+    def step(self):
+        self.cg.step()
+
+    def start(self, context, weights):
+        self.context, self.step_lengths = context, []
+        ev, model = context.evaluator, context.model
+        vectors = getattr(ev, "vectors", None)
+        # the device's vectors hand over arrays that stay as they are until the iteration after
+        # the next, so the model can hold them without copying every weight each iteration
+        if getattr(vectors, "host_arrays_kept", False):
+            self.hold = model.keep_weights
+        else:
+            def hold(w):
+                model.weights = w
+            self.hold = hold
+        # an evaluator that forms the line search's trial points itself and keeps the
+        # refinement's vectors (the device path, one GPU) offers line and vectors
+        self.cg = ConjugateGradients(ev.criterion, ev.gradient, weights,
+                                     max_iters=int(self.limit), tol=self.tol,
+                                     stop=context.stop, on_iter=self._iterated,
+                                     line=getattr(ev, "line", None), vectors=vectors)
+
+    def start_trace(self):
+        return [(0, self.cg.history[0][1])]        # iteration 0: the starting point
+
+    def _iterated(self, it, f, step, w):
+        self.hold(w)
+        self.step_lengths.append(step)
+        self.context.log.write(f"Iteration {it} criterion = {f:.6g} step = {step:.4g}")
+        self.context.report(self, it, f, f)
+
+    def finish(self):
+        cres = self.cg.result()
+        self.context.model.weights = cres.weights
+        self.n_func = cres.n_func
+        lengths = [None] + [self.step_lengths[it - 1] if it <= len(self.step_lengths) else None
+                            for it, _, _ in cres.history[1:]]
+        return PhaseResult(self.name, self.title, self.unit, self.chart,
+                           [(it, f) for it, f, _ in cres.history], float(cres.criterion),
+                           cres.iterations, self.limit, cres.interrupted, cres.stop,
+                           STOP_WORDS.get(cres.stop, cres.stop),
+                           evaluations={"criterion": cres.n_func, "gradient": cres.n_grad},
+                           figures={"step_lengths": lengths}, weights=cres.weights)
+
+    def log_result(self, log, result):
+        if result.interrupted:
+            log.write("WARNING... User pressed ESCape during optimization")
+            log.write("Results are incomplete and may be seriously incorrect")
+        log.write(f"Refinement: {result.steps} iterations ({result.evaluations['gradient']} "
+                  f"gradient and {result.evaluations['criterion']} criterion evaluations), "
+                  f"{result.seconds:.2f} seconds, ended because {result.stop_words}")
