@@ -465,12 +465,7 @@ class Session:
 
     def _load_model(self, cmd):
         from .modelfile import load_model
-        path = cmd.args["path"]
-        if not os.path.exists(path) and not os.path.isabs(cmd.args["filename"]):
-            # a model saved earlier in this run lies under --out
-            alt = self._output_path(cmd.args["filename"])
-            if os.path.exists(alt):
-                path = alt
+        path, where = self._model_to_load(cmd)
         if self.check_only:
             for candidate in (cmd.args["path"], self._output_path(cmd.args["filename"])):
                 pending = self.pending_saves.get(os.path.abspath(candidate))
@@ -493,7 +488,7 @@ class Session:
         self.model_arch = loaded.arch
         self.model_series = loaded.series
         self.layers_closed = True
-        self.log.write(f"   Model loaded from {path}")
+        self.log.write(f"   Model loaded from {path} ({where})")
         self.log.write(loaded.arch.report())
         if self.check_only:
             return
@@ -501,6 +496,23 @@ class Session:
         self.model = self._make_model(loaded.arch, self.model_device)
         self.model.weights = loaded.weights
         self.record.artifact(Artifact(path, "loaded", MODEL, loaded.arch), cmd, self.out)
+
+    def _model_to_load(self, cmd):
+        """Where LOAD MODEL finds its file, and which place that is: beside the control file
+        first, then in the run's output folder (where SAVE MODEL writes)."""
+        beside, filename = cmd.args["path"], cmd.args["filename"]
+        if os.path.exists(beside) or os.path.isabs(filename):
+            return beside, "beside the control file" if not os.path.isabs(filename) else "as named"
+        in_out = self._output_path(filename)
+        if os.path.exists(in_out):
+            return in_out, "in the output folder"
+        pending = self.check_only and any(os.path.abspath(p) in self.pending_saves
+                                          for p in (beside, in_out))
+        if not pending:
+            raise cmd.error(f"model file '{filename}' not found: looked for {beside} (beside the "
+                            f"control file) and {in_out} (the output folder, where SAVE MODEL "
+                            "writes)")
+        return beside, "beside the control file"
 
     # ------------------------------------------------------------------ pictures
     def _record_made(self, made, cmd):

@@ -1,6 +1,7 @@
 """`convnet check` of a file that saves a model and loads it later; LOAD MODEL errors name the
 control file and its line."""
 
+import pytest
 from click.testing import CliRunner
 
 from convnet.cli import main
@@ -55,7 +56,7 @@ def test_check_refuses_a_load_of_a_model_never_saved(tmp_path, monkeypatch):
     assert result.exit_code == 2
     line = result.output.strip().splitlines()[-1]
     assert line.startswith(f"convnet: error: {ctl}:10: model file '")
-    assert "m.cnm': the model file does not exist" in line
+    assert "m.cnm' not found: looked for" in line and "where SAVE MODEL writes" in line
 
 
 def test_load_model_error_names_the_control_file_and_line(tmp_path):
@@ -66,3 +67,27 @@ def test_load_model_error_names_the_control_file_and_line(tmp_path):
     assert result.exit_code == 2
     line = result.output.strip().splitlines()[-1]
     assert line.startswith(f"convnet: error: {ctl}:3: model file '{tmp_path / 'junk.cnm'}': "), line
+
+
+def test_a_model_saved_in_one_run_is_loaded_in_the_next_from_either_place(tmp_path):
+    """SAVE MODEL writes under --out; LOAD MODEL looks beside the control file, then under
+    --out, says which it used, and names both places when the file is in neither."""
+    from convnet.errors import ConvnetError
+    from convnet.session import run
+    (tmp_path / "save.ctl").write_text("MAKE IMAGE 6 6 1 2 30\nFULLY CONNECTED LAYER 3\n"
+                                       "ANNEAL ITERS = 2\nMAXITERS = 2\nTRAIN\nSAVE MODEL \"m.model\"\n")
+    (tmp_path / "load.ctl").write_text("CLEAR\nLOAD MODEL \"m.model\"\nMAKE IMAGE 6 6 1 2 30\nTEST\n")
+    out = tmp_path / "out"
+    run([str(tmp_path / "save.ctl"), str(tmp_path / "load.ctl")], out=str(out), seed=1)
+    log = (out / "CONVNET.LOG").read_text()
+    assert f"Model loaded from {out / 'm.model'} (in the output folder)" in log
+    (tmp_path / "m.model").write_bytes((out / "m.model").read_bytes())
+    run([str(tmp_path / "load.ctl")], out=str(tmp_path / "second"), seed=1)
+    log = (tmp_path / "second" / "CONVNET.LOG").read_text()
+    assert f"Model loaded from {tmp_path / 'm.model'} (beside the control file)" in log
+    (tmp_path / "m.model").unlink()
+    with pytest.raises(ConvnetError) as info:
+        run([str(tmp_path / "load.ctl")], out=str(tmp_path / "third"), seed=1)
+    message = str(info.value)
+    assert f"{tmp_path / 'load.ctl'}:2:" in message and "not found" in message
+    assert str(tmp_path / "m.model") in message and str(tmp_path / "third" / "m.model") in message
