@@ -181,6 +181,8 @@ class SessionRecord:
                                result.n_cases, result.seconds, result.n_criterion_evals))
         run.update({"status": "interrupted" if result.interrupted else "done",
                     "finished": _now()})
+        if result.warnings:
+            run["warnings"] = list(result.warnings)
         self.write()
 
     def end_test(self, run, result):

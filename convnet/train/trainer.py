@@ -60,6 +60,7 @@ class TrainResult:
     seconds: Dict[str, float] = field(default_factory=dict)
     n_criterion_evals: int = 0
     n_gradient_evals: int = 0
+    warnings: List[str] = field(default_factory=list)
     command: str = "TRAIN"
 
     @property
@@ -183,6 +184,9 @@ def _final(context, dataset, wpen, phases, t_all):
     seconds["confusion"] = time.perf_counter() - t0
     log.blank()
     log.write(format_confusion(matrix))
+    warnings = chance_level_warnings(nll, classes, context.arch.n_classes)
+    for warning in warnings:
+        log.write(f"WARNING... {warning}")
     seconds["total"] = time.perf_counter() - t_all
     phase_times = ", ".join(f"{p.name} {p.seconds:.2f} s" for p in phases)
     log.write(f"Elapsed time: {phase_times}, final pass {seconds['final pass']:.2f} s, confusion "
@@ -192,7 +196,32 @@ def _final(context, dataset, wpen, phases, t_all):
         phases, final_criterion=final, nll=nll, misclassification=misclassification(matrix),
         confusion=matrix, n_cases=int(matrix.sum()), seconds=seconds,
         n_criterion_evals=sum(p.evaluations.get("criterion", 0) for p in phases) + 1,
-        n_gradient_evals=sum(p.evaluations.get("gradient", 0) for p in phases))
+        n_gradient_evals=sum(p.evaluations.get("gradient", 0) for p in phases), warnings=warnings)
+
+
+# A TRAIN whose likelihood ends within this fraction of the no-information level has learned
+# next to nothing (often annealing that was cut short, or refinement stopped early by TOL).
+CHANCE_MARGIN = 0.005
+
+
+def no_information_criterion(classes, n_classes):
+    """The criterion of a net that knows only how often each class occurs: the entropy of the
+    class frequencies per class (Equation 1-13 with every output equal to its class's share;
+    ln K / K for balanced classes)."""
+    counts = np.bincount(np.asarray(classes, dtype=np.int64), minlength=n_classes)
+    shares = counts[counts > 0] / max(1, counts.sum())
+    return float(-np.sum(shares * np.log(shares)) / n_classes)
+
+
+def chance_level_warnings(nll, classes, n_classes):
+    """A warning (a list of at most one line) when the training likelihood ``nll`` is no better
+    than the no-information level by more than CHANCE_MARGIN; the likely remedies named."""
+    level = no_information_criterion(classes, n_classes)
+    if not (level > 0 and nll >= (1 - CHANCE_MARGIN) * level):
+        return []
+    return [f"training ended at the no-information level (criterion {format_criterion(nll)}, "
+            f"knowing only the class frequencies gives {format_criterion(level)}): try more "
+            "ANNEAL ITERS, a larger ANNEAL RANGE or a smaller TOL"]
 
 
 def test(model, dataset, log):
