@@ -20,6 +20,8 @@ from convnet.evaluator import WeightPenalty
 from convnet.device import backend as dbe
 from convnet.device import kernel_args, launches, runtime, tuning
 from convnet.device.plan import ModelPlan, simulate
+from convnet.device.options import DeviceOptions
+from convnet.params import DeviceParams, Params
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -887,8 +889,8 @@ def test_emulated_launch_splits_change_nothing(fake_runtime, spec):
     w = rng.normal(0, 0.4, arch.n_weights)
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
     results = []
-    for params in ({}, {"MAX BATCH": 256}, {"MAX BATCH": 512, "MAX HID GRAD": 1},
-                   {"MAX BATCH": 100, "MAX MEM GRAD": 1}, {"MAX BATCH": 7}):
+    for params in (DeviceParams(), DeviceParams(max_batch=256), DeviceParams(max_batch=512, max_hid_grad=1),
+                   DeviceParams(max_batch=100, max_mem_grad=1), DeviceParams(max_batch=7)):
         be = dbe.DeviceBackend(arch, params)
         crit, grad = be.evaluator(x, c, 0.01).gradient(w)
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref
@@ -899,12 +901,13 @@ def test_emulated_launch_splits_change_nothing(fake_runtime, spec):
 def test_split_plan_follows_the_limits(fake_runtime):
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "FULLY CONNECTED LAYER 30"],
                                    16, 16, 1, 10)
-    be = dbe.DeviceBackend(arch, {"MAX BATCH": 1000, "MAX HID GRAD": 1000, "MAX MEM GRAD": 1})
+    be = dbe.DeviceBackend(arch, DeviceParams(max_batch=1000, max_hid_grad=1000, max_mem_grad=1))
     x = np.random.default_rng(0).random((1000, 1, 16, 16))
     ev = be.evaluator(x, np.zeros(1000, int))
-    per, launches, floats, gps, slots = ev.ws.splits[0]
-    assert per * 144 <= 1000 and launches == -(-20 // per)
-    assert 4 * floats <= 1 << 20
+    split = ev.ws.splits[0]
+    per = split.slices_per_launch
+    assert per * 144 <= 1000 and split.launches == -(-20 // per)
+    assert 4 * split.scratch_floats <= 1 << 20
     assert any("launch" in line for line in ev.allocation)
 
 
@@ -925,7 +928,7 @@ def test_emulated_random_architectures(fake_runtime, seed):
     c = rng.integers(0, arch.n_classes, n)
     w = rng.normal(0, 0.5, arch.n_weights)
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
-    for params in ({}, {"MAX BATCH": 256, "MAX HID GRAD": 3}, {"MAX BATCH": 64, "MAX MEM GRAD": 1}):
+    for params in (DeviceParams(), DeviceParams(max_batch=256, max_hid_grad=3), DeviceParams(max_batch=64, max_mem_grad=1)):
         crit, grad = dbe.DeviceBackend(arch, params).evaluator(x, c, 0.01).gradient(w)
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref
         assert _rel(grad, grad_ref) <= 1e-5
@@ -936,15 +939,17 @@ def test_emulated_cuda_log(fake_runtime, tmp_path):
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 4 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
                                     "FULLY CONNECTED LAYER 6"], 8, 8, 1, 3)
     rng = np.random.default_rng(5)
-    be = dbe.DeviceBackend(arch, {"MAX BATCH": 100}, fuse=False)
+    be = dbe.DeviceBackend(arch, DeviceParams(max_batch=100), DeviceOptions(fuse=False))
     ev = be.evaluator(rng.random((250, 1, 8, 8)), rng.integers(0, 3, 250))
     ev.gradient(rng.normal(0, 0.3, arch.n_weights))
     ev.criterion(rng.normal(0, 0.3, arch.n_weights))
-    text = open(write_cuda_log(str(tmp_path / "sub" / "CUDA.LOG"), be, arch, {"WPEN": 0.5})).read()
+    text = open(write_cuda_log(str(tmp_path / "sub" / "CUDA.LOG"), be, arch,
+                               Params.from_phrases({"WPEN": 0.5, "RANDOM SEED": 3}))).read()
     for title in ("1. Device and capabilities", "2. Architecture and training parameters",
                   "3. Device memory allocations", "4. Device time by layer and activity"):
         assert title in text
-    assert "MAX BATCH = 100" in text and "WPEN = 0.5" in text
+    assert "MAX BATCH = 100" in text and "WPEN = 0.5" in text and "RANDOM SEED = 3" in text
+    assert "CUDA DEVICES" not in text
     assert "Batch size 84 cases, 3 batch(es)" in text
     assert "Layer 1 is convolutional" in text and "Evaluations timed: 2" in text
     rows = [ln for ln in text.splitlines() if ln.startswith("Layer 1 CONV")]
@@ -969,7 +974,7 @@ def test_emulated_fused_first_layer(fake_runtime):
     crit, grad = ev.gradient(w)
     assert "pool_forward" in fake_runtime.launches and "pool_backward" in fake_runtime.launches
     assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
-    assert not dbe.DeviceBackend(arch, fuse=False).fused_pool
+    assert not dbe.DeviceBackend(arch, options=DeviceOptions(fuse=False)).fused_pool
 
 
 def test_emulated_fused_first_layer_in_gradients(fake_runtime):
@@ -983,8 +988,8 @@ def test_emulated_fused_first_layer_in_gradients(fake_runtime):
     w = rng.normal(0, 0.5, arch.n_weights)
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
     for pooled_grad in (True, False):
-        for params in ({}, {"MAX BATCH": 256}):
-            be = dbe.DeviceBackend(arch, params, pooled_grad=pooled_grad)
+        for params in (DeviceParams(), DeviceParams(max_batch=256)):
+            be = dbe.DeviceBackend(arch, params, DeviceOptions(pooled_grad=pooled_grad))
             assert be.fused_pool_gradient and be.pooled_grad == pooled_grad
             fake_runtime.launches.clear()
             crit, grad = be.evaluator(x, c, 0.01).gradient(w)
@@ -994,9 +999,9 @@ def test_emulated_fused_first_layer_in_gradients(fake_runtime):
             assert ("pool_backward_tiles" in launched) != pooled_grad
             assert ("conv_grad_pooled" in launched) == pooled_grad
             assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
-    assert not dbe.DeviceBackend(arch, pool_tiles=False).fused_pool_gradient
-    assert not dbe.DeviceBackend(arch, fuse=False).fused_pool_gradient
-    assert not dbe.DeviceBackend(arch, fuse=False).pooled_grad
+    assert not dbe.DeviceBackend(arch, options=DeviceOptions(pool_tiles=False)).fused_pool_gradient
+    assert not dbe.DeviceBackend(arch, options=DeviceOptions(fuse=False)).fused_pool_gradient
+    assert not dbe.DeviceBackend(arch, options=DeviceOptions(fuse=False)).pooled_grad
 
 
 def test_emulated_fixed_first_layer_variants(fake_runtime):
@@ -1063,7 +1068,7 @@ def test_emulated_first_layer_gradient_from_pooled_deltas(fake_runtime, spec):
     x, c = rng.uniform(-1, 1, (300, bands, rows, cols)), rng.integers(0, ncls, 300)
     w = rng.normal(0, 0.5, arch.n_weights)
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
-    for params in ({}, {"MAX BATCH": 256}, {"MAX HID GRAD": 2 * arch.layers[0].height}):
+    for params in (DeviceParams(), DeviceParams(max_batch=256), DeviceParams(max_hid_grad=2 * arch.layers[0].height)):
         be = dbe.DeviceBackend(arch, params)
         assert be.pooled_grad
         fake_runtime.launches.clear()
@@ -1089,7 +1094,7 @@ def test_graph_replay_gives_the_eager_results(fake_runtime, spec):
     ws = [rng.normal(0, 0.4, arch.n_weights) for _ in range(3)]
     runs = {}
     for graphs in (False, True):
-        be = dbe.DeviceBackend(arch, {"MAX BATCH": 128}, graphs=graphs)
+        be = dbe.DeviceBackend(arch, DeviceParams(max_batch=128), DeviceOptions(graphs=graphs))
         ev = be.evaluator(x, c, 0.01)
         out = []
         for i in range(5):
@@ -1150,10 +1155,10 @@ def test_emulated_split_upload_gives_the_same_bits(fake_runtime, max_batch):
     x = rng.random((n, bands, rows, cols)) * 2 - 1
     c = rng.integers(0, ncls, n)
     ws = [rng.normal(0, 0.2, arch.n_weights) for _ in range(3)]
-    params = {} if max_batch is None else {"MAX BATCH": max_batch}
+    params = DeviceParams() if max_batch is None else DeviceParams(max_batch=max_batch)
     runs = {}
     for split in (False, True):
-        be = dbe.DeviceBackend(arch, params, split_upload=split)
+        be = dbe.DeviceBackend(arch, params, DeviceOptions(split_upload=split))
         assert (be.upload_split is not None) == split
         ev = be.evaluator(x, c, 0.01)
         out = []
@@ -1201,7 +1206,7 @@ def test_emulated_dense_products(fake_runtime, monkeypatch):
     for tile, narrow in zip(tuning.NN_DENSE, tuning.NN_NARROW * len(tuning.NN_DENSE)):
         monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, conv=(), dense=False, t=tile,
                             nt=narrow: [t if N > 16 else nt] if dense else gather(M, N, conv)[:1])
-        for params in ({}, {"MAX BATCH": 256}):
+        for params in (DeviceParams(), DeviceParams(max_batch=256)):
             fake_runtime.launches.clear()
             ev = dbe.DeviceBackend(arch, params).evaluator(x, c, 0.01)
             crit, grad = ev.gradient(w)
@@ -1320,18 +1325,18 @@ def test_emulated_pooling_in_the_forward_epilogue(fake_runtime, monkeypatch, spe
     *shape, pooled = spec
     arch, x, c, w, crit_ref, grad_ref, p_ref = _problem(*shape, n=90, seed=8)
     assert dbe.DeviceBackend(arch).conv_pool == pooled
-    assert not dbe.DeviceBackend(arch, pool_epilogue=False).conv_pool
-    assert not dbe.DeviceBackend(arch, pool_tiles=False).conv_pool
-    plain = dbe.DeviceBackend(arch, pool_epilogue=False).evaluator(x, c, 0.01)
+    assert not dbe.DeviceBackend(arch, options=DeviceOptions(pool_epilogue=False)).conv_pool
+    assert not dbe.DeviceBackend(arch, options=DeviceOptions(pool_tiles=False)).conv_pool
+    plain = dbe.DeviceBackend(arch, options=DeviceOptions(pool_epilogue=False)).evaluator(x, c, 0.01)
     want = plain.gradient(w), plain.criterion(w), plain.outputs(w)
-    acts = dbe.DeviceBackend(arch, pool_epilogue=False).activations(w, x[:40])
+    acts = dbe.DeviceBackend(arch, options=DeviceOptions(pool_epilogue=False)).activations(w, x[:40])
     gather_first = tuning.nn_candidates
     # (every variant's epilogue is the same code; the GPU test forces each of them)
     tiles = sorted({t for i in pooled for t in dbe.DeviceBackend(arch).conv_tiled[i - 1].fwd})[:2]
     for tile in [None] + tiles:
         monkeypatch.setattr(tuning, "nn_candidates",
                             lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather_first(M, N)[:1])
-        for params in ({}, {"MAX BATCH": 40}) if tile == tiles[0] else ({},):
+        for params in (DeviceParams(), DeviceParams(max_batch=40)) if tile == tiles[0] else (DeviceParams(),):
             fake_runtime.launches.clear()
             be = dbe.DeviceBackend(arch, params)
             ev = be.evaluator(x, c, 0.01)
@@ -1464,9 +1469,9 @@ def test_emulated_pool_backward_tiles(fake_runtime, spec):
     pooling = {i for i, L in enumerate(arch.layers) if not L.kind.has_weights}
     grads = []
     for tiles in (True, False):
-        for params in ({}, {"MAX BATCH": 256}):
+        for params in (DeviceParams(), DeviceParams(max_batch=256)):
             fake_runtime.launches.clear()
-            be = dbe.DeviceBackend(arch, params, pool_tiles=tiles, pooled_grad=False)
+            be = dbe.DeviceBackend(arch, params, DeviceOptions(pool_tiles=tiles, pooled_grad=False))
             assert be.pool_tiles == (want if tiles else set())
             crit, grad = be.evaluator(x, c, 0.01).gradient(w)
             assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5

@@ -322,16 +322,16 @@ class ConvTiled:
     """The tiled kernels of one convolutional layer: candidate names for the tuner and launches.
     fwd and bwd map a candidate name to its variant (activation, delta backpropagation)."""
 
-    def __init__(self, rt, layer, ldw, pool=None):
+    def __init__(self, rt, variants):
+        """variants: the layer's kernel_plan.TiledVariants (which fit this device)."""
         self.rt = rt
-        self.shape = ConvShape.of(layer, ldw)
+        self.shape = variants.shape
         # (wv, wh): the layer is followed by max pooling whose windows tile it, and each forward
         # variant is also built with that pooling in its epilogue (kind "fwd_pool")
-        self.pool = pool
-        limit = rt.shared_optin      # the most shared memory a kernel may opt in to
-        self.fwd = {f"tiled_{v.suffix}": v for v in forward_variants(self.shape, limit)}
-        self.bwd = {f"tiled_{v.suffix}": v for v in delta_variants(self.shape, layer.index > 0, limit)}
-        self.grad = {f"tiled_{v.suffix}": v for v in grad_variants(self.shape, limit)}
+        self.pool = variants.pool
+        self.fwd = dict(variants.fwd)
+        self.bwd = dict(variants.bwd)
+        self.grad = dict(variants.grad)
         self._built = False
 
     def variants(self, kind):

@@ -20,7 +20,8 @@ has, in each part, section 1 for every GPU and then a section per GPU in place o
 import datetime
 import os
 
-from .. import __version__
+from .._version import __version__
+from ..params import Params
 
 # Activities in the order the table shows them; any other follows in the order first met.
 ACTIVITY_ORDER = ("weight copy", "forward", "softmax", "delta", "gradient", "gradient fetch",
@@ -51,7 +52,8 @@ NOT_IN_COMMAND = {
     "weight copy": "no launches here: the weights on the device were already current",
 }
 
-DEVICE_PARAMS = ("MAX BATCH", "MAX HID GRAD", "MAX MEM GRAD")
+# Section 2's parameters after the device's own (MAX BATCH, MAX HID GRAD, MAX MEM GRAD and
+# CUDA DEVICES, which the backend reads), by their control-file phrases.
 TRAINING_PARAMS = ("ANNEAL ITERS", "ANNEAL RANGE", "ANNEAL SCALE", "MAXITERS", "TOL", "WPEN",
                    "RANDOM SEED")
 
@@ -60,8 +62,17 @@ def _section(title):
     return ["", title, "-" * len(title)]
 
 
+def _phrase_values(params):
+    """{phrase: value} of a convnet.params.Params (the seed filled in).
+
+    TEMPORARY, remove when the session passes a Params: a dict of phrases is taken as it is."""
+    if isinstance(params, Params):
+        return params.phrases()
+    return dict(params or {})
+
+
 def _param_lines(backend, params):
-    params = dict(params or {})
+    params = _phrase_values(params)
     out = []
     mb = backend.max_batch
     out.append(f"   MAX BATCH = {'automatic (as many cases as fit in a quarter of free device memory)' if mb is None else mb}")
@@ -241,7 +252,8 @@ class CudaLog:
 
     def add(self, heading, backend, arch, params, weight_uploads_before=0):
         """Append one part: ``heading`` (the command and its control-file line), then the four
-        sections for what ``backend`` did since its timings were last reset."""
+        sections for what ``backend`` did since its timings were last reset; ``params``: the
+        convnet.params.Params in force, its seed filled in."""
         lines = [] if self.parts else [_title_line()]
         rule = "=" * max(20, len(heading))
         lines += ["", rule, heading, rule]

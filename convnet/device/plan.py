@@ -214,29 +214,35 @@ class GatherLayerPlan(LayerPlan):
                     desc.append([tables.add(ao), tables.add(bo), K, 0, gi * pd])
                 self.bwd = GemmGroups(desc, pd, max_k)
         # ---- weight gradient
-        self.grad = GradPlan(self)
+        self.grad = GradPlan(self.rows, self.depth, self.groups, self.kind)
 
 
 class GradPlan:
     """How the weight gradient of one layer is split into partial sums."""
 
-    def __init__(self, lp):
-        self.rows = lp.rows
-        self.n_cols = lp.depth                  # slices (FC: neurons)
-        G = lp.groups
-        self.groups = G
-        self.kind = lp.kind
+    def __init__(self, rows, n_cols, groups, kind):
+        self.rows = rows
+        self.n_cols = n_cols                    # slices (FC: neurons)
+        self.groups = groups                    # positions (FC: 1)
+        self.kind = kind
         # a weight set per position (LOCAL): the partial sums keep every position's columns
-        self.local_cols = not (lp.kind.shares_weights or lp.kind.whole_prior)
+        self.local_cols = not (kind.shares_weights or kind.whole_prior)
+
+    @classmethod
+    def of(cls, layer, rows):
+        """The GradPlan of a layer with `rows` weight rows (its layout's), from its shape."""
+        groups = 1 if layer.kind.whole_prior else layer.height * layer.width
+        return cls(rows, layer.depth, groups, layer.kind)
 
     def slots_for(self, n_total):
         """(groups per slot, slots) for a data set of n_total cases."""
-        G = self.groups
+        groups = self.groups
         if not self.kind.shares_weights:
-            return 1, G             # a slot per position (LOCAL), or the one group (FC)
+            return 1, groups        # a slot per position (LOCAL), or the one group (FC)
         tiles = -(-self.rows // ROW_TILE)
-        gps = max(1, min(CONV_GROUP, G, G * self.n_chunks(n_total) * tiles // CONV_BLOCKS))
-        return gps, -(-G // gps)
+        per_slot = max(1, min(CONV_GROUP, groups,
+                              groups * self.n_chunks(n_total) * tiles // CONV_BLOCKS))
+        return per_slot, -(-groups // per_slot)
 
     def n_chunks(self, n_cases):
         return -(-n_cases // CHUNK)

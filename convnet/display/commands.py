@@ -62,4 +62,6 @@ def display_activation_images(session, cmd):
 
 def _require_picture(cmd, tile_rows, tile_cols, bands):
     """Refuse a DISPLAY grid whose picture cannot fit in memory."""
-    memory.require_picture(cmd.args["rows"], cmd.args["columns"], tile_rows, tile_cols, bands)
+    from .grids import GridGeometry
+    geometry = GridGeometry(tile_rows, tile_cols, cmd.args["rows"], cmd.args["columns"])
+    memory.require_picture(geometry, bands)
