@@ -12,7 +12,6 @@ from convnet.control import parse_devices, parse_line
 from convnet.device import backend as dbe
 from convnet.device import multi, runtime
 from convnet.device.plan import CHUNK, ModelPlan, simulate
-from convnet.device.options import DeviceOptions
 from convnet.params import DeviceParams, Params
 from convnet.errors import ConvnetError
 from test_device_emulated import FakeRuntime

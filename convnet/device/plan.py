@@ -32,11 +32,9 @@ change which launch does the work, never the result.
 reference vectors, so a table error is found without a GPU.
 """
 
-import math
-
 import numpy as np
 
-from .layout import WeightLayout, image_to_device, pad32
+from .layout import WeightLayout, image_to_device
 
 # Cases per partial sum of the weight gradient, and the unit at which batches are cut when the
 # data are split into several (MAX BATCH < number of cases).
