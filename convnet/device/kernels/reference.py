@@ -38,6 +38,19 @@ class ReferenceKernels(GemmReference, ConvSmallReference, ConvTiledReference, Ou
             getattr(self, name)(grid, block, *args)
 
 
+def specializations(defines, kernels):
+    """{function name: (family, constants, variant constants)} of the functions a
+    Runtime.specialize call builds: defines {CT_NAME: value} (the prefix dropped), and each
+    instantiation line "FAMILY(name, constant, ...)" of kernels [(name, line, KernelParams)]."""
+    constants = {key[3:]: int(value) for key, value in defines.items()}
+    found = {}
+    for name, line, params in kernels:
+        args = [a.strip() for a in line[line.index("(") + 1:line.rindex(")")].split(",")]
+        assert line.startswith(params.family.upper() + "(") and args[0] == name
+        found[name] = (params.family, constants, tuple(int(a) for a in args[1:]))
+    return found
+
+
 def _plain(value):
     """A launch argument as the references take it: an allocation as its address, a numpy
     scalar as a Python number."""
