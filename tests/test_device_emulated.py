@@ -1102,3 +1102,70 @@ def test_emulated_gpu_training_runs_no_compiled_host_pass(fake_runtime, monkeypa
     assert "Line search trial points formed on the device" in (out / "CUDA.LOG").read_text()
     with pytest.raises(AssertionError):             # the refusal itself works
         vectors.HostVectors().step_into(None, None, 0.0, None)
+
+
+SUBSET_ARCH = (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
+                "CONVOLUTIONAL LAYER 36 1 1 1 1 1 1", "FULLY CONNECTED LAYER 7"], 8, 8, 2, 4)
+
+
+@pytest.mark.parametrize("max_batch", [None, 256, 100])
+def test_emulated_subset_is_a_fresh_evaluator_on_those_cases(fake_runtime, monkeypatch,
+                                                             max_batch):
+    """evaluator.subset(indices): the same criterion, gradient and outputs, bit for bit, as a
+    fresh evaluator over those cases (the same batches, kernels and order of additions), with
+    nothing uploaded again and nothing timed."""
+    arch = Architecture.from_lines(*SUBSET_ARCH)
+    rng = np.random.default_rng(12)
+    n = 700
+    x, c = rng.uniform(-1, 1, (n, 2, 8, 8)), rng.integers(0, 4, n)
+    w = rng.normal(0, 0.4, arch.n_weights)
+    params = DeviceParams(max_batch=max_batch)
+    whole = dbe.DeviceBackend(arch, params).evaluator(x, c, 0.01)
+    whole.gradient(w)
+    # runs of consecutive cases, a case out of order, one repeated
+    indices = np.concatenate([np.arange(5, 290), [600, 3, 4, 4], np.arange(400, 690)])
+    uploads = []
+    with monkeypatch.context() as patch:
+        patch.setattr(fake_runtime, "upload", lambda array: uploads.append(array))
+        patch.setattr(tuning.Tuner, "_time", lambda *args: pytest.fail("a subset timed"))
+        part = whole.subset(indices)
+        crit, grad = part.gradient(w)
+        crit_only, outputs = part.criterion(w), part.outputs(w)
+    assert uploads == [] and part.n_cases == indices.size
+    fresh = dbe.DeviceBackend(arch, params).evaluator(x[indices], c[indices], 0.01)
+    crit_f, grad_f = fresh.gradient(w)
+    assert crit == crit_f and np.array_equal(grad, grad_f)
+    assert crit_only == fresh.criterion(w) and np.array_equal(outputs, fresh.outputs(w))
+    assert part.batches == fresh.batches
+    # and the subset's results are the float64 model's on those cases
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x[indices], c[indices], 0.01)
+    assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+
+
+def test_emulated_subset_takes_the_tuners_choices(fake_runtime):
+    """A subset's launch sites take the tile its evaluator's tuner chose at the same site."""
+    arch = Architecture.from_lines(*SUBSET_ARCH)
+    rng = np.random.default_rng(3)
+    x, c = rng.uniform(-1, 1, (300, 2, 8, 8)), rng.integers(0, 4, 300)
+    w = rng.normal(0, 0.4, arch.n_weights)
+    whole = dbe.DeviceBackend(arch).evaluator(x, c)
+    whole.gradient(w)
+    site = next(s for s in whole.tuner.choice if s[0] == "gradient" and s[1] == 4)
+    candidates = whole.tuner.sites[site][0]
+    whole.tuner.choice[site] = candidates[1]            # as if the second had been faster
+    part = whole.subset(np.arange(100))
+    fake_runtime.launches.clear()
+    part.gradient(w)
+    assert part.tuner.choice[site[:-1] + (100,)] == candidates[1]
+    assert f"gemm_tn_{candidates[1]}" in fake_runtime.launches
+
+
+def test_emulated_subset_refusals(fake_runtime):
+    arch = Architecture.from_lines(*SUBSET_ARCH)
+    x = np.zeros((10, 2, 8, 8))
+    ev = dbe.DeviceBackend(arch).evaluator(x, np.zeros(10, int))
+    for bad in ([], [10], [-1]):
+        with pytest.raises(ConvnetError):
+            ev.subset(bad)
+    outputs_only = dbe.DeviceBackend(arch).evaluator(x, None).subset([1, 2])
+    assert outputs_only.classes is None and outputs_only.outputs(np.zeros(arch.n_weights)).shape == (2, 4)

@@ -112,11 +112,12 @@ class DeviceEvaluator(Evaluator):
             part.d_classes = rt.alloc(4 * part.n_cases)
             for start, stop, first in _runs(indices):
                 count = stop - start
-                rt.cuda.memcpy_dtod_async(ptr(part.d_x, first * n_inputs),
-                                          ptr(self.d_x, start * n_inputs), 4 * count * n_inputs,
-                                          rt.stream)
-                rt.cuda.memcpy_dtod_async(ptr(part.d_classes, first), ptr(self.d_classes, start),
-                                          4 * count, rt.stream)
+                # PyCUDA's copies take Python ints as addresses
+                rt.cuda.memcpy_dtod_async(int(ptr(part.d_x, first * n_inputs)),
+                                          int(ptr(self.d_x, start * n_inputs)),
+                                          4 * count * n_inputs, rt.stream)
+                rt.cuda.memcpy_dtod_async(int(ptr(part.d_classes, first)),
+                                          int(ptr(self.d_classes, start)), 4 * count, rt.stream)
         part._prepare(self.tuner.follower())
         return part
 
