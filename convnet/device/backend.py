@@ -179,7 +179,7 @@ class DeviceBackend:
         """The MAX BATCH in force for a data set of n_cases."""
         if self.max_batch is not None:
             return self.max_batch
-        per_case = self.bytes_per_case()
+        per_case = self.kernels.bytes_per_case()
         with self.rt.active():
             free, _ = self.rt.free_memory()
         budget = AUTO_BATCH_MEMORY_SHARE * free
@@ -187,15 +187,6 @@ class DeviceBackend:
         if fit >= n_cases:
             return n_cases
         return max(CHUNK, fit // CHUNK * CHUNK)
-
-    def grad_slots(self, lp, n_total):
-        """(positions per partial sum, partial sums per chunk of cases) of a layer's weight
-        gradient (KernelPlan.grad_slots)."""
-        return self.kernels.grad_slots(lp.index, n_total)
-
-    def bytes_per_case(self):
-        """Device bytes per case of a batch, for the automatic MAX BATCH (KernelPlan)."""
-        return self.kernels.bytes_per_case()
 
     def batch_plan(self, n_cases):
         """The batches, launch splits and device buffers of an evaluator of n_cases cases
