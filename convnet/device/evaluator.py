@@ -51,6 +51,8 @@ class DeviceEvaluator(Evaluator):
         self.backend = backend
         x = self.bind(backend.arch, inputs, classes, wpen)
         rt = backend.rt
+        # (MAX BATCH automatic: from the free memory before the data go up)
+        self.batch_plan = backend.batch_plan(self.n_cases)
         with rt.active():
             self.d_x = rt.upload(image_to_device(x))
             cls = np.zeros(self.n_cases, np.int32) if self.classes is None \
@@ -59,12 +61,12 @@ class DeviceEvaluator(Evaluator):
         self._prepare(Tuner(rt, backend.tune))
 
     def _prepare(self, tuner):
-        """The batches and buffers of this evaluator's cases (d_x and d_classes on the device)."""
+        """The buffers of this evaluator's cases and batches (d_x, d_classes and batch_plan
+        made)."""
         backend = self.backend
         rt = backend.rt
         n = self.n_cases
         n_classes = backend.plan.n_classes
-        self.batch_plan = backend.batch_plan(n)
         self.batches = self.batch_plan.batches
         self.nb = self.batch_plan.batch_cases
         with rt.active():
@@ -105,6 +107,7 @@ class DeviceEvaluator(Evaluator):
         part.wpen = self.wpen
         part.scale = 1.0 / (part.n_cases * backend.arch.n_classes)
         part.penalty = self.penalty
+        part.batch_plan = backend.batch_plan(part.n_cases)
         rt = backend.rt
         n_inputs = backend.plan.n_inputs
         with rt.active():
