@@ -1164,8 +1164,9 @@ def test_emulated_subset_refusals(fake_runtime):
     arch = Architecture.from_lines(*SUBSET_ARCH)
     x = np.zeros((10, 2, 8, 8))
     ev = dbe.DeviceBackend(arch).evaluator(x, np.zeros(10, int))
-    for bad in ([], [10], [-1]):
-        with pytest.raises(ConvnetError):
+    for bad, message in (([], "at least one case"), ([10], "lie in 0..9"), ([-1], "lie in 0..9"),
+                         ([0.5], "whole numbers"), ([[0, 1]], "at least one case")):
+        with pytest.raises(ConvnetError, match=message):
             ev.subset(bad)
     outputs_only = dbe.DeviceBackend(arch).evaluator(x, None).subset([1, 2])
     assert outputs_only.classes is None and outputs_only.outputs(np.zeros(arch.n_weights)).shape == (2, 4)

@@ -95,11 +95,14 @@ class DeviceEvaluator(Evaluator):
         sites take the tile shapes this evaluator's tuner chose (no timing). Its results are
         those of a fresh evaluator over the same cases, bit for bit: the same batches, kernels
         and order of additions."""
-        indices = np.asarray(case_indices, dtype=np.int64).reshape(-1)
-        if indices.size == 0:
-            raise ConvnetError("a subset needs at least one case")
+        indices = np.asarray(case_indices)
+        if indices.ndim != 1 or indices.size == 0:
+            raise ConvnetError("a subset needs a list of at least one case")
+        if not np.issubdtype(indices.dtype, np.integer):
+            raise ConvnetError("subset case indices must be whole numbers")
+        indices = indices.astype(np.int64)
         if indices.min() < 0 or indices.max() >= self.n_cases:
-            raise ConvnetError(f"subset case indices must lie in 0 to {self.n_cases - 1}")
+            raise ConvnetError(f"subset case indices must lie in 0..{self.n_cases - 1}")
         part = DeviceEvaluator.__new__(DeviceEvaluator)
         part.backend = backend = self.backend
         part.n_cases = int(indices.size)
