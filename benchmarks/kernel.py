@@ -198,9 +198,9 @@ class Checker:
             dtype = OUTPUTS.get(param)
             if dtype is None or not int(value):
                 continue
-            count = self.mirror.device_bytes(int(value)).size // np.dtype(dtype).itemsize * \
-                np.dtype(dtype).itemsize
-            device = self.mirror.device_bytes(int(value))[:count].view(dtype)
+            device = self.mirror.device_bytes(int(value))
+            count = device.size // np.dtype(dtype).itemsize * np.dtype(dtype).itemsize
+            device = device[:count].view(dtype)
             host = self.mirror.host_bytes(int(value))[:count].view(dtype)
             if dtype is np.int32:
                 assert np.array_equal(device, host), f"{name}: {param} differs from the reference"
