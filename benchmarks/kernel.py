@@ -64,7 +64,7 @@ SHAPES = {
                  "FULLY CONNECTED LAYER 20"], 13, 16, 1, 3, 300),
     "lenet": (["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
-               "FULLY CONNECTED LAYER 500"], 28, 28, 1, 10, 1024),
+               "FULLY CONNECTED LAYER 500"], 28, 28, 1, 10, 256),
 }
 
 # Kernel parameters that a kernel writes, and their element type (a buffer that is only read
