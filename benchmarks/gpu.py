@@ -325,11 +325,13 @@ def rel(a, b):
 
 
 def parse_params(text):
+    """A DeviceParams from "MAX BATCH=512,MAX HID GRAD=100"."""
+    from convnet.params import Params
     out = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         k, v = part.split("=")
-        out[k.strip().upper()] = int(v)
-    return out
+        out[" ".join(k.upper().split())] = int(v)
+    return Params.from_phrases(out).device
 
 
 def profile(args):
@@ -337,7 +339,8 @@ def profile(args):
     import ctypes
     from convnet.device.backend import DeviceBackend
     arch, x, c, wpen = load_net(args.bench_dir, args.profile)
-    be = DeviceBackend(arch, parse_params(args.params), timing=False)
+    from convnet.device.options import DeviceOptions
+    be = DeviceBackend(arch, parse_params(args.params), DeviceOptions(timing=False))
     ev = be.evaluator(x, c, wpen)
     rng = np.random.default_rng(7)
     w = rng.uniform(-0.1, 0.1, arch.n_weights)
@@ -442,6 +445,8 @@ def main(argv=None):
     if args.diagnose:
         return diagnose(args)
     from convnet.device.backend import DeviceBackend, device_report
+    from convnet.device.options import DeviceOptions
+    from convnet.params import Params
     from convnet.device.cuda_log import write_cuda_log
     from convnet.device.plan import ModelPlan, simulate
 
@@ -465,7 +470,7 @@ def main(argv=None):
         rng = np.random.default_rng(7)
         w0 = rng.uniform(-0.1, 0.1, arch.n_weights)
         w1 = w0 + rng.normal(0, 1e-3, arch.n_weights)
-        be = DeviceBackend(arch, params, tiled=not args.no_tiled)
+        be = DeviceBackend(arch, params, DeviceOptions(tiled=not args.no_tiled))
         ev = be.evaluator(x, c, wpen)
         crit, grad = ev.gradient(w0)
         info = {"cases": n, "weights": arch.n_weights, "criterion": crit}
@@ -498,7 +503,8 @@ def main(argv=None):
             ev.gradient(ws[i % 2])
         ev_seconds = be.timer.total_seconds / max(be.timer.evaluations, 1)
         if args.out:
-            write_cuda_log(str(args.out / f"CUDA-{name}.LOG"), be, arch, dict(params, WPEN=wpen))
+            write_cuda_log(str(args.out / f"CUDA-{name}.LOG"), be, arch,
+                           Params(device=params).replace(WPEN=wpen))
         # as in training: the timer on, timing one evaluation in TIMED_EVERY from here
         g_ms = median_ms(lambda i: ev.gradient(ws[i % 2]), args.repeat)
         c_ms = median_ms(lambda i: ev.criterion(ws[i % 2]), args.repeat)

@@ -63,6 +63,7 @@ def load(data_lines):
 
 def gradient_part(gpus, repeat):
     from convnet.device.multi import device_backend
+    from convnet.params import DeviceParams
     print("Full-batch gradient of LeNet (lenet-mnist layers), median of "
           f"{repeat} calls after 3 warm-up calls")
     print(f"{'data':<26}{'GPUs':>6}{'ms':>10}{'cases/s':>12}{'speed-up':>10}"
@@ -74,7 +75,7 @@ def gradient_part(gpus, repeat):
         base = None
         for k in [1] + list(range(2, len(gpus) + 1)):
             spec = ",".join(map(str, gpus[:k]))
-            backend = device_backend(arch, {"CUDA DEVICES": spec})
+            backend = device_backend(arch, DeviceParams(cuda_devices=spec))
             ev = backend.evaluator(x, c, 0.0)
             for i in range(3):
                 ev.gradient(ws[i % 2])

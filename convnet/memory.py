@@ -18,8 +18,6 @@ import resource
 from .errors import ConvnetError
 
 FLOAT64 = 8
-FLOAT32 = 4
-INT32 = 4
 
 # Vectors of n_weights float64 numbers that training holds at once: the model's weights, the
 # annealing centre and scales, the conjugate-gradient point, gradient, direction, previous
@@ -185,23 +183,15 @@ def host_testing_bytes(arch, n_cases, threads):
 
 
 def device_training_bytes(arch, n_cases, max_batch=None):
-    """The device path's allocations for a data set (see device/backend.py's CUDA.LOG section).
-
-    The data (float32 images, classes, probabilities), the weights in their float32 layouts with
-    float64 gradient accumulators, and one batch of activations, max-pooling winners and deltas;
-    the batch is MAX BATCH cases when given, else at least the smallest automatic batch.
-    """
-    n = int(n_cases)
-    ncls = arch.n_classes
-    nw = arch.n_weights
-    data = FLOAT32 * n * arch.n_inputs + INT32 * n + FLOAT64 * n * (ncls + 1)
-    weights = (3 * FLOAT32 + 1 + FLOAT64) * nw + FLOAT32 * nw + 2 * FLOAT64 * nw
-    batch = min(n, int(max_batch) if max_batch else DEVICE_MIN_BATCH)
-    hidden = [layer.n_neurons for layer in arch.layers]
-    pool_ids = [layer.n_neurons for layer in arch.layers if layer.kind.keeps_winners]
-    widest = max(hidden + [ncls])
-    per_case = FLOAT32 * (sum(hidden) + 2 * widest + ncls + arch.n_inputs) + INT32 * sum(pool_ids)
-    return data + weights + batch * per_case
+    """Every byte the device path allocates for a data set, as its kernel plan counts them
+    (device/kernel_plan.py, the count CUDA.LOG prints): the data, the weights in their layouts
+    with their index tables, and one batch of activations, winners, deltas and gradient scratch.
+    The batch is MAX BATCH cases when given, else the smallest automatic batch; the kernels are
+    those of a device without shared memory beyond the 48 KB every block may have."""
+    from .device.kernel_plan import device_bytes
+    from .params import DeviceParams
+    batch = int(max_batch) if max_batch else DEVICE_MIN_BATCH
+    return device_bytes(arch, int(n_cases), batch, DeviceParams(max_batch=max_batch))
 
 
 def require_model(arch, n_cases, threads, training, device, max_batch=None):
@@ -226,12 +216,14 @@ def require_model(arch, n_cases, threads, training, device, max_batch=None):
             device_available(), where="device")
 
 
-def require_picture(rows, cols, tile_rows, tile_cols, bands):
-    """Refuse a DISPLAY grid of rows x cols tiles whose picture cannot fit in host memory."""
-    from .display.grids import GridGeometry
-    geom = GridGeometry(tile_rows, tile_cols, rows, cols)
-    need = picture_bytes(geom.width, geom.height, rows * cols, tile_rows * tile_cols * bands)
-    require(need, f"a picture of {rows} x {cols} images ({geom.width} x {geom.height} pixels)")
+def require_picture(geometry, bands):
+    """Refuse a DISPLAY grid whose picture cannot fit in host memory (geometry: the grid's
+    display.grids.GridGeometry: its rows x cols tiles and the picture's pixels)."""
+    rows, cols = geometry.rows, geometry.cols
+    need = picture_bytes(geometry.width, geometry.height, rows * cols,
+                         geometry.tile_height * geometry.tile_width * bands)
+    require(need, f"a picture of {rows} x {cols} images "
+                  f"({geometry.width} x {geometry.height} pixels)")
 
 
 def largest_layer(arch):

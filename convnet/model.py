@@ -23,7 +23,7 @@ DEVICES = ("cpu", "cuda")
 
 class Model:
     """See the module docstring. ``threads`` applies to the host backend (None: every core);
-    ``params`` (MAX BATCH and the like) to the device backend."""
+    ``params`` (a convnet.params.DeviceParams: MAX BATCH and the like) to the device backend."""
 
     def __init__(self, arch, device="cpu", threads=None, params=None):
         self.arch = arch
@@ -110,7 +110,8 @@ def _device_backend(arch, params):
     unavailable = getattr(device, "DeviceUnavailable", ())
     try:
         from .device.multi import device_backend
-        return device_backend(arch, params)     # CUDA DEVICES: one GPU or several
+        from .device.options import device_params
+        return device_backend(arch, device_params(params))  # CUDA DEVICES: one GPU or several
     except unavailable as e:        # no PyCUDA, no driver, no GPU, a kernel that did not build
         raise ConvnetError(f"CUDA requested but not usable: {_reason(e, False)}") from None
     except ConvnetError:            # a user error in the device parameters

@@ -123,31 +123,13 @@ def _default(phrase):
     return field(default=DEFAULTS[phrase])
 
 
-class _PhraseReading:
-    """TRANSITIONAL, to be removed once every module below the session reads typed attributes:
-    lets a reader that still looks values up by phrase (``params.get("MAX BATCH")``,
-    ``dict(params)``) read a typed group or the whole :class:`Params`."""
-
-    def phrases(self):
-        raise NotImplementedError
-
-    def keys(self):
-        return self.phrases().keys()
-
-    def __getitem__(self, phrase):
-        return self.phrases()[phrase]
-
-    def get(self, phrase, default=None):
-        return self.phrases().get(phrase, default)
-
-
 def _group_phrases(group, values):
     return {definition.phrase: getattr(values, definition.attr)
             for definition in PARAMETER_DEFS if definition.group == group}
 
 
 @dataclass(frozen=True)
-class TrainingParams(_PhraseReading):
+class TrainingParams:
     """What TRAIN reads: annealing (ANNEAL ITERS, RANGE, SCALE), refinement (MAXITERS, TOL) and
     the weight penalty (WPEN)."""
 
@@ -164,7 +146,7 @@ class TrainingParams(_PhraseReading):
 
 
 @dataclass(frozen=True)
-class DeviceParams(_PhraseReading):
+class DeviceParams:
     """What the device backend reads: MAX BATCH (None: as many as fit), MAX HID GRAD, MAX MEM
     GRAD, and CUDA DEVICES (None: GPU 0 alone; else '0,1' or 'ALL')."""
 
@@ -179,7 +161,7 @@ class DeviceParams(_PhraseReading):
 
 
 @dataclass(frozen=True)
-class SeriesParams(_PhraseReading):
+class SeriesParams:
     """How READ SERIES images a series (the keyword settings, SERIES DIFFLOG and the like, are
     the reader's own SeriesSettings fields)."""
 
@@ -198,7 +180,7 @@ _GROUPS = {"training": TrainingParams, "device": DeviceParams, "series": SeriesP
 
 
 @dataclass(frozen=True)
-class Params(_PhraseReading):
+class Params:
     """Every parameter in force, typed; made by the session with :meth:`from_phrases`."""
 
     training: TrainingParams = field(default_factory=TrainingParams)

@@ -97,6 +97,7 @@ def test_specialized_kernels_compile(lines, rows, cols, bands, tmp_path):
     and every variant conv_tiled.py would launch is there."""
     from convnet.architecture import Architecture
     from convnet.device.conv_tiled import SOURCE, ConvTiled
+    from convnet.device.kernel_plan import tiled_variants
     from convnet.device.layout import pad32
     arch = Architecture.from_lines(lines, rows, cols, bands, 3)
     built = 0
@@ -105,7 +106,7 @@ def test_specialized_kernels_compile(lines, rows, cols, bands, tmp_path):
             continue
         nxt = arch.layers[layer.index + 1] if layer.index + 1 < len(arch.layers) else None
         pool = (nxt.spec.width_v, nxt.spec.width_h) if nxt and nxt.kind.keeps_winners else None
-        ct = ConvTiled(HOPPER, layer, pad32(layer.depth), pool=pool)
+        ct = ConvTiled(HOPPER, tiled_variants(layer, pad32(layer.depth), HOPPER.shared_optin, pool))
         if not ct.fwd and not ct.bwd:
             continue
         src = tmp_path / f"conv_tiled_{layer.index}.cu"

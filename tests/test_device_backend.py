@@ -1,21 +1,25 @@
 """The CUDA path on a real GPU: reference vectors, random architectures of every layer type, launch
 splits, weight copies, timings and CUDA.LOG. Skipped where PyCUDA or a GPU is missing."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from convnet.architecture import Architecture
 from convnet.device import device_available
+from convnet.device.options import DeviceOptions
 from convnet.device.plan import ModelPlan, simulate
 from convnet.errors import ConvnetError
+from convnet.params import DeviceParams, Params
 
 _OK, _WHY = device_available()
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not _OK, reason=f"no CUDA device: {_WHY}")]
 
 
-def _backend(arch, params=None, **kw):
+def _backend(arch, params=None, options=DeviceOptions()):
     from convnet.device.backend import DeviceBackend
-    return DeviceBackend(arch, params, poison=True, **kw)
+    return DeviceBackend(arch, params or DeviceParams(), dataclasses.replace(options, poison=True))
 
 
 def _rel(a, b):
@@ -86,8 +90,8 @@ def test_random_architectures_and_launch_splits(seed):
     wpen = 0.01
     crit_ref, grad_ref, p_ref, _ = simulate(ModelPlan(arch), w, x, c, wpen)
     exact = []
-    for params in ({}, {"MAX BATCH": 256}, {"MAX BATCH": 512, "MAX HID GRAD": 1},
-                   {"MAX BATCH": 768, "MAX MEM GRAD": 1}):
+    for params in (DeviceParams(), DeviceParams(max_batch=256), DeviceParams(max_batch=512, max_hid_grad=1),
+                   DeviceParams(max_batch=768, max_mem_grad=1)):
         crit, grad = _backend(arch, params).evaluator(x, c, wpen).gradient(w)
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref, (arch, params)
         assert _rel(grad, grad_ref) <= 1e-5, (arch, params)
@@ -95,7 +99,7 @@ def test_random_architectures_and_launch_splits(seed):
     for crit, grad in exact[1:]:          # MAX BATCH >= 256, MAX HID GRAD, MAX MEM GRAD: same bits
         assert crit == exact[0][0]
         assert np.array_equal(grad, exact[0][1])
-    for params in ({"MAX BATCH": 100}, {"MAX BATCH": 7, "MAX HID GRAD": 5, "MAX MEM GRAD": 1}):
+    for params in (DeviceParams(max_batch=100), DeviceParams(max_batch=7, max_hid_grad=5, max_mem_grad=1)):
         be = _backend(arch, params)
         ev = be.evaluator(x, c, wpen)
         crit, grad = ev.gradient(w)
@@ -155,7 +159,7 @@ def test_timings_and_cuda_log(tmp_path):
                                     "FULLY CONNECTED LAYER 6"], 8, 8, 1, 3)
     rng = np.random.default_rng(5)
     x, c = rng.random((300, 1, 8, 8)), rng.integers(0, 3, 300)
-    be = _backend(arch, {"MAX BATCH": 100}, fuse=False)
+    be = _backend(arch, DeviceParams(max_batch=100), DeviceOptions(fuse=False))
     ev = be.evaluator(x, c)
     for k in range(3):
         ev.gradient(rng.normal(0, 0.3, arch.n_weights))
@@ -169,7 +173,8 @@ def test_timings_and_cuda_log(tmp_path):
     assert total > 0 and abs(total - be.timer.total_seconds) < 1e-9
     fwd = [n for label, a, n, _ in rows if label == "Layer 1 CONV" and a == "forward"][0]
     assert fwd == 3 * 3                   # 3 batches of 100 cases, 3 evaluations
-    path = write_cuda_log(str(tmp_path / "CUDA.LOG"), be, arch, {"MAX BATCH": 100, "WPEN": 0.0})
+    path = write_cuda_log(str(tmp_path / "CUDA.LOG"), be, arch,
+                          Params.from_phrases({"MAX BATCH": 100, "WPEN": 0.0}))
     text = open(path).read()
     for title in ("1. Device and capabilities", "2. Architecture and training parameters",
                   "3. Device memory allocations", "4. Device time by layer and activity"):
@@ -257,14 +262,14 @@ def test_fused_first_layer_gives_the_same_bits(lines):
     w = rng.normal(0, 0.4, arch.n_weights)
     # (conv_grad_pooled adds the first layer's gradient in its own order: held to the same bits in
     # test_first_layer_gradient_from_pooled_deltas)
-    fused, plain = _backend(arch, pooled_grad=False), _backend(arch, fuse=False)
+    fused, plain = _backend(arch, options=DeviceOptions(pooled_grad=False)), _backend(arch, options=DeviceOptions(fuse=False))
     assert fused.fused_pool and not plain.fused_pool
     assert fused.fused_pool_gradient == ("POOLED MAX LAYER 3 2 3 2" in lines)
     ef, ep = fused.evaluator(x, c, 0.01), plain.evaluator(x, c, 0.01)
     cf, gf = ef.gradient(w)
     cp, gp = ep.gradient(w)
     assert cf == cp and np.array_equal(gf, gp)
-    cb, gb = _backend(arch, {"MAX BATCH": 256}, pooled_grad=False).evaluator(x, c, 0.01).gradient(w)
+    cb, gb = _backend(arch, DeviceParams(max_batch=256), DeviceOptions(pooled_grad=False)).evaluator(x, c, 0.01).gradient(w)
     assert cb == cp and np.array_equal(gb, gp)
     assert ef.criterion(w) == ep.criterion(w)
     assert np.array_equal(ef.outputs(w), ep.outputs(w))
@@ -272,7 +277,7 @@ def test_fused_first_layer_gives_the_same_bits(lines):
         assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("params", [{}, {"MAX BATCH": 256}])
+@pytest.mark.parametrize("params", [DeviceParams(), DeviceParams(max_batch=256)])
 def test_graph_replay_gives_the_same_bits(params):
     """Evaluations after the first replay a captured CUDA graph: the same bits as plain launches,
     for changing weights, and the timing table still covers every activity."""
@@ -285,7 +290,7 @@ def test_graph_replay_gives_the_same_bits(params):
     ws = [rng.normal(0, 0.4, arch.n_weights) for _ in range(3)]
     runs = []
     for graphs in (False, True):
-        be = _backend(arch, params, graphs=graphs)
+        be = _backend(arch, params, DeviceOptions(graphs=graphs))
         ev = be.evaluator(x, c, 0.01)
         out = [(ev.gradient(ws[i % 3]), ev.criterion(ws[i % 3])) for i in range(5)]
         runs.append((out, {(label, a) for label, a, *_ in be.timings()}, ev))
@@ -296,7 +301,7 @@ def test_graph_replay_gives_the_same_bits(params):
     assert acts0 == acts1
 
 
-@pytest.mark.parametrize("params", [{}, {"MAX BATCH": 256}])
+@pytest.mark.parametrize("params", [DeviceParams(), DeviceParams(max_batch=256)])
 def test_split_upload_gives_the_same_bits(params):
     """Host weights sent in two parts, the second on its own stream behind LeNet's first
     layers: the same bits as one upload, for changing weights, eager and replayed as graphs,
@@ -311,7 +316,7 @@ def test_split_upload_gives_the_same_bits(params):
     ws = [rng.normal(0, s, arch.n_weights) for s in (0.05, 0.4, 0.15)]
     runs = []
     for split in (False, True):
-        be = _backend(arch, params, split_upload=split)
+        be = _backend(arch, params, DeviceOptions(split_upload=split))
         assert (be.upload_split is not None) == split
         ev = be.evaluator(x, c, 0.01)
         runs.append([(ev.gradient(ws[i % 3]), ev.criterion(ws[(i + 1) % 3])) for i in range(6)])
@@ -343,8 +348,8 @@ def test_fused_first_layer_in_lenet_gradients_gives_the_same_bits():
     arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(*LENET_SHAPES)
     runs = []
     for fuse in (True, False):
-        for params in ({}, {"MAX BATCH": 256}):
-            be = _backend(arch, params, fuse=fuse, pooled_grad=False)
+        for params in (DeviceParams(), DeviceParams(max_batch=256)):
+            be = _backend(arch, params, DeviceOptions(fuse=fuse, pooled_grad=False))
             assert be.fused_pool_gradient == fuse
             runs.append(be.evaluator(x, c, 0.01).gradient(w))
     crit, grad = runs[0]
@@ -363,8 +368,8 @@ def test_pool_backward_tiles_gives_the_same_bits():
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
         runs = []
         for tiles in (True, False):
-            for params in ({}, {"MAX BATCH": 256}):
-                be = _backend(arch, params, pool_tiles=tiles, pooled_grad=False)
+            for params in (DeviceParams(), DeviceParams(max_batch=256)):
+                be = _backend(arch, params, DeviceOptions(pool_tiles=tiles, pooled_grad=False))
                 assert be.pool_tiles == (want if tiles else set())
                 runs.append(be.evaluator(x, c, 0.01).gradient(w))
         crit, grad = runs[0]
@@ -383,7 +388,7 @@ def test_first_layer_gradient_from_pooled_deltas():
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
         first = arch.layers[0].weight_slice
         runs = []
-        for params in ({}, {"MAX BATCH": 256}):
+        for params in (DeviceParams(), DeviceParams(max_batch=256)):
             be = _backend(arch, params)
             assert be.pooled_grad, lines
             runs.append(be.evaluator(x, c, 0.01).gradient(w))
@@ -391,7 +396,7 @@ def test_first_layer_gradient_from_pooled_deltas():
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         assert _rel(grad[first], grad_ref[first]) <= 1e-5
         assert runs[1][0] == crit and np.array_equal(runs[1][1], grad), lines
-        crit_l, grad_l = _backend(arch, pooled_grad=False).evaluator(x, c, 0.01).gradient(w)
+        crit_l, grad_l = _backend(arch, options=DeviceOptions(pooled_grad=False)).evaluator(x, c, 0.01).gradient(w)
         assert crit_l == crit and _rel(grad_l[first], grad[first]) <= 1e-5
         rest = np.ones(arch.n_weights, bool)
         rest[first] = False
@@ -421,13 +426,13 @@ def test_fixed_first_layer_variants_give_the_same_bits():
             ws = w * scale
             results = {}
             for variant, values in variants:
-                for params in ({}, {"MAX BATCH": 256}):
+                for params in (DeviceParams(), DeviceParams(max_batch=256)):
                     be = _backend(arch, params)
                     be.first_pool.candidates = [variant]
                     be.first_pool.value_candidates = [values]
                     ev = be.evaluator(x, c, 0.01)
                     results[variant, str(params)] = (ev.criterion(ws), ev.gradient(ws), ev.outputs(ws))
-            crit0, (gcrit0, grad0), out0 = results["generic", "{}"]
+            crit0, (gcrit0, grad0), out0 = results["generic", str(DeviceParams())]
             if scale == 1.0:
                 assert abs(gcrit0 - crit_ref) <= 1e-6 * crit_ref and _rel(grad0, grad_ref) <= 1e-5
             for key, (crit, (gcrit, grad), out) in results.items():
@@ -566,13 +571,13 @@ def test_dense_products_give_the_same_bits(monkeypatch):
             monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, conv=(), dense=False, t=tile,
                                 nt=narrow: [t if N > 16 else nt] if dense and t
                                 else gather(M, N, conv)[:1])
-            for params in ({}, {"MAX BATCH": 256}):
+            for params in (DeviceParams(), DeviceParams(max_batch=256)):
                 be = _backend(arch, params)
                 ev = be.evaluator(x, c, 0.01)
                 out[tile, str(params)] = (*ev.gradient(w), ev.criterion(w), ev.outputs(w))
                 chosen = set(ev.tuner.choice.values())
                 assert (tile in chosen) == (narrow in chosen) == (tile is not None), (tile, chosen)
-        crit, grad, crit_only, probs = out[None, "{}"]
+        crit, grad, crit_only, probs = out[None, str(DeviceParams())]
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         assert crit_only == crit
         for key, (cr, g, co, p) in out.items():
@@ -591,7 +596,7 @@ def test_pooling_in_the_forward_epilogue_gives_the_same_bits(monkeypatch):
     specs = [(*LENET_SHAPES, {3})] + POOL_EPILOGUE_ARCHS[1:]
     for lines, rows, cols, bands, ncls, pooled in specs:
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
-        plain = _backend(arch, pool_epilogue=False).evaluator(x, c, 0.01)
+        plain = _backend(arch, options=DeviceOptions(pool_epilogue=False)).evaluator(x, c, 0.01)
         (crit0, grad0), out0 = plain.gradient(w), plain.outputs(w)
         assert abs(crit0 - crit_ref) <= 1e-6 * crit_ref and _rel(grad0, grad_ref) <= 1e-5
         be = _backend(arch)
@@ -600,7 +605,7 @@ def test_pooling_in_the_forward_epilogue_gives_the_same_bits(monkeypatch):
         for tile in [None] + tiles:
             monkeypatch.setattr(tuning, "nn_candidates",
                                 lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather(M, N)[:1])
-            for params in ({}, {"MAX BATCH": 256}):
+            for params in (DeviceParams(), DeviceParams(max_batch=256)):
                 ev = _backend(arch, params).evaluator(x, c, 0.01)
                 crit, grad = ev.gradient(w)
                 assert crit == crit0 and np.array_equal(grad, grad0), (lines, tile, params)
@@ -633,13 +638,13 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
                                 lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather(M, N)[:1])
             monkeypatch.setattr(tuning, "grad_candidates",
                                 lambda grad, t=tile: [t] if t in grad else list(grad)[:1])
-            for params in ({}, {"MAX BATCH": 256}):
+            for params in (DeviceParams(), DeviceParams(max_batch=256)):
                 be = _backend(arch, params)
                 ev = be.evaluator(x, c, 0.01)
                 crit, grad = ev.gradient(w)
-                runs[tile, len(params)] = (crit, grad, ev.criterion(w), ev.outputs(w),
+                runs[tile, params.max_batch] = (crit, grad, ev.criterion(w), ev.outputs(w),
                                            be.activations(w, x[:60]))
-        first = runs[None, 0]
+        first = runs[None, None]
         assert abs(first[0] - crit_ref) <= 1e-6 * crit_ref and _rel(first[1], grad_ref) <= 1e-5
         for key, run in runs.items():
             assert run[0] == first[0] and np.array_equal(run[1], first[1]), (lines, key)
@@ -687,9 +692,9 @@ def test_whole_column_gradients_give_the_same_bits(monkeypatch):
         runs = {}
         for tile in ["32x32_4x4", "128x64_8x4", *tuning.TN_COLS]:
             monkeypatch.setattr(tuning, "tn_candidates", lambda R, N, t=tile: [_tn_fitting(t, R, N)])
-            for params in ({}, {"MAX BATCH": 256}):
-                runs[tile, len(params)] = _backend(arch, params).evaluator(x, c, 0.01).gradient(w)
-        crit, grad = runs["32x32_4x4", 0]
+            for params in (DeviceParams(), DeviceParams(max_batch=256)):
+                runs[tile, params.max_batch] = _backend(arch, params).evaluator(x, c, 0.01).gradient(w)
+        crit, grad = runs["32x32_4x4", None]
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         for key, (cr, gr) in runs.items():
             assert cr == crit and np.array_equal(gr, grad), key

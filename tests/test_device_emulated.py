@@ -1,8 +1,8 @@
 """The device backend's host-side logic, run against a numpy emulation of the CUDA runtime.
 
 No GPU is needed: device memory is emulated by byte arrays with bounds checks, and every kernel
-by a numpy routine written from its parameter list in convnet/device/kernels/*.cu (the grid must
-cover the work the way the CUDA kernel's tiles would). This catches argument-order, pointer-offset,
+by its numpy reference, kept beside its source (convnet/device/kernels/*_reference.py; the grid
+must cover the work the way the CUDA kernel's tiles would). This catches argument-order, pointer-offset,
 batching and launch-split mistakes in backend.py; the kernels themselves are held to the same
 results on a GPU by test_device_backend.py.
 """
@@ -20,58 +20,17 @@ from convnet.evaluator import WeightPenalty
 from convnet.device import backend as dbe
 from convnet.device import kernel_args, launches, runtime, tuning
 from convnet.device.plan import ModelPlan, simulate
+from convnet.device.kernels.host_memory import HostMemory
+from convnet.device.kernels.reference import ReferenceKernels, specializations
+from convnet.device.options import DeviceOptions
+from convnet.params import DeviceParams, Params
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-# ---------------------------------------------------------------------------- fake device memory
-class _Alloc:
-    def __init__(self, mem, base, nbytes):
-        self.mem, self.base, self.nbytes = mem, base, nbytes
-
-    def __int__(self):
-        return self.base
-
-    def __index__(self):
-        return self.base
-
-
-class _Memory:
-    STEP = 1 << 36
-
-    def __init__(self):
-        self.bufs = {}
-        self.next = self.STEP
-
-    def alloc(self, nbytes):
-        base = self.next
-        self.next += self.STEP
-        self.bufs[base] = np.full(int(nbytes), 0xAB, dtype=np.uint8)   # poisoned, like real memory
-        return _Alloc(self, base, nbytes)
-
-    def view(self, addr, dtype, count):
-        """count items of dtype at addr, bounds-checked."""
-        addr = int(addr)
-        base = (addr // self.STEP) * self.STEP
-        if base not in self.bufs:
-            raise AssertionError(f"pointer {addr:#x} is not in any allocation")
-        buf = self.bufs[base]
-        off = addr - base
-        nbytes = int(count) * np.dtype(dtype).itemsize
-        if off < 0 or off + nbytes > buf.size:
-            raise AssertionError(f"access of {nbytes} bytes at offset {off} beyond an allocation of {buf.size}")
-        if off % np.dtype(dtype).itemsize:
-            raise AssertionError("misaligned pointer")
-        return buf[off:off + nbytes].view(dtype)
-
-    def extent(self, addr, dtype):
-        """All items of dtype from addr to the end of its allocation."""
-        addr = int(addr)
-        base = (addr // self.STEP) * self.STEP
-        buf = self.bufs[base]
-        return (buf.size - (addr - base)) // np.dtype(dtype).itemsize
-
-
+# ---------------------------------------------------------------------------- the emulated runtime
+# The device memory is a HostMemory and every kernel runs its numpy reference, beside its
+# source (convnet/device/kernels/*_reference.py).
 class _Event:
     def __init__(self, flags=0):
         self.flags = flags
@@ -173,536 +132,14 @@ class _FakeCuda:
         return 8 << 30, 16 << 30
 
 
-# ---------------------------------------------------------------------------- kernel emulations
-def _covered(grid, tile_m, tile_n, M, N):
-    assert grid[0] * tile_n >= N, f"grid x {grid[0]} x {tile_n} does not cover {N} columns"
-    assert grid[1] * tile_m >= M, f"grid y {grid[1]} x {tile_m} does not cover {M} rows"
-
-
-class _Kernels:
-    def __init__(self, mem):
-        self.mem = mem
-
-    def f32(self, addr, count):
-        return self.mem.view(addr, np.float32, count)
-
-    def gather(self, addr, dtype, index):
-        index = np.asarray(index)
-        if index.size == 0:
-            return np.zeros(index.shape, dtype)
-        assert index.min() >= 0
-        return self.mem.view(addr, dtype, int(index.max()) + 1)[index]
-
-    # gemm_nn(src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi, G); grid (groups, m, n)
-    def gemm_nn(self, tile, grid, block, src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi, G):
-        _, BN, nt = tuning.NN_TILES[tile]
-        assert block[0] == nt
-        if tile in tuning.NN_NARROW:
-            # a thread an output, 32 // N cases a warp (gemm.cu, gemm_nn_narrow_body)
-            assert N <= tuning.NARROW_MAX_COLS
-            BM = nt // 32 * (32 // N)
-        else:
-            BM = tuning.NN_TILES[tile][0]
-        assert tuning.nn_rows(tile, N) == BM
-        _covered((grid[2], grid[1]), BM, BN, M, N)
-        assert 1 <= grid[0] <= G
-        d = self.mem.view(desc, np.int32, 5 * G).reshape(G, 5).astype(np.int64)
-        if tile in tuning.NN_DENSE or tile in tuning.NN_NARROW:
-            self.check_dense(tab, d, src, lda, B, b_ld)
-        m = np.arange(M)
-        n = np.arange(N)
-        for a_start, b_start, K, b_add, o_add in d:
-            if K:
-                ao = self.gather(tab, np.int32, a_start + np.arange(K)).astype(np.int64)
-                if b_ld > 0:
-                    bo = np.arange(K, dtype=np.int64) * b_ld
-                else:
-                    bo = self.gather(tab, np.int32, b_start + np.arange(K)).astype(np.int64)
-                idx = m[:, None] * lda + np.maximum(ao, 0)[None, :]
-                A = self.gather(src, np.float32, idx).astype(np.float64)
-                A = np.where(ao[None, :] >= 0, A, np.where(ao == -2, 1.0, 0.0)[None, :])
-                Bm = self.gather(B, np.float32, bo[:, None] + b_add + n[None, :]).astype(np.float64)
-                C = A @ Bm
-            else:
-                C = np.zeros((M, N))
-            oidx = m[:, None] * ldo + o_add + n[None, :]
-            if epi == launches.EPI_TANH:
-                C = np.tanh(C)
-            elif epi == launches.EPI_DERIV:
-                p = self.gather(prior, np.float32, oidx).astype(np.float64)
-                C = C * (1 - p * p)
-            o = self.mem.view(out, np.float32, int(oidx.max()) + 1)
-            o[oidx] = C.astype(np.float32)
-
-    def check_dense(self, tab, d, src, lda, B, b_ld):
-        """What gemm_nn's dense variants take for granted: one group, its A columns a0, a0 + 1,
-        ... (then perhaps the bias, A_ONE), its B rows evenly spaced, every row 16-byte aligned."""
-        assert len(d) == 1
-        a_start, b_start, K, b_add, _ = (int(v) for v in d[0])
-        ao = self.gather(tab, np.int32, a_start + np.arange(K)).astype(np.int64)
-        kd = K - int(K > 0 and ao[-1] == -2)
-        assert np.array_equal(ao[:kd], ao[0] + np.arange(kd)) and (ao[:kd] >= 0).all()
-        if b_ld > 0:
-            step, first = b_ld, 0
-        else:
-            bo = self.gather(tab, np.int32, b_start + np.arange(K)).astype(np.int64)
-            step, first = (int(bo[1] - bo[0]) if K > 1 else 0), int(bo[0])
-            assert np.array_equal(bo, first + step * np.arange(K))
-        assert lda % 4 == 0 and (kd == 0 or ao[0] % 4 == 0) and step % 4 == 0
-        assert (first + b_add) % 4 == 0 and int(src) % 16 == 0 and int(B) % 16 == 0
-
-    # gemm_tn(src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi, n_cases, chunk, groups,
-    #         gps, slots, local_cols, part, nz)
-    def gemm_tn(self, tile, grid, block, src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi,
-                n_cases, chunk, groups, gps, slots, local_cols, part, nz, shared=0):
-        NL = n_hi - n_lo
-        if tile in tuning.TN_COLS:
-            # the kernel derives its rows and columns per block from blockDim.x alone
-            tm, cb, stages = tuning.TN_COLS[tile]
-            width = min(-(-NL // 4) * 4, tuning.TN_COLS_MAX)
-            nc = width // 4
-            assert block[0] % nc == 0 and block[0] <= tuning.TN_COLS_THREADS
-            BM, BN = block[0] // nc * tm, width
-            assert 4 * BN <= 4 * block[0] and BM <= block[0], "a loader would miss rows"
-            assert shared == 4 * stages * cb * (-(-BM // 4) * 4 + BN) <= tuning.SHARED_BYTES
-        else:
-            BM, BN, nt = tuning.TN_TILES[tile]
-            assert block[0] == nt and shared == 0
-        _covered(grid, BM, BN, R, NL)
-        assert nz == -(-n_cases // chunk) * slots
-        d = self.mem.view(desc, np.int32, 5 * groups).reshape(groups, 5).astype(np.int64)
-        pld = groups * NL if local_cols else NL
-        n = n_lo + np.arange(NL)
-        for z in range(nz):
-            ch, slot = divmod(z, slots)
-            lo, hi = ch * chunk, min(n_cases, ch * chunk + chunk)
-            m = np.arange(lo, hi)
-            acc = np.zeros((R, NL))
-            for g in range(slot * gps, min(groups, slot * gps + gps)):
-                ao = self.gather(tab, np.int32, d[g, 0] + np.arange(R)).astype(np.int64)
-                A = self.gather(src, np.float32, m[:, None] * lda + np.maximum(ao, 0)[None, :])
-                A = np.where(ao[None, :] >= 0, A, np.where(ao == -2, 1.0, 0.0)[None, :])
-                D = self.gather(delta, np.float32, m[:, None] * ldd + g * depth + n[None, :])
-                acc += A.T.astype(np.float64) @ D.astype(np.float64)
-            p = ch if local_cols else z
-            col = (slot * NL if local_cols else 0) + np.arange(NL)
-            idx = (p * R + np.arange(R))[:, None] * pld + col[None, :]
-            self.mem.view(part, np.float32, int(idx.max()) + 1)[idx] = acc.astype(np.float32)
-
-    def grad_slot_sum(self, grid, block, part, slots, chunks, pstride, tot):
-        assert grid[0] * block[0] >= chunks * pstride
-        P = self.mem.view(part, np.float32, chunks * slots * pstride).reshape(chunks, slots, pstride)
-        self.mem.view(tot, np.float64, chunks * pstride)[:] = P.astype(np.float64).sum(axis=1).ravel()
-
-    def grad_flatten_d(self, grid, block, *args):
-        self.grad_flatten(grid, block, *args, dtype=np.float64)
-
-    def grad_flatten(self, grid, block, part, n_part, R, pld, NL, n_lo, depth, local_cols, ldw,
-                     dev2host, acc, dtype=np.float32):
-        total = R * pld
-        assert grid[0] * block[0] >= total
-        idx = np.arange(total)
-        k, c = idx // pld, idx % pld
-        col = (c // NL) * depth + n_lo + c % NL if local_cols else n_lo + c
-        h = self.gather(dev2host, np.int32, k * ldw + col).astype(np.int64)
-        assert h.min() >= 0, "flatten reached a padding column"
-        P = self.mem.view(part, dtype, n_part * total).reshape(n_part, total).astype(np.float64)
-        a = self.mem.view(acc, np.float64, int(h.max()) + 1)
-        a[h] += P.sum(axis=0)
-
-    def pool_forward(self, grid, block, src, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb):
-        assert grid[0] * block[0] >= H * W * PD and 1 <= grid[1] <= nb
-        total = nb * H * W * PD
-        x = self.f32(src, nb * PH * PW * PD).reshape(nb, PH, PW, PD).astype(np.float64)
-        o = self.f32(out, total).reshape(nb, H, W, PD)
-        # conv_small_pool without winners (forward-only evaluations) passes no ids
-        idv = self.mem.view(ids, np.int32, total).reshape(nb, H, W, PD) if is_max and ids else None
-        for oh in range(H):
-            for ow in range(W):
-                r0, c0 = oh * sv, ow * sh
-                win = x[:, r0:r0 + wv, c0:c0 + wh, :].reshape(nb, -1, PD)
-                if is_max:
-                    j = np.argmax(win, axis=1)
-                    o[:, oh, ow, :] = np.take_along_axis(win, j[:, None, :], 1)[:, 0, :]
-                    if idv is not None:
-                        idv[:, oh, ow, :] = (r0 + j // wh) * PW + c0 + j % wh
-                else:
-                    o[:, oh, ow, :] = win.mean(axis=1)
-
-    def pool_backward(self, grid, block, delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max,
-                      prior, out, nb):
-        assert grid[0] * block[0] >= PH * PW * PD and 1 <= grid[1] <= nb
-        total = nb * PH * PW * PD
-        dl = self.f32(delta, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)
-        res = np.zeros((nb, PH, PW, PD))
-        if is_max:
-            idv = self.mem.view(ids, np.int32, nb * H * W * PD).reshape(nb, H, W, PD)
-            flat = res.reshape(nb, PH * PW, PD)
-            for oh in range(H):
-                for ow in range(W):
-                    for s in range(PD):
-                        np.add.at(flat[:, :, s], (np.arange(nb), idv[:, oh, ow, s]), dl[:, oh, ow, s])
-        else:
-            for oh in range(H):
-                for ow in range(W):
-                    res[:, oh * sv:oh * sv + wv, ow * sh:ow * sh + wh, :] += dl[:, oh, ow, None, None, :] / (wv * wh)
-        res = res.reshape(nb, -1)
-        if int(prior):
-            a = self.f32(prior, total).reshape(nb, -1).astype(np.float64)
-            res = res * (1 - a * a)
-        self.f32(out, total)[:] = res.ravel()
-
-    def pool_backward_tiles(self, grid, block, delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb):
-        assert grid[0] * block[0] >= H * W * PD and 1 <= grid[1] <= nb and PW == W * wh
-        PH = H * wv
-        dl = self.f32(delta, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)
-        if int(pooled):
-            a = self.f32(pooled, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)
-            dl = dl * (1 - a * a)
-        idv = self.mem.view(ids, np.int32, nb * H * W * PD).reshape(nb, H, W, PD)
-        res = np.full((nb, PH, PW, PD), np.nan)
-        for i in range(wv):
-            for j in range(wh):
-                me = (np.arange(H) * wv + i)[:, None] * PW + np.arange(W) * wh + j
-                res[:, i::wv, j::wh, :] = np.where(idv == me[None, :, :, None], dl, 0.0)
-        assert not np.isnan(res).any(), "a prior neuron outside every window"
-        self.f32(out, nb * PH * PW * PD)[:] = res.ravel()
-
-    def conv_small(self, width, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph, sv,
-                   sh, Wf, ldw, N, out, total):
-        assert grid[0] * block[0] >= total and width >= N and width % 4 == 0
-        K = fv * fh * PD + 1
-        assert shared == 4 * (K * width + block[0] * N) <= 48 * 1024
-        Bm = self.f32(Wf, (K - 1) * ldw + N).astype(np.float64)
-        Bm = np.stack([Bm[k * ldw:k * ldw + N] for k in range(K)])
-        nb = total // (H * W)
-        x = self.f32(src, (nb - 1) * lda + PH * PW * PD).astype(np.float64)
-        o = self.f32(out, total * N)
-        for cs in range(nb):
-            img = x[cs * lda:cs * lda + PH * PW * PD].reshape(PH, PW, PD)
-            for oh in range(H):
-                for ow in range(W):
-                    acc = Bm[K - 1].copy()
-                    for fr in range(fv):
-                        for fc in range(fh):
-                            r, c = oh * sv - pv + fr, ow * sh - ph + fc
-                            if 0 <= r < PH and 0 <= c < PW:
-                                k0 = (fr * fh + fc) * PD
-                                acc += img[r, c] @ Bm[k0:k0 + PD]
-                    p = (cs * H + oh) * W + ow
-                    o[p * N:(p + 1) * N] = np.tanh(acc)
-
-    def conv_small_pool(self, width, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv,
-                        ph, sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids, total):
-        assert grid[0] * block[0] >= total and width >= N
-        nb = total // (H2 * W2)
-        conv = self.mem.alloc(4 * nb * H * W * N)
-        self.conv_small(width, (-(-nb * H * W // block[0]), 1, 1), block,
-                        4 * ((fv * fh * PD + 1) * width + block[0] * N), src, lda, PH, PW, PD, H, W,
-                        fv, fh, pv, ph, sv, sh, Wf, ldw, N, int(conv), nb * H * W)
-        self.pool_forward((1, 1, 1), (H2 * W2 * N, 1, 1), int(conv), H, W, N, H2, W2, wv2, wh2,
-                          wv2, wh2, 1, pout, pids, nb)
-
-    # conv_small_pool_fixed (conv_small.cu, one layer shape): conv_small_pool's results; the
-    # instantiation's constants must be the shape the launch describes
-    def conv_small_pool_fixed(self, d, variant, grid, block, shared, src, lda, PH, PW, PD, H, W,
-                              fv, fh, pv, ph, sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids,
-                              total):
-        assert not d
-        FV, FH, PDc, SV, SH, PV, PZ, PHc, PWc, WV, WH, NP, padded, minb, rolled = variant
-        assert (FV, FH, PDc, SV, SH, PV, PZ, PHc, PWc, WV, WH) == (fv, fh, PD, sv, sh, pv, ph, PH,
-                                                                 PW, wv2, wh2)
-        assert padded == int(pv > 0 or ph > 0 or (H - 1) * sv + fv > PH or (W - 1) * sh + fh > PW)
-        assert WV * WH * NP <= launches.FirstLayerPool.MAX_ACCUMULATORS and minb in (3, 4)
-        assert rolled in (0, 1)
-        self.conv_small_pool(NP, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph,
-                             sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids, total)
-
-    # conv_small_pool_values: the same pooled values, no winners written
-    def conv_small_pool_values(self, d, variant, grid, block, shared, *args):
-        *args, pout, pids, total = args
-        self.conv_small_pool_fixed(d, variant, grid, block, shared, *args, pout, 0, total)
-
-    # conv_grad_pooled (conv_small.cu): the first layer's weight-gradient partials from the
-    # pooling layer's deltas, winners and pooled values (the layout of conv_grad's partials)
-    def conv_grad_pooled(self, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph,
-                         sv, sh, RS, delta, ids, pooled, H2, W2, N, n_lo, n_hi, n_cases, chunk,
-                         subs, part):
-        NL = n_hi - n_lo
-        K = fv * fh * PD
-        assert 0 < NL and n_hi <= N and chunk % subs == 0
-        per_block = -(-(K + 1) * NL // grid[0])
-        assert grid[1] == -(-n_cases // chunk) * subs and block[0] >= per_block
-        assert block[0] % 32 == 0 and block[0] <= launches.POOLED_GRAD_THREADS
-        assert (grid[0] - 1) * per_block < (K + 1) * NL
-        rin, cin = (H - 1) * sv + fv, (W - 1) * sh + fh
-        Q = H2 * W2
-        # each thread copies at most this many pooled neurons and prior activations
-        assert Q * NL <= launches.POOLED_GRAD_PER_Q * block[0]
-        assert rin * cin * PD <= launches.POOLED_GRAD_PER_X * block[0]
-        assert RS >= cin * PD
-        assert shared == 4 * (-(-rin * RS // 2) * 2 + 2 * Q * NL + H * W) <= 48 * 1024
-        x = self.f32(src, (n_cases - 1) * lda + PH * PW * PD).astype(np.float64)
-        nhid = Q * N
-        dl = self.f32(delta, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi].astype(np.float64)
-        if int(pooled):
-            a = self.f32(pooled, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi]
-            dl = dl * (1 - a.astype(np.float64) ** 2)
-        idv = self.mem.view(ids, np.int32, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi]
-        assert idv.min() >= 0 and idv.max() < H * W
-        rows, cols = np.divmod(np.arange(H * W), W)
-        o = self.f32(part, grid[1] * (K + 1) * NL).reshape(grid[1], K + 1, NL)
-        per = chunk // subs
-        for z in range(grid[1]):
-            lo = (z // subs) * chunk + (z % subs) * per
-            g = np.zeros((K + 1, NL))
-            for m in range(lo, min(n_cases, lo + per)):
-                pad = np.zeros((rin, cin, PD))
-                img = x[m * lda:m * lda + PH * PW * PD].reshape(PH, PW, PD)
-                r_hi, c_hi = min(PH, rin - pv), min(PW, cin - ph)
-                pad[pv:pv + r_hi, ph:ph + c_hi] = img[:r_hi, :c_hi]
-                win = np.stack([pad[r * sv:r * sv + fv, c * sh:c * sh + fh].ravel()
-                                for r, c in zip(rows, cols)])            # (positions, K)
-                g[:K] += np.einsum("qck,qc->kc", win[idv[m]], dl[m])
-                g[K] += dl[m].sum(axis=0)
-            o[z] = g.astype(np.float32)
-
-    # conv_fwd (conv_tiled.cu) for the layer shape `d` (its CT_* constants without the prefix)
-    # and tile variant (cases, tm, tn): conv_fwd(src, lda, weights, M, out, ldo)
-    def conv_fwd(self, d, variant, grid, block, shared, src, lda, Wf, M, out, ldo):
-        cases, tm, tn, _, tps = variant
-        hw = d["H"] * d["W"]
-        assert block[0] == -(-cases * hw // tm) * -(-d["D"] // tn) <= 1024
-        assert grid[0] == -(-M // cases)
-        pd4 = -(-d["PD"] // 4) * 4
-        rin, cin = (d["H"] - 1) * d["SV"] + d["FV"], (d["W"] - 1) * d["SH"] + d["FH"]
-        row = cin * pd4 + (4 if (cin * pd4 // 4) % 2 == 0 else 0)
-        nc = -(-d["D"] // tn) * tn
-        assert nc <= d["LDW"] and tps in (1, d["FH"])
-        xs = -(-cases * max(rin * row, hw * d["D"]) // 4) * 4    # the weights 16-byte aligned
-        assert shared == 4 * (xs + 2 * tps * pd4 * nc)
-        K = d["FV"] * d["FH"] * d["PD"]
-        Bm = self.f32(Wf, K * d["LDW"] + d["D"]).astype(np.float64)
-        Bm = np.stack([Bm[k * d["LDW"]:k * d["LDW"] + d["D"]] for k in range(K + 1)])
-        prior = d["PH"] * d["PW"] * d["PD"]
-        x = self.f32(src, (M - 1) * lda + prior).astype(np.float64)
-        x = np.stack([x[m * lda:m * lda + prior] for m in range(M)]).reshape(M, d["PH"], d["PW"], d["PD"])
-        pad = np.zeros((M, rin + d["PH"], cin + d["PW"], d["PD"]))
-        pad[:, d["PV"]:d["PV"] + d["PH"], d["PZ"]:d["PZ"] + d["PW"]] = x
-        acc = np.broadcast_to(Bm[K], (M, d["H"], d["W"], d["D"])).copy()
-        for fr in range(d["FV"]):
-            for fc in range(d["FH"]):
-                win = pad[:, fr:fr + (d["H"] - 1) * d["SV"] + 1:d["SV"],
-                          fc:fc + (d["W"] - 1) * d["SH"] + 1:d["SH"]]
-                k0 = (fr * d["FH"] + fc) * d["PD"]
-                acc += win @ Bm[k0:k0 + d["PD"]]
-        o = self.f32(out, (M - 1) * ldo + hw * d["D"])
-        res = np.tanh(acc).reshape(M, -1).astype(np.float32)
-        for m in range(M):
-            o[m * ldo:m * ldo + hw * d["D"]] = res[m]
-
-    # conv_bwd (conv_tiled.cu): the prior layer's delta, for strides of 1;
-    # conv_bwd(delta, ldd, weights, M, out, ldo, prior, epi), weights in [tap][slice][prior slice]
-    # conv_fwd_pool: conv_fwd, then the max pooling (wv x wh windows that tile the layer, the
-    # last two constants of the variant) of pool_forward, only the pooled values and winners
-    # written
-    def conv_fwd_pool(self, d, variant, grid, block, shared, src, lda, Wf, M, pout, ldp, pids):
-        *variant, wv, wh = variant
-        H, W, D = d["H"], d["W"], d["D"]
-        assert H % wv == 0 and W % wh == 0 and ldp == (H // wv) * (W // wh) * D
-        conv = self.mem.alloc(4 * M * H * W * D)
-        self.conv_fwd(d, variant, grid, block, shared, src, lda, Wf, M, int(conv), H * W * D)
-        self.pool_forward((1, M, 1), (ldp, 1, 1), int(conv), H, W, D, H // wv, W // wh, wv, wh,
-                          wv, wh, 1, pout, pids, M)
-
-    def conv_bwd(self, d, variant, grid, block, shared, delta, ldd, Wb, M, out, ldo, prior, epi):
-        cases, pad, tps, minb = variant
-        PH, PW, PD, H, W, D = (d[k] for k in ("PH", "PW", "PD", "H", "W", "D"))
-        assert d["SV"] == d["SH"] == 1 and PD % 4 == 0 and tps in (1, d["FH"]) and minb >= 1
-        lanes = PD // 4 * cases
-        if pad:         # a prior row's threads: a power of two up to 16, then whole warps
-            lanes = -(-lanes // 32) * 32 if lanes > 16 else 1 << (lanes - 1).bit_length()
-        assert block[0] == lanes * PH <= 512 and grid[0] == -(-M // cases)
-        jd4 = -(-D // 4) * 4
-        u = W * jd4 // 4
-        u = H * (u + (9 - u % 8) % 8)
-        dcase = 4 * (u + (((1 if pad else cases % 8)) - u % 8 + 8) % 8)
-        assert shared == 4 * (cases * dcase + 2 * tps * jd4 * PD)
-        taps = d["FV"] * d["FH"]
-        Wt = self.f32(Wb, taps * D * PD).reshape(taps, D, PD).astype(np.float64)
-        dl = self.f32(delta, (M - 1) * ldd + H * W * D).astype(np.float64)
-        dl = np.stack([dl[m * ldd:m * ldd + H * W * D] for m in range(M)]).reshape(M, H, W, D)
-        res = np.zeros((M, PH, PW, PD))
-        for oh in range(H):
-            for ow in range(W):
-                for fr in range(d["FV"]):
-                    for fc in range(d["FH"]):
-                        r, c = oh - d["PV"] + fr, ow - d["PZ"] + fc
-                        if 0 <= r < PH and 0 <= c < PW:
-                            res[:, r, c, :] += dl[:, oh, ow, :] @ Wt[fr * d["FH"] + fc]
-        res = res.reshape(M, -1)
-        n = PH * PW * PD
-        if epi == launches.EPI_DERIV:
-            a = self.f32(prior, (M - 1) * ldo + n).astype(np.float64)
-            res = res * (1 - np.stack([a[m * ldo:m * ldo + n] for m in range(M)]) ** 2)
-        o = self.f32(out, (M - 1) * ldo + n)
-        for m in range(M):
-            o[m * ldo:m * ldo + n] = res[m].astype(np.float32)
-
-    # conv_grad (conv_tiled.cu): partial z of the weight gradient covers the sub-chunk z % subs of
-    # chunk z // subs (chunk / subs cases) over every position; rows in the forward order
-    # ((fr * FH + fc) * PD + prior slice), then the bias row
-    def conv_grad(self, d, variant, grid, block, shared, src, lda, delta, ldd, n_lo, n_hi,
-                  n_cases, chunk, subs, part):
-        tn, taprow, rows = variant
-        PH, PW, PD, H, W, D, fv, fh = (d[k] for k in ("PH", "PW", "PD", "H", "W", "D", "FV", "FH"))
-        ncolg = -(-D // tn)
-        assert PD % 4 == 0 and chunk % subs == 0 and (not taprow or fh * 4 * tn <= 80)
-        assert taprow or rows == 1
-        groups = PD // 4 * rows if taprow else PD // 4 * fh + 1
-        assert grid[:2] == (-(-fv // rows), -(-n_cases // chunk) * subs) and block[0] == groups * ncolg
-        rin, cin = (H - 1) * d["SV"] + fv, (W - 1) * d["SH"] + fh
-        row = cin * PD + (4 if (cin * PD // 4) % 2 == 0 else 0)
-        assert shared == 4 * 2 * (-(-(rin * row + H * W * ncolg * tn) // 4) * 4)
-        prior = PH * PW * PD
-        x = self.f32(src, (n_cases - 1) * lda + prior).astype(np.float64)
-        x = np.stack([x[m * lda:m * lda + prior] for m in range(n_cases)]).reshape(n_cases, PH, PW, PD)
-        pad = np.zeros((n_cases, rin + PH, cin + PW, PD))
-        pad[:, d["PV"]:d["PV"] + PH, d["PZ"]:d["PZ"] + PW] = x
-        dl = self.f32(delta, (n_cases - 1) * ldd + H * W * D).astype(np.float64)
-        dl = np.stack([dl[m * ldd:m * ldd + H * W * D] for m in range(n_cases)]).reshape(n_cases, H * W, D)
-        dl = dl[:, :, n_lo:n_hi]
-        K = fv * fh * PD
-        NL = n_hi - n_lo
-        nz = grid[1]
-        o = self.f32(part, nz * (K + 1) * NL).reshape(nz, K + 1, NL)
-        per = chunk // subs
-        for z in range(nz):
-            lo = (z // subs) * chunk + (z % subs) * per
-            hi = min(n_cases, lo + per)
-            g = np.zeros((K + 1, NL))
-            for fr in range(fv):
-                for fc in range(fh):
-                    win = pad[lo:hi, fr:fr + (H - 1) * d["SV"] + 1:d["SV"],
-                              fc:fc + (W - 1) * d["SH"] + 1:d["SH"]].reshape(hi - lo, H * W, PD)
-                    k0 = (fr * fh + fc) * PD
-                    g[k0:k0 + PD] = np.einsum("mpk,mpn->kn", win, dl[lo:hi])
-            g[K] = dl[lo:hi].sum(axis=(0, 1))
-            o[z] = g.astype(np.float32)
-
-    def softmax_ll(self, grid, block, logits, ncls, nb, classes, probs, ll, delta):
-        assert grid[0] * block[0] >= nb
-        z = self.f32(logits, nb * ncls).reshape(nb, ncls).astype(np.float64)
-        cls = self.mem.view(classes, np.int32, nb).astype(np.int64)
-        z = z - z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        p /= p.sum(axis=1, keepdims=True)
-        self.mem.view(probs, np.float64, nb * ncls)[:] = p.ravel()
-        self.mem.view(ll, np.float64, nb)[:] = -np.log(p[np.arange(nb), cls] + 1e-30)
-        if int(delta):
-            t = p.copy()
-            t[np.arange(nb), cls] -= 1.0
-            self.f32(delta, nb * ncls)[:] = t.ravel()
-
-    def ll_sum(self, grid, block, ll, n, out):
-        self.mem.view(out, np.float64, 1)[0] = self.mem.view(ll, np.float64, n).sum()
-
-    def weights_scatter(self, grid, block, w, n, fwd_index, bwd_index, fwd, bwd):
-        assert grid[0] * block[0] >= n
-        wv = self.mem.view(w, np.float32, n)
-        fi = self.mem.view(fwd_index, np.int32, n).astype(np.int64)
-        bi = self.mem.view(bwd_index, np.int32, n).astype(np.int64)
-        self.mem.view(fwd, np.float32, int(fi.max()) + 1)[fi] = wv
-        keep = bi >= 0
-        if keep.any():
-            self.mem.view(bwd, np.float32, int(bi.max()) + 1)[bi[keep]] = wv[keep]
-
-    # the line search's kernels (weights.cu): a block of LINE_THREADS threads covers LINE_BLOCK
-    # weights, each thread LINE_PER_THREAD of them LINE_THREADS apart, then a halving tree
-    @staticmethod
-    def _line_block_sums(terms, n, grid, block):
-        T, per = kernel_args.LINE_THREADS, kernel_args.LINE_BLOCK // kernel_args.LINE_THREADS
-        assert block[0] == T and grid[0] * kernel_args.LINE_BLOCK >= n
-        padded = np.zeros(grid[0] * kernel_args.LINE_BLOCK)
-        padded[:n] = terms
-        acc = np.zeros((grid[0], T))
-        lanes = padded.reshape(grid[0], per, T)
-        for j in range(per):                              # each thread's own sum, in order
-            acc = acc + lanes[:, j, :]
-        half = T // 2
-        while half:
-            acc = acc[:, :half] + acc[:, half:2 * half]
-            half //= 2
-        return acc[:, 0]
-
-    def line_point(self, grid, block, x, d, t, n, mask, w32, pen_part):
-        if t == 0:                                        # NULL: the weights the host sent
-            v = self.mem.view(x, np.float64, n).copy()
-        else:
-            tt = self.mem.view(t, np.float64, 1)[0]
-            v = self.mem.view(x, np.float64, n) + tt * self.mem.view(d, np.float64, n)
-        self.mem.view(w32, np.float32, n)[:] = v.astype(np.float32)
-        m = self.mem.view(mask, np.uint8, n) != 0
-        self.mem.view(pen_part, np.float64, grid[0])[:] = self._line_block_sums(
-            np.where(m, v * v, 0.0), n, grid, block)
-
-    # the refinement's vector operations (weights.cu, DeviceVectors)
-    def vec_step(self, grid, block, out, x, t, d, n):
-        assert grid[0] * block[0] >= n
-        v = self.mem.view(x, np.float64, n) + t * self.mem.view(d, np.float64, n)
-        self.mem.view(out, np.float64, n)[:] = v
-
-    def vec_direction(self, grid, block, d, beta, g, n):
-        assert grid[0] * block[0] >= n
-        dv = self.mem.view(d, np.float64, n)
-        dv[:] = beta * dv - self.mem.view(g, np.float64, n)
-
-    def vec_neg(self, grid, block, out, v, n):
-        assert grid[0] * block[0] >= n
-        self.mem.view(out, np.float64, n)[:] = -self.mem.view(v, np.float64, n)
-
-    def vec_sums(self, grid, block, a, b, n, mode, part):
-        av, bv = self.mem.view(a, np.float64, n), self.mem.view(b, np.float64, n)
-        if mode == 0:
-            self.mem.view(part, np.float64, grid[0])[:] = self._line_block_sums(av * bv, n, grid, block)
-        else:
-            out = self.mem.view(part, np.float64, 2 * grid[0])
-            out[:grid[0]] = self._line_block_sums(av * av, n, grid, block)
-            out[grid[0]:] = self._line_block_sums(av * (av - bv), n, grid, block)
-
-    def vec_finish(self, grid, block, part, n_parts, k, out):
-        assert block[0] >= k
-        p = self.mem.view(part, np.float64, k * n_parts).reshape(k, n_parts)
-        res = self.mem.view(out, np.float64, k)
-        for j in range(k):
-            s = 0.0
-            for v in p[j]:
-                s += v
-            res[j] = s
-
-    def grad_finish(self, grid, block, acc, w, mask, n, scale, pen2, grad):
-        assert grid[0] * block[0] >= n
-        a = self.mem.view(acc, np.float64, n)
-        wv = self.mem.view(w, np.float32, n).astype(np.float64)
-        m = self.mem.view(mask, np.uint8, n)
-        self.mem.view(grad, np.float64, n)[:] = a * scale + np.where(m != 0, pen2 * wv, 0.0)
-
-
-def _arg(a):
-    if isinstance(a, _Alloc):
-        return int(a)
-    if isinstance(a, (np.generic,)):
-        return a.item()
-    return a
-
 
 class FakeRuntime:
     """Stands in for runtime.Runtime."""
 
     def __init__(self):
-        self.mem = _Memory()
+        self.mem = HostMemory()
         self.cuda = _FakeCuda(self.mem)
-        self.kernels = _Kernels(self.mem)
+        self.kernels = ReferenceKernels(self.mem)
         self.lock = threading.RLock()
         self.stream = _Stream()
         self.pycuda_version = "emulated"
@@ -738,11 +175,7 @@ class FakeRuntime:
         """Like Runtime.specialize: the emulation of each function gets the constants and the
         variant of its instantiation line ("CONV_FWD(name, cases, tm, tn, minb)")."""
         assert name in ("conv_tiled.cu", "conv_small.cu")
-        d = {k[3:]: int(v) for k, v in defines.items()}
-        for fname, line, params in kernels:
-            args = [a.strip() for a in line[line.index("(") + 1:line.rindex(")")].split(",")]
-            assert line.startswith(params.family.upper() + "(") and args[0] == fname
-            self.specialized[fname] = (params.family, d, tuple(int(a) for a in args[1:]))
+        self.specialized.update(specializations(defines, kernels))
 
     shared_optin = 227 * 1024     # Hopper's
 
@@ -778,27 +211,12 @@ class FakeRuntime:
             return
         self.launches.append(name)
         self.launch_streams.append(self.stream)
-        args = [_arg(a) for a in args]
         # (the runtime opts in the gemm_nn variants of tuning.NN_SHARED when it loads them)
         built = tuning.NN_SHARED.get(name[8:], 0) if name.startswith("gemm_nn_") else 0
         assert shared <= max(48 * 1024, self.shared_allowed.get(name, 0), built), name
         if name.startswith("gemm_nn_"):
             assert shared == built, name
-        if name in self.specialized:
-            family, d, variant = self.specialized[name]
-            getattr(self.kernels, family)(d, variant, grid, block, shared, *args)
-        elif name == "conv_grad_pooled":
-            self.kernels.conv_grad_pooled(grid, block, shared, *args)
-        elif name.startswith("conv_small_pool_"):
-            self.kernels.conv_small_pool(int(name[16:]), grid, block, shared, *args)
-        elif name.startswith("conv_small_"):
-            self.kernels.conv_small(int(name[11:]), grid, block, shared, *args)
-        elif name.startswith("gemm_nn_"):
-            self.kernels.gemm_nn(name[8:], grid, block, *args)
-        elif name.startswith("gemm_tn_"):
-            self.kernels.gemm_tn(name[8:], grid, block, *args, shared=shared)
-        else:
-            getattr(self.kernels, name)(grid, block, *args)
+        self.kernels.launch(name, grid, block, args, shared, self.specialized)
 
     def free_memory(self):
         return self.cuda.mem_get_info()
@@ -888,8 +306,8 @@ def test_emulated_launch_splits_change_nothing(fake_runtime, spec):
     w = rng.normal(0, 0.4, arch.n_weights)
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
     results = []
-    for params in ({}, {"MAX BATCH": 256}, {"MAX BATCH": 512, "MAX HID GRAD": 1},
-                   {"MAX BATCH": 100, "MAX MEM GRAD": 1}, {"MAX BATCH": 7}):
+    for params in (DeviceParams(), DeviceParams(max_batch=256), DeviceParams(max_batch=512, max_hid_grad=1),
+                   DeviceParams(max_batch=100, max_mem_grad=1), DeviceParams(max_batch=7)):
         be = dbe.DeviceBackend(arch, params)
         crit, grad = be.evaluator(x, c, 0.01).gradient(w)
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref
@@ -900,12 +318,13 @@ def test_emulated_launch_splits_change_nothing(fake_runtime, spec):
 def test_split_plan_follows_the_limits(fake_runtime):
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "FULLY CONNECTED LAYER 30"],
                                    16, 16, 1, 10)
-    be = dbe.DeviceBackend(arch, {"MAX BATCH": 1000, "MAX HID GRAD": 1000, "MAX MEM GRAD": 1})
+    be = dbe.DeviceBackend(arch, DeviceParams(max_batch=1000, max_hid_grad=1000, max_mem_grad=1))
     x = np.random.default_rng(0).random((1000, 1, 16, 16))
     ev = be.evaluator(x, np.zeros(1000, int))
-    per, launches, floats, gps, slots = ev.ws.splits[0]
-    assert per * 144 <= 1000 and launches == -(-20 // per)
-    assert 4 * floats <= 1 << 20
+    split = ev.ws.splits[0]
+    per = split.slices_per_launch
+    assert per * 144 <= 1000 and split.launches == -(-20 // per)
+    assert 4 * split.scratch_floats <= 1 << 20
     assert any("launch" in line for line in ev.allocation)
 
 
@@ -926,7 +345,7 @@ def test_emulated_random_architectures(fake_runtime, seed):
     c = rng.integers(0, arch.n_classes, n)
     w = rng.normal(0, 0.5, arch.n_weights)
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
-    for params in ({}, {"MAX BATCH": 256, "MAX HID GRAD": 3}, {"MAX BATCH": 64, "MAX MEM GRAD": 1}):
+    for params in (DeviceParams(), DeviceParams(max_batch=256, max_hid_grad=3), DeviceParams(max_batch=64, max_mem_grad=1)):
         crit, grad = dbe.DeviceBackend(arch, params).evaluator(x, c, 0.01).gradient(w)
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref
         assert _rel(grad, grad_ref) <= 1e-5
@@ -937,15 +356,17 @@ def test_emulated_cuda_log(fake_runtime, tmp_path):
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 4 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
                                     "FULLY CONNECTED LAYER 6"], 8, 8, 1, 3)
     rng = np.random.default_rng(5)
-    be = dbe.DeviceBackend(arch, {"MAX BATCH": 100}, fuse=False)
+    be = dbe.DeviceBackend(arch, DeviceParams(max_batch=100), DeviceOptions(fuse=False))
     ev = be.evaluator(rng.random((250, 1, 8, 8)), rng.integers(0, 3, 250))
     ev.gradient(rng.normal(0, 0.3, arch.n_weights))
     ev.criterion(rng.normal(0, 0.3, arch.n_weights))
-    text = open(write_cuda_log(str(tmp_path / "sub" / "CUDA.LOG"), be, arch, {"WPEN": 0.5})).read()
+    text = open(write_cuda_log(str(tmp_path / "sub" / "CUDA.LOG"), be, arch,
+                               Params.from_phrases({"WPEN": 0.5, "RANDOM SEED": 3}))).read()
     for title in ("1. Device and capabilities", "2. Architecture and training parameters",
                   "3. Device memory allocations", "4. Device time by layer and activity"):
         assert title in text
-    assert "MAX BATCH = 100" in text and "WPEN = 0.5" in text
+    assert "MAX BATCH = 100" in text and "WPEN = 0.5" in text and "RANDOM SEED = 3" in text
+    assert "CUDA DEVICES" not in text
     assert "Batch size 84 cases, 3 batch(es)" in text
     assert "Layer 1 is convolutional" in text and "Evaluations timed: 2" in text
     rows = [ln for ln in text.splitlines() if ln.startswith("Layer 1 CONV")]
@@ -970,7 +391,7 @@ def test_emulated_fused_first_layer(fake_runtime):
     crit, grad = ev.gradient(w)
     assert "pool_forward" in fake_runtime.launches and "pool_backward" in fake_runtime.launches
     assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
-    assert not dbe.DeviceBackend(arch, fuse=False).fused_pool
+    assert not dbe.DeviceBackend(arch, options=DeviceOptions(fuse=False)).fused_pool
 
 
 def test_emulated_fused_first_layer_in_gradients(fake_runtime):
@@ -984,8 +405,8 @@ def test_emulated_fused_first_layer_in_gradients(fake_runtime):
     w = rng.normal(0, 0.5, arch.n_weights)
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
     for pooled_grad in (True, False):
-        for params in ({}, {"MAX BATCH": 256}):
-            be = dbe.DeviceBackend(arch, params, pooled_grad=pooled_grad)
+        for params in (DeviceParams(), DeviceParams(max_batch=256)):
+            be = dbe.DeviceBackend(arch, params, DeviceOptions(pooled_grad=pooled_grad))
             assert be.fused_pool_gradient and be.pooled_grad == pooled_grad
             fake_runtime.launches.clear()
             crit, grad = be.evaluator(x, c, 0.01).gradient(w)
@@ -995,9 +416,9 @@ def test_emulated_fused_first_layer_in_gradients(fake_runtime):
             assert ("pool_backward_tiles" in launched) != pooled_grad
             assert ("conv_grad_pooled" in launched) == pooled_grad
             assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
-    assert not dbe.DeviceBackend(arch, pool_tiles=False).fused_pool_gradient
-    assert not dbe.DeviceBackend(arch, fuse=False).fused_pool_gradient
-    assert not dbe.DeviceBackend(arch, fuse=False).pooled_grad
+    assert not dbe.DeviceBackend(arch, options=DeviceOptions(pool_tiles=False)).fused_pool_gradient
+    assert not dbe.DeviceBackend(arch, options=DeviceOptions(fuse=False)).fused_pool_gradient
+    assert not dbe.DeviceBackend(arch, options=DeviceOptions(fuse=False)).pooled_grad
 
 
 @pytest.mark.slow
@@ -1066,13 +487,13 @@ def test_emulated_first_layer_gradient_from_pooled_deltas(fake_runtime, spec):
     x, c = rng.uniform(-1, 1, (300, bands, rows, cols)), rng.integers(0, ncls, 300)
     w = rng.normal(0, 0.5, arch.n_weights)
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
-    for params in ({}, {"MAX BATCH": 256}, {"MAX HID GRAD": 2 * arch.layers[0].height}):
+    for params in (DeviceParams(), DeviceParams(max_batch=256), DeviceParams(max_hid_grad=2 * arch.layers[0].height)):
         be = dbe.DeviceBackend(arch, params)
         assert be.pooled_grad
         fake_runtime.launches.clear()
         crit, grad = be.evaluator(x, c, 0.01).gradient(w)
         n = fake_runtime.launches.count("conv_grad_pooled")
-        assert n >= (2 if "MAX HID GRAD" in params else 1)
+        assert n >= (2 if params.max_hid_grad != DeviceParams().max_hid_grad else 1)
         assert "pool_backward_tiles" not in fake_runtime.launches
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         first = arch.layers[0].weight_slice         # the first layer's own part, on its own
@@ -1093,7 +514,7 @@ def test_graph_replay_gives_the_eager_results(fake_runtime, spec):
     ws = [rng.normal(0, 0.4, arch.n_weights) for _ in range(3)]
     runs = {}
     for graphs in (False, True):
-        be = dbe.DeviceBackend(arch, {"MAX BATCH": 128}, graphs=graphs)
+        be = dbe.DeviceBackend(arch, DeviceParams(max_batch=128), DeviceOptions(graphs=graphs))
         ev = be.evaluator(x, c, 0.01)
         out = []
         for i in range(5):
@@ -1155,10 +576,10 @@ def test_emulated_split_upload_gives_the_same_bits(fake_runtime, max_batch):
     x = rng.random((n, bands, rows, cols)) * 2 - 1
     c = rng.integers(0, ncls, n)
     ws = [rng.normal(0, 0.2, arch.n_weights) for _ in range(3)]
-    params = {} if max_batch is None else {"MAX BATCH": max_batch}
+    params = DeviceParams() if max_batch is None else DeviceParams(max_batch=max_batch)
     runs = {}
     for split in (False, True):
-        be = dbe.DeviceBackend(arch, params, split_upload=split)
+        be = dbe.DeviceBackend(arch, params, DeviceOptions(split_upload=split))
         assert (be.upload_split is not None) == split
         ev = be.evaluator(x, c, 0.01)
         out = []
@@ -1207,7 +628,7 @@ def test_emulated_dense_products(fake_runtime, monkeypatch):
     for tile, narrow in zip(tuning.NN_DENSE, tuning.NN_NARROW * len(tuning.NN_DENSE)):
         monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, conv=(), dense=False, t=tile,
                             nt=narrow: [t if N > 16 else nt] if dense else gather(M, N, conv)[:1])
-        for params in ({}, {"MAX BATCH": 256}):
+        for params in (DeviceParams(), DeviceParams(max_batch=256)):
             fake_runtime.launches.clear()
             ev = dbe.DeviceBackend(arch, params).evaluator(x, c, 0.01)
             crit, grad = ev.gradient(w)
@@ -1328,18 +749,18 @@ def test_emulated_pooling_in_the_forward_epilogue(fake_runtime, monkeypatch, spe
     *shape, pooled = spec
     arch, x, c, w, crit_ref, grad_ref, p_ref = _problem(*shape, n=90, seed=8)
     assert dbe.DeviceBackend(arch).conv_pool == pooled
-    assert not dbe.DeviceBackend(arch, pool_epilogue=False).conv_pool
-    assert not dbe.DeviceBackend(arch, pool_tiles=False).conv_pool
-    plain = dbe.DeviceBackend(arch, pool_epilogue=False).evaluator(x, c, 0.01)
+    assert not dbe.DeviceBackend(arch, options=DeviceOptions(pool_epilogue=False)).conv_pool
+    assert not dbe.DeviceBackend(arch, options=DeviceOptions(pool_tiles=False)).conv_pool
+    plain = dbe.DeviceBackend(arch, options=DeviceOptions(pool_epilogue=False)).evaluator(x, c, 0.01)
     want = plain.gradient(w), plain.criterion(w), plain.outputs(w)
-    acts = dbe.DeviceBackend(arch, pool_epilogue=False).activations(w, x[:40])
+    acts = dbe.DeviceBackend(arch, options=DeviceOptions(pool_epilogue=False)).activations(w, x[:40])
     gather_first = tuning.nn_candidates
     # (every variant's epilogue is the same code; the GPU test forces each of them)
     tiles = sorted({t for i in pooled for t in dbe.DeviceBackend(arch).conv_tiled[i - 1].fwd})[:2]
     for tile in [None] + tiles:
         monkeypatch.setattr(tuning, "nn_candidates",
                             lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather_first(M, N)[:1])
-        for params in ({}, {"MAX BATCH": 40}) if tile == tiles[0] else ({},):
+        for params in (DeviceParams(), DeviceParams(max_batch=40)) if tile == tiles[0] else (DeviceParams(),):
             fake_runtime.launches.clear()
             be = dbe.DeviceBackend(arch, params)
             ev = be.evaluator(x, c, 0.01)
@@ -1474,9 +895,9 @@ def test_emulated_pool_backward_tiles(fake_runtime, spec):
     pooling = {i for i, L in enumerate(arch.layers) if not L.kind.has_weights}
     grads = []
     for tiles in (True, False):
-        for params in ({}, {"MAX BATCH": 256}):
+        for params in (DeviceParams(), DeviceParams(max_batch=256)):
             fake_runtime.launches.clear()
-            be = dbe.DeviceBackend(arch, params, pool_tiles=tiles, pooled_grad=False)
+            be = dbe.DeviceBackend(arch, params, DeviceOptions(pool_tiles=tiles, pooled_grad=False))
             assert be.pool_tiles == (want if tiles else set())
             crit, grad = be.evaluator(x, c, 0.01).gradient(w)
             assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
@@ -1695,3 +1116,71 @@ def test_emulated_gpu_training_runs_no_compiled_host_pass(fake_runtime, monkeypa
     assert "Line search trial points formed on the device" in (out / "CUDA.LOG").read_text()
     with pytest.raises(AssertionError):             # the refusal itself works
         vectors.HostVectors().step_into(None, None, 0.0, None)
+
+
+SUBSET_ARCH = (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
+                "CONVOLUTIONAL LAYER 36 1 1 1 1 1 1", "FULLY CONNECTED LAYER 7"], 8, 8, 2, 4)
+
+
+@pytest.mark.parametrize("max_batch", [None, 256, 100])
+def test_emulated_subset_is_a_fresh_evaluator_on_those_cases(fake_runtime, monkeypatch,
+                                                             max_batch):
+    """evaluator.subset(indices): the same criterion, gradient and outputs, bit for bit, as a
+    fresh evaluator over those cases (the same batches, kernels and order of additions), with
+    nothing uploaded again and nothing timed."""
+    arch = Architecture.from_lines(*SUBSET_ARCH)
+    rng = np.random.default_rng(12)
+    n = 700
+    x, c = rng.uniform(-1, 1, (n, 2, 8, 8)), rng.integers(0, 4, n)
+    w = rng.normal(0, 0.4, arch.n_weights)
+    params = DeviceParams(max_batch=max_batch)
+    whole = dbe.DeviceBackend(arch, params).evaluator(x, c, 0.01)
+    whole.gradient(w)
+    # runs of consecutive cases, a case out of order, one repeated
+    indices = np.concatenate([np.arange(5, 290), [600, 3, 4, 4], np.arange(400, 690)])
+    uploads = []
+    with monkeypatch.context() as patch:
+        patch.setattr(fake_runtime, "upload", lambda array: uploads.append(array))
+        patch.setattr(tuning.Tuner, "_time", lambda *args: pytest.fail("a subset timed"))
+        part = whole.subset(indices)
+        crit, grad = part.gradient(w)
+        crit_only, outputs = part.criterion(w), part.outputs(w)
+    assert uploads == [] and part.n_cases == indices.size
+    fresh = dbe.DeviceBackend(arch, params).evaluator(x[indices], c[indices], 0.01)
+    crit_f, grad_f = fresh.gradient(w)
+    assert crit == crit_f and np.array_equal(grad, grad_f)
+    assert crit_only == fresh.criterion(w) and np.array_equal(outputs, fresh.outputs(w))
+    assert part.batches == fresh.batches
+    # and the subset's results are the float64 model's on those cases
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x[indices], c[indices], 0.01)
+    assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+
+
+def test_emulated_subset_takes_the_tuners_choices(fake_runtime):
+    """A subset's launch sites take the tile its evaluator's tuner chose at the same site."""
+    arch = Architecture.from_lines(*SUBSET_ARCH)
+    rng = np.random.default_rng(3)
+    x, c = rng.uniform(-1, 1, (300, 2, 8, 8)), rng.integers(0, 4, 300)
+    w = rng.normal(0, 0.4, arch.n_weights)
+    whole = dbe.DeviceBackend(arch).evaluator(x, c)
+    whole.gradient(w)
+    site = next(s for s in whole.tuner.choice if s[0] == "gradient" and s[1] == 4)
+    candidates = whole.tuner.sites[site][0]
+    whole.tuner.choice[site] = candidates[1]            # as if the second had been faster
+    part = whole.subset(np.arange(100))
+    fake_runtime.launches.clear()
+    part.gradient(w)
+    assert part.tuner.choice[site[:-1] + (100,)] == candidates[1]
+    assert f"gemm_tn_{candidates[1]}" in fake_runtime.launches
+
+
+def test_emulated_subset_refusals(fake_runtime):
+    arch = Architecture.from_lines(*SUBSET_ARCH)
+    x = np.zeros((10, 2, 8, 8))
+    ev = dbe.DeviceBackend(arch).evaluator(x, np.zeros(10, int))
+    for bad, message in (([], "at least one case"), ([10], "lie in 0..9"), ([-1], "lie in 0..9"),
+                         ([0.5], "whole numbers"), ([[0, 1]], "at least one case")):
+        with pytest.raises(ConvnetError, match=message):
+            ev.subset(bad)
+    outputs_only = dbe.DeviceBackend(arch).evaluator(x, None).subset([1, 2])
+    assert outputs_only.classes is None and outputs_only.outputs(np.zeros(arch.n_weights)).shape == (2, 4)

@@ -12,6 +12,7 @@ from convnet.control import parse_devices, parse_line
 from convnet.device import backend as dbe
 from convnet.device import multi, runtime
 from convnet.device.plan import CHUNK, ModelPlan, simulate
+from convnet.params import DeviceParams, Params
 from convnet.errors import ConvnetError
 from test_device_emulated import FakeRuntime
 
@@ -76,9 +77,9 @@ def test_resolve_devices(monkeypatch):
     with pytest.raises(ConvnetError, match=r"CUDA DEVICES = 0,2: there is no CUDA device 2 "
                                            r"\(this machine has 2"):
         multi.resolve_devices("0,2")
-    assert multi.devices_phrase({}) == "CUDA device"
-    assert multi.devices_phrase({"CUDA DEVICES": "1"}) == "CUDA device 1"
-    assert multi.devices_phrase({"CUDA DEVICES": "ALL"}).startswith("CUDA devices 0, 1 ")
+    assert multi.devices_phrase(DeviceParams()) == "CUDA device"
+    assert multi.devices_phrase(DeviceParams(cuda_devices="1")) == "CUDA device 1"
+    assert multi.devices_phrase(DeviceParams(cuda_devices="ALL")).startswith("CUDA devices 0, 1 ")
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 255, 256, 300, 700, 1000, 10000, 60000])
@@ -105,7 +106,7 @@ def test_any_device_count_agrees_with_one_device(fake_devices):
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
     assert abs(crit1 - crit_ref) <= 1e-6 * crit_ref
     for spec in ("0,1", "ALL", "2,0"):
-        backend = multi.device_backend(arch, {"CUDA DEVICES": spec})
+        backend = multi.device_backend(arch, DeviceParams(cuda_devices=spec))
         assert isinstance(backend, multi.MultiDeviceBackend)
         ev = backend.evaluator(x, c, 0.01)
         crit, grad = ev.gradient(w)
@@ -144,10 +145,10 @@ def test_each_device_holds_its_shard_and_weights(fake_devices):
 
 def test_one_device_named_is_a_plain_backend(fake_devices):
     arch, x, c, w = _problem(n=50)
-    backend = multi.device_backend(arch, {"CUDA DEVICES": "2"})
+    backend = multi.device_backend(arch, DeviceParams(cuda_devices="2"))
     assert isinstance(backend, dbe.DeviceBackend) and backend.rt is fake_devices[2]
     # fewer cases than devices: fewer shards, still the whole sum
-    many = multi.device_backend(arch, {"CUDA DEVICES": "ALL"})
+    many = multi.device_backend(arch, DeviceParams(cuda_devices="ALL"))
     ev = many.evaluator(x[:2], c[:2])
     assert ev.bounds == [(0, 1), (1, 2)]
     ref = dbe.DeviceBackend(arch).evaluator(x[:2], c[:2]).gradient(w)
@@ -170,12 +171,12 @@ def test_errors_of_a_device_reach_the_caller(fake_devices):
 def test_cuda_log_has_a_section_per_device(fake_devices, tmp_path):
     from convnet.device.cuda_log import write_cuda_log
     arch, x, c, w = _problem(n=600)
-    backend = multi.device_backend(arch, {"CUDA DEVICES": "1,0", "MAX BATCH": 256})
+    backend = multi.device_backend(arch, DeviceParams(cuda_devices="1,0", max_batch=256))
     ev = backend.evaluator(x, c)
     ev.gradient(w)
     ev.criterion(w * 0.5)
     text = open(write_cuda_log(str(tmp_path / "CUDA.LOG"), backend, arch,
-                               {"CUDA DEVICES": "1,0"})).read()
+                               Params.from_phrases({"CUDA DEVICES": "1,0"}))).read()
     assert "1. Devices and capabilities" in text
     head = text[text.index("1. Devices"):text.index("Each evaluation")].splitlines()[2:]
     assert head == ["Device 1: emulated", "   details", "Device 0: emulated", "   details",

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from convnet.architecture import Architecture
 from convnet.devices import cuda_status
+from convnet.params import DeviceParams
 
 
 def _gpu_count():
@@ -44,7 +45,7 @@ def test_two_gpus_agree_with_one_and_repeat_their_bits():
     w = rng.normal(0, 0.1, arch.n_weights)
     one = DeviceBackend(arch).evaluator(x, c, 0.001)
     crit1, grad1 = one.gradient(w)
-    both = device_backend(arch, {"CUDA DEVICES": "0,1"})
+    both = device_backend(arch, DeviceParams(cuda_devices="0,1"))
     assert isinstance(both, MultiDeviceBackend)
     ev = both.evaluator(x, c, 0.001)
     crit2, grad2 = ev.gradient(w)
@@ -54,7 +55,7 @@ def test_two_gpus_agree_with_one_and_repeat_their_bits():
     for _ in range(3):                              # same GPUs, same bits, every time
         crit, grad = ev.gradient(w + 0.0)
         assert crit == crit2 and np.array_equal(grad, grad2)
-    again = device_backend(arch, {"CUDA DEVICES": "0,1"}).evaluator(x, c, 0.001).gradient(w)
+    again = device_backend(arch, DeviceParams(cuda_devices="0,1")).evaluator(x, c, 0.001).gradient(w)
     assert again[0] == crit2 and np.array_equal(again[1], grad2)
     assert [b.rt.index for b in both.backends] == [0, 1]
     assert all(b.weight_uploads >= 1 for b in both.backends)

@@ -103,10 +103,13 @@ def test_training_reads_its_typed_parameters():
     assert res.phase("refinement").steps <= 2 and res.phase("refinement").limit == 2
 
 
-def test_device_reads_the_table(fake_runtime, monkeypatch):  # noqa: F811
-    monkeypatch.setitem(control.DEFAULT_PARAMETERS, "MAX HID GRAD", 5)
-    monkeypatch.setitem(control.DEFAULT_PARAMETERS, "MAX MEM GRAD", 9)
+def test_device_reads_the_table(fake_runtime):  # noqa: F811
+    """The device's defaults are the parameter table's (convnet.params), its values the typed
+    parameters it is given."""
+    from convnet.params import DEFAULTS, DeviceParams
     be = dbe.DeviceBackend(ARCH)
+    assert (be.max_hid_grad, be.max_mem_grad) == (DEFAULTS["MAX HID GRAD"], DEFAULTS["MAX MEM GRAD"])
+    be = dbe.DeviceBackend(ARCH, DeviceParams(max_hid_grad=5, max_mem_grad=9))
     assert (be.max_hid_grad, be.max_mem_grad) == (5, 9)
 
 

@@ -84,20 +84,35 @@ def test_format_bytes():
 
 
 def test_device_need_arithmetic():
-    """The device estimate, worked by hand for a small net (no GPU needed)."""
+    """The device count is the kernel plan's (the one CUDA.LOG prints), worked by hand for a small
+    net (no GPU needed)."""
+    from convnet.device.kernel_plan import plan_kernels
+    from convnet.params import DeviceParams
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 2 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2"],
                                    rows=4, cols=4, bands=1, n_classes=3)
     # conv: 2 x 4 x 4 = 32 neurons, 2 x 10 = 20 weights; pool: 2 x 2 x 2 = 8 neurons;
     # output: 3 x (8 + 1) = 27 weights; 47 weights in all
     assert arch.n_weights == 47
     n, nw = 1000, 47
-    data = 4 * n * 16 + 4 * n + 8 * n * 4
-    weights = (12 + 1 + 8) * nw + 4 * nw + 16 * nw
-    per_case = 4 * (32 + 8 + 2 * 32 + 3 + 16) + 4 * 8
-    assert memory.device_training_bytes(arch, n) == data + weights + 256 * per_case
-    assert memory.device_training_bytes(arch, n, max_batch=10) == data + weights + 10 * per_case
-    assert memory.device_training_bytes(arch, 7) == (4 * 7 * 16 + 4 * 7 + 8 * 7 * 4 + weights
-                                                     + 7 * per_case)
+    data = 4 * n * 16 + 4 * n + 8 * n * 3 + 8 * n + 40 + 16 * nw
+    # layouts: conv 10 rows x 32 columns, output 9 x 32; backward 9 x 2 and 8 x 3
+    n_fwd, n_bwd = 320 + 288, 18 + 24
+    # descriptors: 16 conv groups, one output group each way; tables: 16 windows of 10 and the
+    # 10 B rows, the output's 9 + 9 forward and 3 + 3 backward offsets
+    index = 4 * (5 * 16 + 5 + 5) + 4 * (16 * 10 + 10 + 2 * 9 + 2 * 3)
+    static = index + 12 * nw + 4 * n_fwd + nw + 16 * nw + 8 * 1 + 4 * n_fwd + 4 * n_bwd
+    assert static == 7539
+
+    def batch_bytes(nb):
+        plan = plan_kernels(arch).batch_plan(n, nb, DeviceParams())
+        return sum(size for _, size in plan.buffers)
+
+    per_case = 4 * (32 + 8 + 8 + 3) + 8 * 32       # activations, winners, two deltas
+    assert batch_bytes(256) >= 256 * per_case
+    assert memory.device_training_bytes(arch, n) == data + static + batch_bytes(256)
+    assert memory.device_training_bytes(arch, n, max_batch=10) == data + static + batch_bytes(10)
+    assert memory.device_training_bytes(arch, 7) == (4 * 7 * 16 + 4 * 7 + 8 * 7 * 3 + 8 * 7 + 40
+                                                     + 16 * nw + static + batch_bytes(7))
 
 
 def test_device_memory_is_checked_when_cuda_is_used(tmp_path, monkeypatch):

@@ -11,11 +11,15 @@ The modules, by job:
     runtime.py      CUDA context, stream and kernel build, one per device
     kernel_args.py  every kernel's parameters by name (and PyCUDA's signature from them)
     tuning.py       tile shapes of the gather products and the timer that picks them
-    backend.py      DeviceBackend: parameters, plan, index tables and weight upload
-    workspace.py    per-batch device buffers and the gradient's launch split
+    options.py      DeviceOptions: the switches of tests and benchmarks, and the device
+    kernel_plan.py  which kernel family computes each step, the variants, launch splits and
+                    every device byte (numpy; no GPU needed)
+    backend.py      DeviceBackend: parameters, kernels, index tables and weight upload
+    workspace.py    per-batch device buffers, as the kernel plan counts them
     evaluator.py    DeviceEvaluator: the order of launches of a criterion / gradient / outputs
     launches.py     grid shapes and arguments of each kernel launch
     plan.py, layout.py  index tables and weight layouts (numpy; no GPU needed)
+    kernels/        the CUDA sources, each family with its numpy reference beside it
 """
 
 

@@ -1,7 +1,6 @@
 """The CUDA compute path: PyCUDA kernels (kernels/*.cu), float32 on the device.
 
-    backend = DeviceBackend(arch, params={"MAX BATCH": ..., "MAX HID GRAD": ..., "MAX MEM GRAD": ...},
-                            device=0)                # the CUDA device's index
+    backend = DeviceBackend(arch, DeviceParams(max_batch=...), DeviceOptions(device=0))
     ev = backend.evaluator(inputs, classes, wpen)   # the cases are uploaded once, here
     ev.criterion(w); ev.gradient(w) -> (criterion, TRUE gradient in host order); ev.outputs(w)
     backend.activations(w, inputs); backend.timings(); device_report()
@@ -17,7 +16,8 @@ Parameters (control-file names):
                   display-driver time limit; a value given is honoured as it is.
     MAX HID GRAD  most neurons of one layer in one gradient launch.
     MAX MEM GRAD  most megabytes of gradient partial-sum scratch.
-(Their defaults: the parameter table in convnet/control.py.)
+(Their defaults: convnet/params.py. The switches of tests and benchmarks: options.py. Which
+kernel computes what, and every device byte: kernel_plan.py.)
 None of the three changes the result (plan.py says how), except that MAX BATCH below 256
 cases rounds the float32 partial sums differently.
 
@@ -28,13 +28,14 @@ The evaluator (evaluator.py) sequences the launches (launches.py) over a Workspa
 
 import numpy as np
 
-from ..control import DEFAULT_PARAMETERS
 from ..errors import ConvnetError
-from .conv_tiled import GRAD_SUBS, SMEM_BYTES, ConvTiled
+from ..params import DeviceParams
+from .conv_tiled import ConvTiled
 from .evaluator import DeviceEvaluator, UploadSplit
-from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS, LINE_BLOCK,
-                       POOLED_GRAD_SUBS, FirstLayerPool, conv_grad_pooled_shape, line_parts,
-                       line_point, vec_finish, weights_scatter, windows_tile)
+from .kernel_plan import plan_kernels, static_bytes
+from .launches import (LINE_BLOCK, FirstLayerPool, line_parts, line_point, vec_finish,
+                       weights_scatter)
+from .options import DeviceOptions, device_params
 from .plan import CHUNK, ModelPlan
 from .runtime import NULL, DeviceUnavailable, Runtime, device_available, device_report, ptr  # noqa: F401
 from .timers import EventTimer
@@ -71,138 +72,89 @@ def upload_split(arch):
 class DeviceBackend:
     """See the module docstring."""
 
-    def __init__(self, arch, params=None, timing=True, poison=False, tune=True, fuse=True, device=0,
-                 graphs=True, tiled=True, pool_tiles=True, pooled_grad=True, pool_epilogue=True,
-                 split_upload=True):
-        self.rt = Runtime.get(device)
-        self.graphs = graphs        # replay each evaluation's launches as a CUDA graph (evaluator.py)
-        # host weights sent in two parts, the second behind the first layers' work (upload_split)
-        self.upload_split = upload_split(arch) if split_upload else None
-        self.tune = tune            # time the tile shapes of each product once per evaluator
-        self.poison = poison        # tests: fill new work buffers with NaN to catch unwritten outputs
-        self.arch = arch
-        params = dict(params or {})
-        mb = params.get("MAX BATCH")
-        self.max_batch = None if mb is None else int(mb)
-        self.max_hid_grad = int(params.get("MAX HID GRAD") or DEFAULT_PARAMETERS["MAX HID GRAD"])
-        self.max_mem_grad = int(params.get("MAX MEM GRAD") or DEFAULT_PARAMETERS["MAX MEM GRAD"])
-        if self.max_batch is not None and self.max_batch < 1:
-            raise ConvnetError(f"MAX BATCH must be at least 1, not {self.max_batch}")
-        if self.max_hid_grad < 1 or self.max_mem_grad < 1:
+    def __init__(self, arch, params=DeviceParams(), options=DeviceOptions()):
+        params = device_params(params)
+        if params.max_batch is not None and params.max_batch < 1:
+            raise ConvnetError(f"MAX BATCH must be at least 1, not {params.max_batch}")
+        if params.max_hid_grad < 1 or params.max_mem_grad < 1:
             raise ConvnetError("MAX HID GRAD and MAX MEM GRAD must be at least 1")
+        self.rt = Runtime.get(options.device)
+        self.arch = arch
         self.params = params
+        self.options = options
+        self.max_batch = params.max_batch
+        self.max_hid_grad = params.max_hid_grad
+        self.max_mem_grad = params.max_mem_grad
+        self.graphs = options.graphs    # replay each evaluation's launches as a CUDA graph
+        self.tune = options.tune        # time the candidates of each launch site once
+        self.poison = options.poison    # fill new work buffers with NaN (tests)
+        # host weights sent in two parts, the second behind the first layers' work (upload_split)
+        self.upload_split = upload_split(arch) if options.split_upload else None
         self.plan = ModelPlan(arch)
-        lay = self.plan.layout
-        self.labels = [f"Layer {i + 1} {L.kind}" for i, L in enumerate(arch.layers)] + ["Output"]
-        self.conv_small = {}        # layer index -> padded slice count, for conv_small layers
-        for lp in self.plan.hidden:
-            if lp.kind.shares_weights and lp.depth <= CONV_SMALL_SLICES:
-                width = -(-lp.depth // 4) * 4
-                if lp.rows * width <= CONV_SMALL_FLOATS:
-                    self.conv_small[lp.index] = width
-        # Max-pooling layers whose windows tile their prior layer backpropagate with
-        # pool_backward_tiles (a thread per pooled neuron); pool_tiles=False keeps pool_backward.
-        self.pool_tiles = {lp.index for lp in self.plan.hidden
-                           if pool_tiles and not lp.kind.has_weights
-                           and windows_tile(lp.layer, lp.kind)}
-        # Convolutional layers whose activation or delta backpropagation conv_tiled.cu can also
-        # compute (the tuner chooses; tiled=False keeps them with the gather product alone). A
-        # conv_small layer's activation stays with conv_small. A layer conv_grad fits takes its
-        # weight gradient from conv_grad alone (its own order of additions; grad_slots).
-        # Such a pooling layer after a tiled CONV layer is also computed in the epilogue of the
-        # layer's forward variants, timed against the gather product followed by pool_forward
-        # (conv_pool; pool_epilogue=False: never), since its activation and winners are all that
-        # the rest of an evaluation reads.
-        self.conv_tiled = {}
-        self.conv_pool = set()
-        for lp in self.plan.hidden:
-            if tiled and lp.kind.shares_weights:
-                nxt = lp.index + 1
-                pool = None
-                if pool_epilogue and nxt in self.pool_tiles:
-                    spec = arch.layers[nxt].spec
-                    pool = (spec.width_v, spec.width_h)
-                ct = ConvTiled(self.rt, lp.layer, lp.lay.cols, pool=pool)
-                if lp.index in self.conv_small:
-                    ct.fwd = {}
-                if ct.fwd or ct.bwd or ct.grad:
-                    self.conv_tiled[lp.index] = ct
-                if ct.fwd and pool:
-                    self.conv_pool.add(nxt)
-        # A conv_small first layer followed by max pooling with stride = width is computed
-        # together with the pooling in forward-only evaluations (criterion, outputs): only the
-        # pooled values and winners are written. Gradients use it too when the windows tile the
-        # layer exactly (fused_pool_gradient): pool_backward_tiles then needs nothing but the
-        # pooled values and winners, so the first layer's full-size activations are never
-        # written. Otherwise gradients compute the layers one by one (pool_backward reads the
-        # prior activations; a gradient reading its delta from the pooled layer's was tried: the
-        # per-element work in its loader cost more than the pooling kernels it saved).
-        self.fused_pool = False
-        layers = arch.layers
-        if fuse and 0 in self.conv_small and len(layers) > 1 and layers[1].kind.keeps_winners:
-            s = layers[1].spec
-            smem = 4 * (self.plan.layers[0].rows * self.conv_small[0]
-                        + 2 * CONV_SMALL_THREADS * layers[0].depth)
-            if s.stride_v == s.width_v and s.stride_h == s.width_h and smem <= SMEM_BYTES:
-                self.fused_pool = True
-        self.first_pool = (FirstLayerPool(self.rt, layers[0], layers[1], self.conv_small[0])
-                           if self.fused_pool else None)
-        self.fused_pool_gradient = self.fused_pool and 1 in self.pool_tiles
-        # Such a first layer then takes its weight gradient straight from the pooling layer's
-        # deltas and winners (conv_grad_pooled: only the winners' windows, in its own order of
-        # additions), and the pooling layer backpropagates nothing; pooled_grad=False keeps
-        # pool_backward_tiles and gemm_tn.
-        self.pooled_grad = False
-        if pooled_grad and self.fused_pool_gradient:
-            lp0 = self.plan.layers[0]
-            shape = conv_grad_pooled_shape(lp0.layer, layers[1], lp0.depth)
-            self.pooled_grad = shape is not None and shape[2] <= SMEM_BYTES
-        rt = self.rt
-        with rt.active():
-            self.timer = EventTimer(rt.cuda, enabled=timing,
-                                    new_event=getattr(rt, "new_event", None))
-            # descriptors of every gemm_nn launch, in one int32 array
-            descs, self.fwd_desc, self.bwd_desc = [], {}, {}
-            pos = 0
-            for lp in self.plan.layers:
-                if lp.fwd is not None:
-                    self.fwd_desc[lp.index] = pos
-                    descs.append(lp.fwd.desc.ravel())
-                    pos += lp.fwd.desc.size
-                if lp.bwd is not None:
-                    self.bwd_desc[lp.index] = pos
-                    descs.append(lp.bwd.desc.ravel())
-                    pos += lp.bwd.desc.size
-            desc_arr = np.concatenate(descs).astype(np.int32) if descs else np.zeros(1, np.int32)
-            self.d_desc = rt.upload(desc_arr)
-            self.d_tables = rt.upload(self.plan.tables)
-            self.d_fwd_index = rt.upload(lay.fwd_index.astype(np.int32))
-            self.d_bwd_index = rt.upload(lay.bwd_index.astype(np.int32))
-            self.d_dev2host = rt.upload(lay.dev_to_host.astype(np.int32))
-            self.d_mask = rt.upload(arch.penalty_mask().astype(np.uint8))
-            self.n_weights = arch.n_weights
-            self.d_w32 = rt.alloc(4 * self.n_weights)
-            self.d_wfwd = rt.alloc(4 * lay.n_fwd)
-            self.d_wbwd = rt.alloc(4 * max(lay.n_bwd, 1))
-            rt.cuda.memset_d32(self.d_wfwd, 0, lay.n_fwd)
-            rt.cuda.memset_d32(self.d_wbwd, 0, max(lay.n_bwd, 1))
-            # the weights go up as they are (float64, one page-locked staging buffer); the device
-            # rounds them to float32 and sums their penalty (stage_weights, queue_upload)
-            self.h_w64 = rt.cuda.pagelocked_empty(self.n_weights, np.float64)
-            self.d_w64 = rt.alloc(8 * self.n_weights)
-            self.d_pen_part = rt.alloc(8 * line_parts(self.n_weights))
-            if self.upload_split is not None:
-                # the second part's stream, and the events that order it against the first
-                flags = rt.cuda.event_flags.DISABLE_TIMING
-                self.upload_stream = rt.cuda.Stream()
-                self.before_tail = rt.cuda.Event(flags)
-                self.tail_sent = rt.cuda.Event(flags)
-            self.static_bytes = (desc_arr.nbytes + self.plan.tables.nbytes + 4 * 3 * self.n_weights
-                                 + 4 * lay.n_fwd + self.n_weights + 16 * self.n_weights
-                                 + 8 * line_parts(self.n_weights)
-                                 + 4 * lay.n_fwd + 4 * max(lay.n_bwd, 1))
+        self.kernels = plan_kernels(arch, options, self.rt.shared_optin)
+        self.labels = list(self.kernels.labels)
+        self.conv_tiled = {index: ConvTiled(self.rt, variants)
+                           for index, variants in self.kernels.tiled.items()}
+        self.first_pool = (FirstLayerPool(self.rt, arch.layers[0], arch.layers[1],
+                                          self.kernels.conv_small[0])
+                           if self.kernels.fused_pool else None)
+        with self.rt.active():
+            self.timer = EventTimer(self.rt.cuda, enabled=options.timing,
+                                    new_event=getattr(self.rt, "new_event", None))
+            self._upload_tables()
+            self._allocate_weights()
+        self.static_bytes = static_bytes(arch)
         self.weight_uploads = 0
         self.last_allocation = None     # lines for CUDA.LOG section 3, from the last evaluator
+
+    # the plan's choices, by the names the evaluator and CUDA.LOG read
+    conv_small = property(lambda self: self.kernels.conv_small)
+    pool_tiles = property(lambda self: self.kernels.pool_tiles)
+    conv_pool = property(lambda self: self.kernels.conv_pool)
+    fused_pool = property(lambda self: self.kernels.fused_pool)
+    fused_pool_gradient = property(lambda self: self.kernels.fused_pool_gradient)
+    pooled_grad = property(lambda self: self.kernels.pooled_grad)
+
+    def _upload_tables(self):
+        """The descriptors of every gemm_nn launch (one int32 array), the index tables and the
+        maps between the host order and the device layouts."""
+        rt, lay = self.rt, self.plan.layout
+        descs, self.fwd_desc, self.bwd_desc = [], {}, {}
+        position = 0
+        for lp in self.plan.layers:
+            for groups, where in ((lp.fwd, self.fwd_desc), (lp.bwd, self.bwd_desc)):
+                if groups is not None:
+                    where[lp.index] = position
+                    descs.append(groups.desc.ravel())
+                    position += groups.desc.size
+        desc_arr = np.concatenate(descs).astype(np.int32) if descs else np.zeros(1, np.int32)
+        self.d_desc = rt.upload(desc_arr)
+        self.d_tables = rt.upload(self.plan.tables)
+        self.d_fwd_index = rt.upload(lay.fwd_index.astype(np.int32))
+        self.d_bwd_index = rt.upload(lay.bwd_index.astype(np.int32))
+        self.d_dev2host = rt.upload(lay.dev_to_host.astype(np.int32))
+        self.d_mask = rt.upload(self.arch.penalty_mask().astype(np.uint8))
+
+    def _allocate_weights(self):
+        """The weights on the device: float32 in host order and in the two layouts; float64 in
+        host order, sent from one page-locked staging buffer (the device rounds them and sums
+        their penalty: stage_weights, queue_upload); and the penalty's partial sums."""
+        rt, lay = self.rt, self.plan.layout
+        self.n_weights = self.arch.n_weights
+        self.d_w32 = rt.alloc(4 * self.n_weights)
+        self.d_wfwd = rt.alloc(4 * lay.n_fwd)
+        self.d_wbwd = rt.alloc(4 * max(lay.n_bwd, 1))
+        rt.cuda.memset_d32(self.d_wfwd, 0, lay.n_fwd)
+        rt.cuda.memset_d32(self.d_wbwd, 0, max(lay.n_bwd, 1))
+        self.h_w64 = rt.cuda.pagelocked_empty(self.n_weights, np.float64)
+        self.d_w64 = rt.alloc(8 * self.n_weights)
+        self.d_pen_part = rt.alloc(8 * line_parts(self.n_weights))
+        if self.upload_split is not None:
+            # the second part's stream, and the events that order it against the first
+            flags = rt.cuda.event_flags.DISABLE_TIMING
+            self.upload_stream = rt.cuda.Stream()
+            self.before_tail = rt.cuda.Event(flags)
+            self.tail_sent = rt.cuda.Event(flags)
 
     # ------------------------------------------------------------------ public interface
     def evaluator(self, inputs, classes, wpen=0.0):
@@ -227,7 +179,7 @@ class DeviceBackend:
         """The MAX BATCH in force for a data set of n_cases."""
         if self.max_batch is not None:
             return self.max_batch
-        per_case = self.bytes_per_case()
+        per_case = self.kernels.bytes_per_case()
         with self.rt.active():
             free, _ = self.rt.free_memory()
         budget = AUTO_BATCH_MEMORY_SHARE * free
@@ -236,25 +188,10 @@ class DeviceBackend:
             return n_cases
         return max(CHUNK, fit // CHUNK * CHUNK)
 
-    def grad_slots(self, lp, n_total):
-        """(positions per partial sum, partial sums per chunk of cases) of a layer's weight
-        gradient: conv_grad's or conv_grad_pooled's sub-chunks over every position, or gemm_tn's
-        position ranges."""
-        ct = self.conv_tiled.get(lp.index)
-        if lp.index == 0 and self.pooled_grad:
-            return lp.grad.groups, POOLED_GRAD_SUBS
-        if ct is not None and ct.grad:
-            return lp.grad.groups, GRAD_SUBS
-        return lp.grad.slots_for(n_total)
-
-    def bytes_per_case(self):
-        """Device bytes per case of a batch: activations, max-pooling winners, delta, scratch."""
-        p = self.plan
-        floats = sum(lp.nhid for lp in p.layers) + 2 * p.max_nhid + p.n_classes
-        ints = sum(lp.nhid for lp in p.layers if lp.kind.keeps_winners)
-        scratch = max([lp.grad.scratch_floats(CHUNK, lp.depth, self.grad_slots(lp, CHUNK)[1]) / CHUNK
-                       for lp in p.layers if lp.grad is not None] + [0])
-        return 4 * (floats + ints + p.n_inputs + scratch) + 8 * (1 + p.n_classes)
+    def batch_plan(self, n_cases):
+        """The batches, launch splits and device buffers of an evaluator of n_cases cases
+        (kernel_plan.BatchPlan)."""
+        return self.kernels.batch_plan(n_cases, self.batch_limit(n_cases), self.params)
 
     def _set_weights(self, weights):
         """Send the weights to the device (asynchronous)."""

@@ -322,27 +322,28 @@ class ConvTiled:
     """The tiled kernels of one convolutional layer: candidate names for the tuner and launches.
     fwd and bwd map a candidate name to its variant (activation, delta backpropagation)."""
 
-    def __init__(self, rt, layer, ldw, pool=None):
+    def __init__(self, rt, variants):
+        """variants: the layer's kernel_plan.TiledVariants (which fit this device)."""
         self.rt = rt
-        self.shape = ConvShape.of(layer, ldw)
+        self.shape = variants.shape
         # (wv, wh): the layer is followed by max pooling whose windows tile it, and each forward
-        # variant is also built with that pooling in its epilogue (kind "fwd_pool")
-        self.pool = pool
-        limit = rt.shared_optin      # the most shared memory a kernel may opt in to
-        self.fwd = {f"tiled_{v.suffix}": v for v in forward_variants(self.shape, limit)}
-        self.bwd = {f"tiled_{v.suffix}": v for v in delta_variants(self.shape, layer.index > 0, limit)}
-        self.grad = {f"tiled_{v.suffix}": v for v in grad_variants(self.shape, limit)}
+        # variant is also built with that pooling in its epilogue (kernel "fwd_pool")
+        self.pool = variants.pool
+        self.fwd = dict(variants.fwd)
+        self.bwd = dict(variants.bwd)
+        self.grad = dict(variants.grad)
         self._built = False
 
-    def variants(self, kind):
+    def variants(self, kernel):
+        """The variants of one of the layer's kernels: "fwd", "fwd_pool", "bwd" or "grad"."""
         return {"fwd": self.fwd, "fwd_pool": self.fwd if self.pool else {}, "bwd": self.bwd,
-                "grad": self.grad}[kind]
+                "grad": self.grad}[kernel]
 
-    def function(self, tile, kind="fwd"):
-        v = self.variants(kind)[tile]
+    def function(self, tile, kernel="fwd"):
+        v = self.variants(kernel)[tile]
         # the pooling window is compiled in too, so it is part of the name
-        window = f"_w{self.pool[0]}x{self.pool[1]}" if kind == "fwd_pool" else ""
-        return f"conv_{kind}_{self.shape.tag}{window}_{v.suffix}"
+        window = f"_w{self.pool[0]}x{self.pool[1]}" if kernel == "fwd_pool" else ""
+        return f"conv_{kernel}_{self.shape.tag}{window}_{v.suffix}"
 
     def kernels(self):
         """(function name, instantiation line, KernelParams) of every variant."""
@@ -360,10 +361,10 @@ class ConvTiled:
     def _build(self):
         if not self._built:
             self.rt.specialize(SOURCE, self.shape.defines(), self.kernels())
-            for kind in ("fwd", "fwd_pool", "bwd", "grad"):
-                for tile, v in self.variants(kind).items():
+            for kernel in ("fwd", "fwd_pool", "bwd", "grad"):
+                for tile, v in self.variants(kernel).items():
                     if v.smem(self.shape) > SMEM_BYTES:
-                        self.rt.allow_shared(self.function(tile, kind), v.smem(self.shape))
+                        self.rt.allow_shared(self.function(tile, kernel), v.smem(self.shape))
             self._built = True
 
     def forward(self, tile, *, src, lda, weights, M, out, ldo):

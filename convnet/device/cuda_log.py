@@ -51,7 +51,8 @@ NOT_IN_COMMAND = {
     "weight copy": "no launches here: the weights on the device were already current",
 }
 
-DEVICE_PARAMS = ("MAX BATCH", "MAX HID GRAD", "MAX MEM GRAD")
+# Section 2's parameters after the device's own (MAX BATCH, MAX HID GRAD, MAX MEM GRAD and
+# CUDA DEVICES, which the backend reads), by their control-file phrases.
 TRAINING_PARAMS = ("ANNEAL ITERS", "ANNEAL RANGE", "ANNEAL SCALE", "MAXITERS", "TOL", "WPEN",
                    "RANDOM SEED")
 
@@ -61,7 +62,7 @@ def _section(title):
 
 
 def _param_lines(backend, params):
-    params = dict(params or {})
+    params = params.phrases()
     out = []
     mb = backend.max_batch
     out.append(f"   MAX BATCH = {'automatic (as many cases as fit in a quarter of free device memory)' if mb is None else mb}")
@@ -241,7 +242,8 @@ class CudaLog:
 
     def add(self, heading, backend, arch, params, weight_uploads_before=0):
         """Append one part: ``heading`` (the command and its control-file line), then the four
-        sections for what ``backend`` did since its timings were last reset."""
+        sections for what ``backend`` did since its timings were last reset; ``params``: the
+        convnet.params.Params in force, its seed filled in."""
         lines = [] if self.parts else [_title_line()]
         rule = "=" * max(20, len(heading))
         lines += ["", rule, heading, rule]

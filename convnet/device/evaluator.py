@@ -7,13 +7,15 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..errors import ConvnetError
 from ..evaluator import Evaluator
-from . import launches as K
+from . import kernel_plan as families
+from . import launches
 from .graphs import DriverError
 from .launches import EPI_DERIV, EPI_NONE, EPI_TANH
 from .layout import activations_to_host, image_to_device
 from .line import LINE_POINT, DeviceLine, DeviceVectors
-from .plan import CHUNK, split_batches
+from .plan import CHUNK
 from .runtime import NULL, ptr
 from .tuning import Tuner
 from .workspace import Workspace, allocation_lines
@@ -23,6 +25,15 @@ HOST_WEIGHTS = "host weights"    # _run's weights: sent from the host (DeviceBac
 HEAD = "head"                    # the first batch's layers before the split layer
 TAIL = "tail"                    # the weights after the split, on the upload stream
 REST = "rest"                    # everything after the head
+
+
+def _runs(indices):
+    """(start, stop, position) of each run of consecutive indices: indices[position:position +
+    stop - start] == range(start, stop)."""
+    breaks = np.flatnonzero(np.diff(indices) != 1) + 1
+    bounds = np.concatenate([[0], breaks, [indices.size]])
+    return [(int(indices[a]), int(indices[a]) + int(b - a), int(a))
+            for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 class UploadSplit(NamedTuple):
@@ -38,37 +49,83 @@ class DeviceEvaluator(Evaluator):
 
     def __init__(self, backend, inputs, classes, wpen=0.0):
         self.backend = backend
-        arch = backend.arch
-        x = self.bind(arch, inputs, classes, wpen)
+        x = self.bind(backend.arch, inputs, classes, wpen)
         rt = backend.rt
-        plan = backend.plan
-        n = self.n_cases
-        ncls = plan.n_classes
-        self.batches = split_batches(n, backend.batch_limit(n))
-        self.nb = max(b - a for a, b in self.batches)
+        # (MAX BATCH automatic: from the free memory before the data go up)
+        self.batch_plan = backend.batch_plan(self.n_cases)
         with rt.active():
             self.d_x = rt.upload(image_to_device(x))
-            cls = np.zeros(n, np.int32) if self.classes is None else self.classes.astype(np.int32)
+            cls = np.zeros(self.n_cases, np.int32) if self.classes is None \
+                else self.classes.astype(np.int32)
             self.d_classes = rt.upload(cls)
-            self.d_probs = backend.alloc(8 * n * ncls)
+        self._prepare(Tuner(rt, backend.tune))
+
+    def _prepare(self, tuner):
+        """The buffers of this evaluator's cases and batches (d_x, d_classes and batch_plan
+        made)."""
+        backend = self.backend
+        rt = backend.rt
+        n = self.n_cases
+        n_classes = backend.plan.n_classes
+        self.batches = self.batch_plan.batches
+        self.nb = self.batch_plan.batch_cases
+        with rt.active():
+            self.d_probs = backend.alloc(8 * n * n_classes)
             self.d_ll = backend.alloc(8 * n)
             self.d_crit = backend.alloc(8 * 2)                            # and the penalty
             self.d_acc = backend.alloc(8 * backend.n_weights)
             # the gradient, then the log likelihood, the penalty's sum and a line search's slope
             self.d_grad = backend.alloc(8 * (backend.n_weights + 3))
-            self.ws = Workspace(backend, self.nb, n)
-            self.tuner = Tuner(rt, backend.tune)
+            self.ws = Workspace(backend, self.batch_plan)
+            self.tuner = tuner
             self.h_crit = rt.cuda.pagelocked_empty(2, np.float64)
             self.h_grad = rt.cuda.pagelocked_empty(backend.n_weights + 3, np.float64)
-        # launch sequences recorded as CUDA graphs, by (kind, timed, upload): see _run
+        # launch sequences recorded as CUDA graphs, by (evaluation, timed, upload): see _run
         self.graphs = {}
         self.use_graphs = backend.graphs and getattr(rt, "can_capture", False)
         self._ran = set()
         self.line_state = None          # the buffers of line searches on the device, made on first use
         self._vectors = None
-        data_bytes = 4 * n * plan.n_inputs + 4 * n + 8 * n * ncls + 8 * n + 40 + 16 * backend.n_weights
-        self.allocation = allocation_lines(backend, self.ws, n, self.nb, len(self.batches), data_bytes)
+        self.allocation = allocation_lines(backend, self.batch_plan)
         backend.last_allocation = self.allocation
+
+    def subset(self, case_indices):
+        """An evaluator over some of these cases (indices into them, in the order given), with
+        the same weight penalty: the cases are copied on the device (no upload), and its launch
+        sites take the tile shapes this evaluator's tuner chose (no timing). Its results are
+        those of a fresh evaluator over the same cases, bit for bit: the same batches, kernels
+        and order of additions."""
+        indices = np.asarray(case_indices)
+        if indices.ndim != 1 or indices.size == 0:
+            raise ConvnetError("a subset needs a list of at least one case")
+        if not np.issubdtype(indices.dtype, np.integer):
+            raise ConvnetError("subset case indices must be whole numbers")
+        indices = indices.astype(np.int64)
+        if indices.min() < 0 or indices.max() >= self.n_cases:
+            raise ConvnetError(f"subset case indices must lie in 0..{self.n_cases - 1}")
+        part = DeviceEvaluator.__new__(DeviceEvaluator)
+        part.backend = backend = self.backend
+        part.n_cases = int(indices.size)
+        part.classes = None if self.classes is None else self.classes[indices]
+        part.wpen = self.wpen
+        part.scale = 1.0 / (part.n_cases * backend.arch.n_classes)
+        part.penalty = self.penalty
+        part.batch_plan = backend.batch_plan(part.n_cases)
+        rt = backend.rt
+        n_inputs = backend.plan.n_inputs
+        with rt.active():
+            part.d_x = rt.alloc(4 * part.n_cases * n_inputs)
+            part.d_classes = rt.alloc(4 * part.n_cases)
+            for start, stop, first in _runs(indices):
+                count = stop - start
+                # PyCUDA's copies take Python ints as addresses
+                rt.cuda.memcpy_dtod_async(int(ptr(part.d_x, first * n_inputs)),
+                                          int(ptr(self.d_x, start * n_inputs)),
+                                          4 * count * n_inputs, rt.stream)
+                rt.cuda.memcpy_dtod_async(int(ptr(part.d_classes, first)),
+                                          int(ptr(self.d_classes, start)), 4 * count, rt.stream)
+        part._prepare(self.tuner.follower())
+        return part
 
     # ------------------------------------------------------------------ public
     def criterion(self, weights):
@@ -133,8 +190,8 @@ class DeviceEvaluator(Evaluator):
         """The penalty from the device's sum of the penalised weights' squares."""
         return self.penalty.coefficient * sum_of_squares if self.wpen else 0.0
 
-    def _run_host(self, kind, weights, launches, pen_out):
-        """Queue one evaluation at host weights (launches(part) queues the launches of a part,
+    def _run_host(self, evaluation, weights, queue_launches, pen_out):
+        """Queue one evaluation at host weights (queue_launches(part) queues the launches of a part,
         or of all with part None); pen_out receives the penalty's sum of squares.
 
         With the backend's upload_split the weights go in two parts: the host stages the first
@@ -147,24 +204,24 @@ class DeviceEvaluator(Evaluator):
         split = b.upload_split
         if split is None or b.timer.host_sync or rt.trace is not None:
             b.stage_weights(weights)
-            self._run(kind, HOST_WEIGHTS, launches, pen_out)
+            self._run(evaluation, HOST_WEIGHTS, queue_launches, pen_out)
             return
         lo, n = split.weight, b.n_weights
         b.stage_weights(weights, 0, lo)
         b.before_tail.record(rt.stream)     # earlier evaluations' reads of these weights are done
-        self._queue((kind, HEAD), lambda: (b.queue_upload(NULL, 0, lo), launches(HEAD)))
+        self._queue((evaluation, HEAD), lambda: (b.queue_upload(NULL, 0, lo), queue_launches(HEAD)))
         b.stage_weights(weights, lo, n)
         side = b.upload_stream
         side.wait_for_event(b.before_tail)
         # no timing marks on that stream: CUDA.LOG's table follows the main stream, where the
         # tail costs only what the REST launches wait for it (counted in the next activity)
         with rt.on_stream(side):
-            self._queue((kind, TAIL), lambda: b.queue_upload(NULL, lo, n, mark=False))
+            self._queue((evaluation, TAIL), lambda: b.queue_upload(NULL, lo, n, mark=False))
         b.tail_sent.record(side)
         rt.stream.wait_for_event(b.tail_sent)
-        self._queue((kind, REST), lambda: (b.queue_penalty(pen_out), launches(REST)))
+        self._queue((evaluation, REST), lambda: (b.queue_penalty(pen_out), queue_launches(REST)))
 
-    def _run(self, kind, upload, launches, pen_out=NULL):
+    def _run(self, evaluation, upload, queue_launches, pen_out=NULL):
         """Queue one evaluation: the weights (upload: HOST_WEIGHTS for the staged ones, whose
         penalty sum goes to pen_out, or LINE_POINT to form a line search's trial point here) and
         the launches."""
@@ -175,9 +232,9 @@ class DeviceEvaluator(Evaluator):
                 self.line_state.queue_point()
             else:
                 b.queue_upload(pen_out)
-            launches()
+            queue_launches()
 
-        self._queue((kind, upload), record)
+        self._queue((evaluation, upload), record)
 
     def _queue(self, key, record):
         """Queue record()'s copies and launches (on rt.stream). The first time they run as they
@@ -230,10 +287,10 @@ class DeviceEvaluator(Evaluator):
             return
         scale = self.scale
         pen2 = 2.0 * self.penalty.coefficient          # d penalty / d w = pen2 * w
-        K.grad_finish(rt, acc=self.d_acc, w=b.d_w32, mask=b.d_mask, n=b.n_weights, scale=scale,
+        launches.grad_finish(rt, acc=self.d_acc, w=b.d_w32, mask=b.d_mask, n=b.n_weights, scale=scale,
                       pen2=pen2, grad=self.d_grad)
         # the log likelihood goes after the gradient, so that one copy fetches both
-        K.ll_sum(rt, ll=self.d_ll, n=self.n_cases, out=ptr(self.d_grad, b.n_weights, 8))
+        launches.ll_sum(rt, ll=self.d_ll, n=self.n_cases, out=ptr(self.d_grad, b.n_weights, 8))
         b.timer.mark(rt.stream, "Output", "log likelihood", 1)
 
     def _forwards(self, part, want_delta, after=None):
@@ -251,7 +308,7 @@ class DeviceEvaluator(Evaluator):
 
     def _queue_ll(self):
         rt = self.backend.rt
-        K.ll_sum(rt, ll=self.d_ll, n=self.n_cases, out=self.d_crit)
+        launches.ll_sum(rt, ll=self.d_ll, n=self.n_cases, out=self.d_crit)
         rt.cuda.memcpy_dtoh_async(self.h_crit, self.d_crit, rt.stream)
         self.backend.timer.mark(rt.stream, "Output", "log likelihood", 1)
 
@@ -270,137 +327,172 @@ class DeviceEvaluator(Evaluator):
     def _forward(self, start, stop, want_delta, fused=True, begin=0, end=None):
         """The forward launches of one batch; fused=False computes every layer on its own (to
         read back every activation). begin, end: only the layers from begin up to end (not
-        included; end None: through the output layer and its softmax)."""
+        included; end None: through the output layer and its softmax). Which kernel family
+        computes each layer is the kernel plan's choice."""
         b = self.backend
         rt = b.rt
-        plan = b.plan
-        ws = self.ws
-        nb = stop - start
-        first = fused and b.fused_pool and (b.fused_pool_gradient or not want_delta)
-        conv_pool = b.conv_pool if fused else set()
-        for lp in plan.layers[begin:end]:
-            li = lp.index
-            src, lda = self._src(li, start)
-            if (first and li == 1) or li in conv_pool:
+        n_batch = stop - start
+        for lp in b.plan.layers[begin:end]:
+            family = b.kernels.forward_family(lp.index, fused, want_delta)
+            if family == families.WITH_PRIOR:
                 continue                        # computed with the layer before it
-            if first and li == 0:
-                # the winners only where a gradient will route deltas through them
-                b.first_pool.launch(self.tuner, lp, src, lda, nb, ptr(b.d_wfwd, lp.lay.fwd_offset),
-                                    ws.acts[1], ws.ids[1] if want_delta else NULL)
-            elif not lp.kind.has_weights:
-                K.pool_forward(rt, lp, src, ws.acts[li], ws.ids.get(li, NULL), nb)
-            elif li in b.conv_small:
-                K.conv_small(rt, lp, src, lda, nb, ptr(b.d_wfwd, lp.lay.fwd_offset), ws.acts[li],
-                             b.conv_small[li])
-            else:
-                pooled = li + 1 in conv_pool
-                # a forward-only evaluation's pooling needs no winners (its own tuning site)
-                site = ("forward values", li) if pooled and not want_delta else ("forward", li)
-                K.gemm_nn(rt, self.tuner, site, src=src, lda=lda, tables=b.d_tables,
-                          desc=ptr(b.d_desc, b.fwd_desc[li]), groups=lp.fwd,
-                          B=ptr(b.d_wfwd, lp.lay.fwd_offset), b_ld=lp.lay.cols, M=nb,
-                          out=ws.acts[li], ldo=lp.nhid, prior=NULL,
-                          epi=EPI_NONE if lp.is_output else EPI_TANH,
-                          tiled=b.conv_tiled.get(li),
-                          pool=(plan.layers[li + 1], ws.acts[li + 1],
-                                ws.ids[li + 1] if want_delta else NULL) if pooled else None)
-            b.timer.mark(rt.stream, b.labels[li], "forward", 1)
+            self._forward_layer(family, lp, start, n_batch, want_delta, fused)
+            b.timer.mark(rt.stream, b.labels[lp.index], "forward", 1)
         if end is not None:
             return
-        ncls = plan.n_classes
-        K.softmax_ll(rt, logits=ws.acts[-1], ncls=ncls, nb=nb, classes=ptr(self.d_classes, start),
-                     probs=ptr(self.d_probs, start * ncls, 8), ll=ptr(self.d_ll, start, 8),
-                     delta=ws.deltas[0] if want_delta else NULL)
+        ws = self.ws
+        n_classes = b.plan.n_classes
+        launches.softmax_ll(rt, logits=ws.acts[-1], ncls=n_classes, nb=n_batch,
+                            classes=ptr(self.d_classes, start),
+                            probs=ptr(self.d_probs, start * n_classes, 8),
+                            ll=ptr(self.d_ll, start, 8),
+                            delta=ws.deltas[0] if want_delta else NULL)
         b.timer.mark(rt.stream, "Output", "softmax", 1)
 
+    def _forward_layer(self, family, lp, start, n_batch, want_delta, fused):
+        """One layer's activation for one batch, by the kernel family the plan chose."""
+        b = self.backend
+        rt = b.rt
+        ws = self.ws
+        index = lp.index
+        src, lda = self._src(index, start)
+        weights = ptr(b.d_wfwd, lp.lay.fwd_offset) if lp.lay is not None else NULL
+        if family == families.CONV_SMALL_POOL:
+            # the winners only where a gradient will route deltas through them
+            b.first_pool.launch(self.tuner, lp, src, lda, n_batch, weights, ws.acts[1],
+                                ws.ids[1] if want_delta else NULL)
+        elif family == families.POOL_FORWARD:
+            launches.pool_forward(rt, lp, src, ws.acts[index], ws.ids.get(index, NULL), n_batch)
+        elif family == families.CONV_SMALL:
+            launches.conv_small(rt, lp, src, lda, n_batch, weights, ws.acts[index],
+                                b.kernels.conv_small[index])
+        else:
+            pooled = b.kernels.pools_in_epilogue(index, fused)
+            following = index + 1
+            # a forward-only evaluation's pooling needs no winners (its own tuning site)
+            site = ("forward values", index) if pooled and not want_delta else ("forward", index)
+            launches.gemm_nn(
+                rt, self.tuner, site, src=src, lda=lda, tables=b.d_tables,
+                desc=ptr(b.d_desc, b.fwd_desc[index]), groups=lp.fwd, B=weights,
+                b_ld=lp.lay.cols, M=n_batch, out=ws.acts[index], ldo=lp.nhid, prior=NULL,
+                epi=EPI_NONE if lp.is_output else EPI_TANH, tiled=b.conv_tiled.get(index),
+                pool=(b.plan.layers[following], ws.acts[following],
+                      ws.ids[following] if want_delta else NULL) if pooled else None)
+
     def _backward(self, start, stop):
+        """The weight gradients and delta backpropagation of one batch, from the output layer
+        down, each by the kernel family the plan chose."""
         b = self.backend
         rt = b.rt
         plan = b.plan
-        ws = self.ws
-        nb = stop - start
-        cur, other = 0, 1
-        for li in range(len(plan.layers) - 1, -1, -1):
-            lp = plan.layers[li]
+        n_batch = stop - start
+        current, other = 0, 1
+        for index in range(len(plan.layers) - 1, -1, -1):
+            lp = plan.layers[index]
+            delta = self.ws.deltas[current]
             if lp.grad is not None:
-                launches = self._gradient(lp, start, nb, ws.deltas[cur])
-                b.timer.mark(rt.stream, b.labels[li], "gradient", launches)
-            if li == 0:
+                count = self._gradient(lp, start, n_batch, delta)
+                b.timer.mark(rt.stream, b.labels[index], "gradient", count)
+            family = b.kernels.delta_family(index)
+            if family is None:
                 break
-            if li == 1 and b.pooled_grad:
-                # the first layer's weight gradient from this pooling layer's deltas and winners;
-                # nothing is backpropagated into the first layer
-                launches = self._gradient(plan.layers[0], start, nb, ws.deltas[cur], pooled=True)
-                b.timer.mark(rt.stream, b.labels[0], "gradient", launches)
+            if family == families.CONV_GRAD_POOLED:
+                # the first layer's weight gradient from this pooling layer's deltas and
+                # winners; nothing is backpropagated into the first layer
+                count = self._gradient(plan.layers[0], start, n_batch, delta)
+                b.timer.mark(rt.stream, b.labels[0], "gradient", count)
                 break
-            prior = plan.layers[li - 1]
-            prior_act = ws.acts[li - 1] if prior.kind.applies_tanh else NULL
-            if li in b.pool_tiles:
-                pooled = ws.acts[li] if prior.kind.applies_tanh else NULL
-                K.pool_backward_tiles(rt, lp, ws.deltas[cur], ws.ids[li], pooled, ws.deltas[other],
-                                      nb)
-            elif not lp.kind.has_weights:
-                K.pool_backward(rt, lp, prior.nhid, ws.deltas[cur], ws.ids.get(li, NULL), prior_act,
-                                ws.deltas[other], nb)
-            else:
-                K.gemm_nn(rt, self.tuner, ("delta", li), src=ws.deltas[cur], lda=lp.nhid,
-                          tables=b.d_tables, desc=ptr(b.d_desc, b.bwd_desc[li]), groups=lp.bwd,
-                          B=ptr(b.d_wbwd, lp.lay.bwd_offset), b_ld=0, M=nb, out=ws.deltas[other],
-                          ldo=prior.nhid, prior=prior_act,
-                          epi=EPI_DERIV if prior.kind.applies_tanh else EPI_NONE,
-                          tiled=b.conv_tiled.get(li))
-            b.timer.mark(rt.stream, b.labels[li - 1], "delta", 1)    # the layer that receives it
-            cur, other = other, cur
+            self._delta_layer(family, lp, n_batch, delta, self.ws.deltas[other])
+            b.timer.mark(rt.stream, b.labels[index - 1], "delta", 1)  # the layer receiving it
+            current, other = other, current
 
-    def _gradient(self, lp, start, nb, delta, pooled=False):
-        """Weight gradient of one layer for one batch: partial sums, then flatten into acc.
-        pooled: the first layer's, from the pooling layer's delta (conv_grad_pooled)."""
+    def _delta_layer(self, family, lp, n_batch, delta, out):
+        """Backpropagate layer lp's delta into the layer before it (out), by `family`."""
         b = self.backend
         rt = b.rt
-        gp = lp.grad
-        per, _, _, gps, slots = self.ws.splits[lp.index]
-        src, lda = self._src(lp.index, start)
-        R = gp.rows
-        chunks = -(-nb // CHUNK)
-        nz = chunks * slots
-        n_part = chunks if gp.local_cols else nz
-        lay = lp.lay
-        launches = 0
+        ws = self.ws
+        index = lp.index
+        prior = b.plan.layers[index - 1]
+        prior_act = ws.acts[index - 1] if prior.kind.applies_tanh else NULL
+        if family == families.POOL_BACKWARD_TILES:
+            pooled = ws.acts[index] if prior.kind.applies_tanh else NULL
+            launches.pool_backward_tiles(rt, lp, delta, ws.ids[index], pooled, out, n_batch)
+        elif family == families.POOL_BACKWARD:
+            launches.pool_backward(rt, lp, prior.nhid, delta, ws.ids.get(index, NULL), prior_act,
+                                   out, n_batch)
+        else:
+            launches.gemm_nn(rt, self.tuner, ("delta", index), src=delta, lda=lp.nhid,
+                             tables=b.d_tables, desc=ptr(b.d_desc, b.bwd_desc[index]),
+                             groups=lp.bwd, B=ptr(b.d_wbwd, lp.lay.bwd_offset), b_ld=0, M=n_batch,
+                             out=out, ldo=prior.nhid, prior=prior_act,
+                             epi=EPI_DERIV if prior.kind.applies_tanh else EPI_NONE,
+                             tiled=b.conv_tiled.get(index))
 
-        for n_lo in range(0, lp.depth, per):
-            n_hi = min(lp.depth, n_lo + per)
-            NL = n_hi - n_lo
-            tiled = b.conv_tiled.get(lp.index)
-            if pooled:
-                K.conv_grad_pooled(rt, lp, b.arch.layers[1], src=src, lda=lda, delta=delta,
-                                   ids=self.ws.ids[1],
-                                   pooled=self.ws.acts[1] if lp.kind.applies_tanh else NULL,
-                                   n_lo=n_lo, n_hi=n_hi, n_cases=nb, chunk=CHUNK, subs=slots,
-                                   part=self.ws.scratch)
-            elif tiled is not None and tiled.grad:
-                K.conv_grad(self.tuner, ("gradient", lp.index, NL, nb), tiled, src=src, lda=lda,
-                            delta=delta, ldd=lp.nhid, rows=R, n_lo=n_lo, n_hi=n_hi, n_cases=nb,
-                            chunk=CHUNK, subs=slots, part=self.ws.scratch, groups=gp.groups)
-            else:
-                K.gemm_tn(rt, self.tuner, ("gradient", lp.index, NL, nb), src=src, lda=lda,
-                          tables=b.d_tables, desc=ptr(b.d_desc, b.fwd_desc[lp.index]), delta=delta,
-                          ldd=lp.nhid, depth=0 if lp.kind.whole_prior else lp.depth, rows=R, n_lo=n_lo,
-                          n_hi=n_hi, n_cases=nb, chunk=CHUNK, groups=gp.groups, gps=gps, slots=slots,
-                          local_cols=gp.local_cols, part=self.ws.scratch, nz=nz)
-            pld = gp.groups * NL if gp.local_cols else NL
-            total = R * pld
-            part, n_sum, double_parts = self.ws.scratch, n_part, False
-            if slots > 1 and not gp.local_cols:
-                # a convolutional layer: add each chunk's position ranges (conv_grad: sub-chunks) first
-                K.grad_slot_sum(rt, part=self.ws.scratch, slots=slots, chunks=chunks, pstride=total,
-                                tot=self.ws.chunk_tot)
-                part, n_sum, double_parts = self.ws.chunk_tot, chunks, True
-                launches += 1
-            K.grad_flatten(rt, double_parts, part=part, n_part=n_sum, rows=R, pld=pld, n_cols=NL,
-                           n_lo=n_lo, depth=lp.depth, local_cols=gp.local_cols, ldw=lay.cols,
-                           dev_to_host=ptr(b.d_dev2host, lay.fwd_offset), acc=self.d_acc)
-            launches += 2
-        return launches
+    def _gradient(self, lp, start, n_batch, delta):
+        """Weight gradient of one layer for one batch: partial sums (by the family the plan
+        chose), then flatten into acc; the number of launches."""
+        split = self.ws.splits[lp.index]
+        count = 0
+        for slice_lo in range(0, lp.depth, split.slices_per_launch):
+            slice_hi = min(lp.depth, slice_lo + split.slices_per_launch)
+            self._gradient_partials(lp, start, n_batch, delta, slice_lo, slice_hi)
+            count += self._gradient_flatten(lp, n_batch, slice_lo, slice_hi)
+        return count
+
+    def _gradient_partials(self, lp, start, n_batch, delta, slice_lo, slice_hi):
+        """The partial sums of slices slice_lo:slice_hi of a layer's weight gradient."""
+        b = self.backend
+        rt = b.rt
+        grad = lp.grad
+        split = self.ws.splits[lp.index]
+        src, lda = self._src(lp.index, start)
+        family = b.kernels.gradient_family(lp.index)
+        site = ("gradient", lp.index, slice_hi - slice_lo, n_batch)
+        if family == families.CONV_GRAD_POOLED:
+            launches.conv_grad_pooled(
+                rt, lp, b.arch.layers[1], src=src, lda=lda, delta=delta, ids=self.ws.ids[1],
+                pooled=self.ws.acts[1] if lp.kind.applies_tanh else NULL, n_lo=slice_lo,
+                n_hi=slice_hi, n_cases=n_batch, chunk=CHUNK, subs=split.slots,
+                part=self.ws.scratch)
+        elif family == families.CONV_GRAD:
+            launches.conv_grad(
+                self.tuner, site, b.conv_tiled[lp.index], src=src, lda=lda, delta=delta,
+                ldd=lp.nhid, rows=grad.rows, n_lo=slice_lo, n_hi=slice_hi, n_cases=n_batch,
+                chunk=CHUNK, subs=split.slots, part=self.ws.scratch, groups=grad.groups)
+        else:
+            chunks = -(-n_batch // CHUNK)
+            launches.gemm_tn(
+                rt, self.tuner, site, src=src, lda=lda, tables=b.d_tables,
+                desc=ptr(b.d_desc, b.fwd_desc[lp.index]), delta=delta, ldd=lp.nhid,
+                depth=0 if lp.kind.whole_prior else lp.depth, rows=grad.rows, n_lo=slice_lo,
+                n_hi=slice_hi, n_cases=n_batch, chunk=CHUNK, groups=grad.groups,
+                gps=split.positions_per_slot, slots=split.slots, local_cols=grad.local_cols,
+                part=self.ws.scratch, nz=chunks * split.slots)
+
+    def _gradient_flatten(self, lp, n_batch, slice_lo, slice_hi):
+        """Add the partial sums of slices slice_lo:slice_hi into acc, in host order (a
+        convolutional layer's position ranges or sub-chunks first); the number of launches."""
+        b = self.backend
+        rt = b.rt
+        grad = lp.grad
+        split = self.ws.splits[lp.index]
+        n_slices = slice_hi - slice_lo
+        chunks = -(-n_batch // CHUNK)
+        # floats of one partial sum's row: a LOCAL layer keeps every position's columns
+        partial_row = grad.groups * n_slices if grad.local_cols else n_slices
+        part, n_sums, double_parts = self.ws.scratch, chunks if grad.local_cols \
+            else chunks * split.slots, False
+        count = 2
+        if split.slots > 1 and not grad.local_cols:
+            launches.grad_slot_sum(rt, part=self.ws.scratch, slots=split.slots, chunks=chunks,
+                                   pstride=grad.rows * partial_row, tot=self.ws.chunk_tot)
+            part, n_sums, double_parts = self.ws.chunk_tot, chunks, True
+            count += 1
+        launches.grad_flatten(rt, double_parts, part=part, n_part=n_sums, rows=grad.rows,
+                              pld=partial_row, n_cols=n_slices, n_lo=slice_lo, depth=lp.depth,
+                              local_cols=grad.local_cols, ldw=lp.lay.cols,
+                              dev_to_host=ptr(b.d_dev2host, lp.lay.fwd_offset), acc=self.d_acc)
+        return count
 
     def _forward_collect(self, weights, collect):
         b = self.backend

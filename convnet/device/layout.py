@@ -100,26 +100,33 @@ def _layer_maps(layer, lay):
     return fwd, bwd
 
 
+def layer_layouts(arch):
+    """({layer index: LayerLayout} of the layers with weights, forward size, backward size):
+    the shapes of the device layouts, without their index maps."""
+    layouts = {}
+    fwd_off = bwd_off = 0
+    for layer in arch.all_layers:
+        if not layer.kind.has_weights:
+            continue
+        lay = LayerLayout(layer, fwd_off, bwd_off)
+        layouts[layer.index] = lay
+        fwd_off += lay.fwd_size
+        bwd_off += lay.bwd_size
+    return layouts, fwd_off, bwd_off
+
+
 class WeightLayout:
     """Index maps between the host weight vector and the device forward / backward vectors."""
 
     def __init__(self, arch):
         self.arch = arch
-        self.layers = {}            # layer index -> LayerLayout (layers with weights only)
-        fwd_off = bwd_off = 0
+        # layer index -> LayerLayout (layers with weights only)
+        self.layers, self.n_fwd, self.n_bwd = layer_layouts(arch)
         fwd_parts, bwd_parts = [], []
-        for layer in arch.all_layers:
-            if not layer.kind.has_weights:
-                continue
-            lay = LayerLayout(layer, fwd_off, bwd_off)
-            self.layers[layer.index] = lay
-            f, b = _layer_maps(layer, lay)
-            fwd_parts.append(f + fwd_off)
-            bwd_parts.append(np.where(b >= 0, b + bwd_off, -1))
-            fwd_off += lay.fwd_size
-            bwd_off += lay.bwd_size
-        self.n_fwd = fwd_off
-        self.n_bwd = bwd_off
+        for index, lay in self.layers.items():
+            f, b = _layer_maps(lay.layer, lay)
+            fwd_parts.append(f + lay.fwd_offset)
+            bwd_parts.append(np.where(b >= 0, b + lay.bwd_offset, -1))
         self.n_weights = arch.n_weights
         self.fwd_index = np.concatenate(fwd_parts) if fwd_parts else np.zeros(0, np.int64)
         self.bwd_index = np.concatenate(bwd_parts) if bwd_parts else np.zeros(0, np.int64)

@@ -1,6 +1,7 @@
 """Several CUDA devices in one run: every full-batch evaluation split across GPUs.
 
-    backend = device_backend(arch, params)          # CUDA DEVICES = 0,1 | ALL (default: GPU 0)
+    backend = device_backend(arch, params)          # params: a DeviceParams; its cuda_devices
+                                                    # '0,1' | 'ALL' (default: GPU 0)
     ev = backend.evaluator(inputs, classes, wpen)   # each GPU receives its shard of the cases
     ev.criterion(w); ev.gradient(w); ev.outputs(w)  # the contract of DeviceEvaluator
 
@@ -19,13 +20,15 @@ releases the interpreter lock while it synchronizes), so the devices overlap; on
 calls themselves take turns.
 """
 
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
-from ..params import ALL_DEVICES as ALL, parse_devices
 from ..errors import ConvnetError
 from ..evaluator import Evaluator, check_weights
+from ..params import ALL_DEVICES as ALL, parse_devices
+from .options import DeviceOptions, device_params
 from .plan import CHUNK
 
 
@@ -59,8 +62,8 @@ def resolve_devices(spec):
 
 def devices_phrase(params):
     """How CONVNET.LOG names where a CUDA run computes: 'CUDA device' (the default device),
-    'CUDA device 1', 'CUDA devices 0, 1'."""
-    spec = (params or {}).get("CUDA DEVICES")
+    'CUDA device 1', 'CUDA devices 0, 1' (params: a DeviceParams)."""
+    spec = device_params(params).cuda_devices
     if spec is None:
         return "CUDA device"
     indices = resolve_devices(spec)
@@ -69,13 +72,15 @@ def devices_phrase(params):
     return f"CUDA devices {', '.join(map(str, indices))} (the cases split between them)"
 
 
-def device_backend(arch, params=None):
-    """The backend for CUDA DEVICES in params: one DeviceBackend, or a MultiDeviceBackend."""
+def device_backend(arch, params=None, options=DeviceOptions()):
+    """The backend for CUDA DEVICES in params (a DeviceParams): one DeviceBackend, or a
+    MultiDeviceBackend (options.device is then ignored)."""
     from .backend import DeviceBackend
-    indices = resolve_devices((params or {}).get("CUDA DEVICES"))
+    params = device_params(params)
+    indices = resolve_devices(params.cuda_devices)
     if len(indices) == 1:
-        return DeviceBackend(arch, params=params, device=indices[0])
-    return MultiDeviceBackend(arch, params, indices)
+        return DeviceBackend(arch, params, dataclasses.replace(options, device=indices[0]))
+    return MultiDeviceBackend(arch, params, indices, options=options)
 
 
 def shard_bounds(n_cases, n_devices):
@@ -94,16 +99,17 @@ def shard_bounds(n_cases, n_devices):
 class MultiDeviceBackend:
     """One single-GPU DeviceBackend per device; evaluators that split the cases across them."""
 
-    def __init__(self, arch, params, indices, make=None):
+    def __init__(self, arch, params, indices, make=None, options=DeviceOptions()):
         if len(indices) < 1:
             raise ConvnetError("CUDA DEVICES names no device")
+        params = device_params(params)
         if make is None:
             from .backend import DeviceBackend
 
             def make(device):
-                return DeviceBackend(arch, params=params, device=device)
+                return DeviceBackend(arch, params, dataclasses.replace(options, device=device))
         self.arch = arch
-        self.params = dict(params or {})
+        self.params = params
         self.indices = list(indices)
         self.backends = [make(i) for i in self.indices]
         self.n_weights = arch.n_weights
@@ -174,6 +180,12 @@ class MultiDeviceEvaluator(Evaluator):
 
     def _weights(self, weights):
         return check_weights(self.multi.arch, weights)
+
+    def subset(self, case_indices):
+        """Not over several devices: the cases of a subset lie on different devices, and a
+        fresh evaluator would shard them anew."""
+        raise ConvnetError("an evaluator over several CUDA devices (CUDA DEVICES) cannot take a "
+                           "subset of its cases; use one device")
 
     def criterion(self, weights):
         self.need_classes()

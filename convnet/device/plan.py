@@ -32,11 +32,9 @@ change which launch does the work, never the result.
 reference vectors, so a table error is found without a GPU.
 """
 
-import math
-
 import numpy as np
 
-from .layout import WeightLayout, image_to_device, pad32
+from .layout import WeightLayout, image_to_device
 
 # Cases per partial sum of the weight gradient, and the unit at which batches are cut when the
 # data are split into several (MAX BATCH < number of cases).
@@ -214,29 +212,35 @@ class GatherLayerPlan(LayerPlan):
                     desc.append([tables.add(ao), tables.add(bo), K, 0, gi * pd])
                 self.bwd = GemmGroups(desc, pd, max_k)
         # ---- weight gradient
-        self.grad = GradPlan(self)
+        self.grad = GradPlan(self.rows, self.depth, self.groups, self.kind)
 
 
 class GradPlan:
     """How the weight gradient of one layer is split into partial sums."""
 
-    def __init__(self, lp):
-        self.rows = lp.rows
-        self.n_cols = lp.depth                  # slices (FC: neurons)
-        G = lp.groups
-        self.groups = G
-        self.kind = lp.kind
+    def __init__(self, rows, n_cols, groups, kind):
+        self.rows = rows
+        self.n_cols = n_cols                    # slices (FC: neurons)
+        self.groups = groups                    # positions (FC: 1)
+        self.kind = kind
         # a weight set per position (LOCAL): the partial sums keep every position's columns
-        self.local_cols = not (lp.kind.shares_weights or lp.kind.whole_prior)
+        self.local_cols = not (kind.shares_weights or kind.whole_prior)
+
+    @classmethod
+    def of(cls, layer, rows):
+        """The GradPlan of a layer with `rows` weight rows (its layout's), from its shape."""
+        groups = 1 if layer.kind.whole_prior else layer.height * layer.width
+        return cls(rows, layer.depth, groups, layer.kind)
 
     def slots_for(self, n_total):
         """(groups per slot, slots) for a data set of n_total cases."""
-        G = self.groups
+        groups = self.groups
         if not self.kind.shares_weights:
-            return 1, G             # a slot per position (LOCAL), or the one group (FC)
+            return 1, groups        # a slot per position (LOCAL), or the one group (FC)
         tiles = -(-self.rows // ROW_TILE)
-        gps = max(1, min(CONV_GROUP, G, G * self.n_chunks(n_total) * tiles // CONV_BLOCKS))
-        return gps, -(-G // gps)
+        per_slot = max(1, min(CONV_GROUP, groups,
+                              groups * self.n_chunks(n_total) * tiles // CONV_BLOCKS))
+        return per_slot, -(-groups // per_slot)
 
     def n_chunks(self, n_cases):
         return -(-n_cases // CHUNK)
@@ -385,7 +389,29 @@ def simulate(plan, weights, inputs, classes, wpen=0.0):
     tables = plan.tables.astype(np.int64)
     x = image_to_device(inputs, np.float64)
     n = x.shape[0]
-    acts, ids = [], []
+    acts, winners = _simulate_forward(plan, fwd, tables, x)
+    logits = acts[-1]
+    z = logits - logits.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    ll = -np.log(p[np.arange(n), classes] + 1e-30).sum()
+    ncls = plan.n_classes
+    delta = p.copy()
+    delta[np.arange(n), classes] -= 1.0
+    grad_dev = _simulate_backward(plan, bwd, tables, x, acts, winners, delta)
+    grad = lay.to_host(grad_dev) / (n * ncls)
+    mask = plan.arch.penalty_mask()
+    w = np.asarray(weights, dtype=np.float64)
+    nw = plan.arch.n_weights
+    crit = ll / (n * ncls) + wpen / nw * float(np.sum(mask * w * w))
+    grad += 2.0 * wpen / nw * mask * w
+    return crit, grad, p, acts
+
+
+def _simulate_forward(plan, fwd, tables, x):
+    """Every layer's activations, and the max-pooling layers' winners (None elsewhere)."""
+    n = x.shape[0]
+    acts, winners = [], []
     prev = x
     for lp in plan.layers:
         layer = lp.layer
@@ -397,37 +423,27 @@ def simulate(plan, weights, inputs, classes, wpen=0.0):
             _gemm_nn(prev, tables, lp.fwd, B, a, "none" if lp.is_output else "tanh")
             i = None
         acts.append(a)
-        ids.append(i)
+        winners.append(i)
         prev = a
-    logits = acts[-1]
-    z = logits - logits.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    p /= p.sum(axis=1, keepdims=True)
-    ll = -np.log(p[np.arange(n), classes] + 1e-30).sum()
-    ncls = plan.n_classes
-    delta = p.copy()
-    delta[np.arange(n), classes] -= 1.0
-    grad_dev = np.zeros(lay.n_fwd)
+    return acts, winners
+
+
+def _simulate_backward(plan, bwd, tables, x, acts, winners, delta):
+    """The weight gradient in the device forward order (not yet divided by the cases and
+    classes), from the output layer's delta."""
+    n = x.shape[0]
+    grad_dev = np.zeros(plan.layout.n_fwd)
     for li in range(len(plan.layers) - 1, -1, -1):
         lp = plan.layers[li]
         A = x if li == 0 else acts[li - 1]
         if lp.kind.has_weights:
-            gmat = grad_dev[lp.lay.fwd_offset:lp.lay.fwd_offset + lp.lay.fwd_size].reshape(lp.lay.rows, lp.lay.cols)
-            for g, (a_start, _, K, _, _) in enumerate(lp.fwd.desc):
-                ao = tables[a_start:a_start + K]
-                Ag = np.where(ao[None, :] >= 0, A[:, np.maximum(ao, 0)], np.where(ao == A_ONE, 1.0, 0.0)[None, :])
-                if lp.kind.whole_prior:
-                    Dg = delta
-                else:
-                    Dg = delta[:, g * lp.depth:(g + 1) * lp.depth]
-                col0 = g * lp.depth if lp.grad.local_cols else 0
-                gmat[:, col0:col0 + lp.depth] += Ag.T @ Dg
+            _simulate_weight_gradient(lp, tables, A, delta, grad_dev)
         if li == 0:
             break
         prior = plan.layers[li - 1]
         new = np.empty((n, prior.nhid))
         if not lp.kind.has_weights:
-            new = _pool_backward(delta, ids[li], lp, lp.layer)
+            new = _pool_backward(delta, winners[li], lp, lp.layer)
             if prior.kind.applies_tanh:
                 new *= 1.0 - acts[li - 1] ** 2
         else:
@@ -435,10 +451,18 @@ def simulate(plan, weights, inputs, classes, wpen=0.0):
             _gemm_nn(delta, tables, lp.bwd, B, new,
                      "deriv" if prior.kind.applies_tanh else "none", acts[li - 1])
         delta = new
-    grad = lay.to_host(grad_dev) / (n * ncls)
-    mask = plan.arch.penalty_mask()
-    w = np.asarray(weights, dtype=np.float64)
-    nw = plan.arch.n_weights
-    crit = ll / (n * ncls) + wpen / nw * float(np.sum(mask * w * w))
-    grad += 2.0 * wpen / nw * mask * w
-    return crit, grad, p, acts
+    return grad_dev
+
+
+def _simulate_weight_gradient(lp, tables, A, delta, grad_dev):
+    """Add one layer's weight gradient (A: its inputs) into grad_dev."""
+    gmat = grad_dev[lp.lay.fwd_offset:lp.lay.fwd_offset + lp.lay.fwd_size].reshape(lp.lay.rows, lp.lay.cols)
+    for g, (a_start, _, K, _, _) in enumerate(lp.fwd.desc):
+        ao = tables[a_start:a_start + K]
+        Ag = np.where(ao[None, :] >= 0, A[:, np.maximum(ao, 0)], np.where(ao == A_ONE, 1.0, 0.0)[None, :])
+        if lp.kind.whole_prior:
+            Dg = delta
+        else:
+            Dg = delta[:, g * lp.depth:(g + 1) * lp.depth]
+        col0 = g * lp.depth if lp.grad.local_cols else 0
+        gmat[:, col0:col0 + lp.depth] += Ag.T @ Dg

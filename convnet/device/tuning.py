@@ -208,7 +208,29 @@ class Tuner:
                 best[tile] = min(ms, best.get(tile, ms))
         return best
 
+    def follower(self):
+        """A FollowingTuner of this tuner (for a subset of its evaluator's cases)."""
+        return FollowingTuner(self)
+
     def measure(self):
         """Times every candidate of every site seen (benchmarks; call between evaluations, as
         it reruns launches whose inputs may since have been overwritten)."""
         return {site: self._time(c, launch) for site, (c, launch) in self.sites.items()}
+
+
+class FollowingTuner(Tuner):
+    """The tuner of an evaluator over some of another's cases (DeviceEvaluator.subset): it times
+    nothing. A launch site takes the choice the other's tuner made at the same site for its own
+    number of cases (a site's last part), where that is a candidate here, else the first
+    candidate; every candidate gives the same bits, so only the time can differ."""
+
+    def __init__(self, leader):
+        super().__init__(leader.rt, False)
+        self.leader = leader
+
+    def run(self, site, candidates, work, launch):
+        if site not in self.choice:
+            led = {key[:-1]: tile for key, tile in self.leader.choice.items()}
+            tile = led.get(site[:-1])
+            self.choice[site] = tile if tile in candidates else candidates[0]
+        return super().run(site, candidates, work, launch)

@@ -56,4 +56,6 @@ def display_activation_images(cmd, arch, data, model=None, path=None):
 
 def _require_picture(cmd, tile_rows, tile_cols, bands):
     """Refuse a DISPLAY grid whose picture cannot fit in memory."""
-    memory.require_picture(cmd.args["rows"], cmd.args["columns"], tile_rows, tile_cols, bands)
+    from .grids import GridGeometry
+    geometry = GridGeometry(tile_rows, tile_cols, cmd.args["rows"], cmd.args["columns"])
+    memory.require_picture(geometry, bands)

@@ -1,0 +1,111 @@
+"""The numpy reference of conv_small.cu: small convolutional layers computed directly, a first
+layer with its max pooling (generic, fixed and values-only variants), and the first layer's
+weight gradient from the pooled deltas."""
+
+import numpy as np
+
+from .. import launches
+from .pool_reference import PoolReference
+
+
+class ConvSmallReference(PoolReference):
+    """The numpy reference of conv_small_reference.py (see the package docstring)."""
+
+    def conv_small(self, width, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph, sv,
+                   sh, Wf, ldw, N, out, total):
+        assert grid[0] * block[0] >= total and width >= N and width % 4 == 0
+        K = fv * fh * PD + 1
+        assert shared == 4 * (K * width + block[0] * N) <= 48 * 1024
+        Bm = self.f32(Wf, (K - 1) * ldw + N).astype(np.float64)
+        Bm = np.stack([Bm[k * ldw:k * ldw + N] for k in range(K)])
+        nb = total // (H * W)
+        x = self.f32(src, (nb - 1) * lda + PH * PW * PD).astype(np.float64)
+        o = self.f32(out, total * N)
+        for cs in range(nb):
+            img = x[cs * lda:cs * lda + PH * PW * PD].reshape(PH, PW, PD)
+            for oh in range(H):
+                for ow in range(W):
+                    acc = Bm[K - 1].copy()
+                    for fr in range(fv):
+                        for fc in range(fh):
+                            r, c = oh * sv - pv + fr, ow * sh - ph + fc
+                            if 0 <= r < PH and 0 <= c < PW:
+                                k0 = (fr * fh + fc) * PD
+                                acc += img[r, c] @ Bm[k0:k0 + PD]
+                    p = (cs * H + oh) * W + ow
+                    o[p * N:(p + 1) * N] = np.tanh(acc)
+
+    def conv_small_pool(self, width, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv,
+                        ph, sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids, total):
+        assert grid[0] * block[0] >= total and width >= N
+        nb = total // (H2 * W2)
+        conv = self.mem.alloc(4 * nb * H * W * N)
+        self.conv_small(width, (-(-nb * H * W // block[0]), 1, 1), block,
+                        4 * ((fv * fh * PD + 1) * width + block[0] * N), src, lda, PH, PW, PD, H, W,
+                        fv, fh, pv, ph, sv, sh, Wf, ldw, N, int(conv), nb * H * W)
+        self.pool_forward((1, 1, 1), (H2 * W2 * N, 1, 1), int(conv), H, W, N, H2, W2, wv2, wh2,
+                          wv2, wh2, 1, pout, pids, nb)
+
+    # conv_small_pool_fixed (conv_small.cu, one layer shape): conv_small_pool's results; the
+    # instantiation's constants must be the shape the launch describes
+    def conv_small_pool_fixed(self, d, variant, grid, block, shared, src, lda, PH, PW, PD, H, W,
+                              fv, fh, pv, ph, sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids,
+                              total):
+        assert not d
+        FV, FH, PDc, SV, SH, PV, PZ, PHc, PWc, WV, WH, NP, padded, minb, rolled = variant
+        assert (FV, FH, PDc, SV, SH, PV, PZ, PHc, PWc, WV, WH) == (fv, fh, PD, sv, sh, pv, ph, PH,
+                                                                 PW, wv2, wh2)
+        assert padded == int(pv > 0 or ph > 0 or (H - 1) * sv + fv > PH or (W - 1) * sh + fh > PW)
+        assert WV * WH * NP <= launches.FirstLayerPool.MAX_ACCUMULATORS and minb in (3, 4)
+        assert rolled in (0, 1)
+        self.conv_small_pool(NP, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph,
+                             sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids, total)
+
+    # conv_small_pool_values: the same pooled values, no winners written
+    def conv_small_pool_values(self, d, variant, grid, block, shared, *args):
+        *args, pout, pids, total = args
+        self.conv_small_pool_fixed(d, variant, grid, block, shared, *args, pout, 0, total)
+
+    # conv_grad_pooled (conv_small.cu): the first layer's weight-gradient partials from the
+    # pooling layer's deltas, winners and pooled values (the layout of conv_grad's partials)
+    def conv_grad_pooled(self, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph,
+                         sv, sh, RS, delta, ids, pooled, H2, W2, N, n_lo, n_hi, n_cases, chunk,
+                         subs, part):
+        NL = n_hi - n_lo
+        K = fv * fh * PD
+        assert 0 < NL and n_hi <= N and chunk % subs == 0
+        per_block = -(-(K + 1) * NL // grid[0])
+        assert grid[1] == -(-n_cases // chunk) * subs and block[0] >= per_block
+        assert block[0] % 32 == 0 and block[0] <= launches.POOLED_GRAD_THREADS
+        assert (grid[0] - 1) * per_block < (K + 1) * NL
+        rin, cin = (H - 1) * sv + fv, (W - 1) * sh + fh
+        Q = H2 * W2
+        # each thread copies at most this many pooled neurons and prior activations
+        assert Q * NL <= launches.POOLED_GRAD_PER_Q * block[0]
+        assert rin * cin * PD <= launches.POOLED_GRAD_PER_X * block[0]
+        assert RS >= cin * PD
+        assert shared == 4 * (-(-rin * RS // 2) * 2 + 2 * Q * NL + H * W) <= 48 * 1024
+        x = self.f32(src, (n_cases - 1) * lda + PH * PW * PD).astype(np.float64)
+        nhid = Q * N
+        dl = self.f32(delta, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi].astype(np.float64)
+        if int(pooled):
+            a = self.f32(pooled, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi]
+            dl = dl * (1 - a.astype(np.float64) ** 2)
+        idv = self.mem.view(ids, np.int32, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi]
+        assert idv.min() >= 0 and idv.max() < H * W
+        rows, cols = np.divmod(np.arange(H * W), W)
+        o = self.f32(part, grid[1] * (K + 1) * NL).reshape(grid[1], K + 1, NL)
+        per = chunk // subs
+        for z in range(grid[1]):
+            lo = (z // subs) * chunk + (z % subs) * per
+            g = np.zeros((K + 1, NL))
+            for m in range(lo, min(n_cases, lo + per)):
+                pad = np.zeros((rin, cin, PD))
+                img = x[m * lda:m * lda + PH * PW * PD].reshape(PH, PW, PD)
+                r_hi, c_hi = min(PH, rin - pv), min(PW, cin - ph)
+                pad[pv:pv + r_hi, ph:ph + c_hi] = img[:r_hi, :c_hi]
+                win = np.stack([pad[r * sv:r * sv + fv, c * sh:c * sh + fh].ravel()
+                                for r, c in zip(rows, cols)])            # (positions, K)
+                g[:K] += np.einsum("qck,qc->kc", win[idv[m]], dl[m])
+                g[K] += dl[m].sum(axis=0)
+            o[z] = g.astype(np.float32)

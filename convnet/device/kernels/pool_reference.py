@@ -1,0 +1,67 @@
+"""The numpy reference of pool.cu: pooling forward and the backpropagation of its delta."""
+
+import numpy as np
+
+from .host_memory import ReferenceBase
+
+
+class PoolReference(ReferenceBase):
+    """The numpy reference of pool_reference.py (see the package docstring)."""
+
+    def pool_forward(self, grid, block, src, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb):
+        assert grid[0] * block[0] >= H * W * PD and 1 <= grid[1] <= nb
+        total = nb * H * W * PD
+        x = self.f32(src, nb * PH * PW * PD).reshape(nb, PH, PW, PD).astype(np.float64)
+        o = self.f32(out, total).reshape(nb, H, W, PD)
+        # conv_small_pool without winners (forward-only evaluations) passes no ids
+        idv = self.mem.view(ids, np.int32, total).reshape(nb, H, W, PD) if is_max and ids else None
+        for oh in range(H):
+            for ow in range(W):
+                r0, c0 = oh * sv, ow * sh
+                win = x[:, r0:r0 + wv, c0:c0 + wh, :].reshape(nb, -1, PD)
+                if is_max:
+                    j = np.argmax(win, axis=1)
+                    o[:, oh, ow, :] = np.take_along_axis(win, j[:, None, :], 1)[:, 0, :]
+                    if idv is not None:
+                        idv[:, oh, ow, :] = (r0 + j // wh) * PW + c0 + j % wh
+                else:
+                    o[:, oh, ow, :] = win.mean(axis=1)
+
+    def pool_backward(self, grid, block, delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max,
+                      prior, out, nb):
+        assert grid[0] * block[0] >= PH * PW * PD and 1 <= grid[1] <= nb
+        total = nb * PH * PW * PD
+        dl = self.f32(delta, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)
+        res = np.zeros((nb, PH, PW, PD))
+        if is_max:
+            idv = self.mem.view(ids, np.int32, nb * H * W * PD).reshape(nb, H, W, PD)
+            flat = res.reshape(nb, PH * PW, PD)
+            for oh in range(H):
+                for ow in range(W):
+                    for s in range(PD):
+                        np.add.at(flat[:, :, s], (np.arange(nb), idv[:, oh, ow, s]), dl[:, oh, ow, s])
+        else:
+            for oh in range(H):
+                for ow in range(W):
+                    res[:, oh * sv:oh * sv + wv, ow * sh:ow * sh + wh, :] += dl[:, oh, ow, None, None, :] / (wv * wh)
+        res = res.reshape(nb, -1)
+        if int(prior):
+            a = self.f32(prior, total).reshape(nb, -1).astype(np.float64)
+            res = res * (1 - a * a)
+        self.f32(out, total)[:] = res.ravel()
+
+    def pool_backward_tiles(self, grid, block, delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb):
+        assert grid[0] * block[0] >= H * W * PD and 1 <= grid[1] <= nb and PW == W * wh
+        PH = H * wv
+        dl = self.f32(delta, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)
+        if int(pooled):
+            a = self.f32(pooled, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)
+            dl = dl * (1 - a * a)
+        idv = self.mem.view(ids, np.int32, nb * H * W * PD).reshape(nb, H, W, PD)
+        res = np.full((nb, PH, PW, PD), np.nan)
+        for i in range(wv):
+            for j in range(wh):
+                me = (np.arange(H) * wv + i)[:, None] * PW + np.arange(W) * wh + j
+                res[:, i::wv, j::wh, :] = np.where(idv == me[None, :, :, None], dl, 0.0)
+        assert not np.isnan(res).any(), "a prior neuron outside every window"
+        self.f32(out, nb * PH * PW * PD)[:] = res.ravel()

@@ -1,0 +1,98 @@
+"""The kernel plan (convnet/device/kernel_plan.py): which family computes each step, and the
+device bytes counted from shapes alone. Pure numpy; no GPU."""
+
+import numpy as np
+import pytest
+
+from convnet.architecture import Architecture
+from convnet.device import kernel_plan as kp
+from convnet.device.options import DeviceOptions
+from convnet.device.plan import ModelPlan
+from convnet.params import DeviceParams
+
+from test_device_emulated import _random_arch
+
+LENET = (["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+          "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+          "FULLY CONNECTED LAYER 500"], 28, 28, 1, 10)
+HOPPER = 227 * 1024
+
+
+def _lenet():
+    return Architecture.from_lines(*LENET)
+
+
+def _families(plan):
+    return [(s.forward, s.delta, s.gradient) for s in plan.steps()]
+
+
+def test_lenet_steps():
+    """LeNet on a Hopper: the first layer pools as it goes and takes its gradient from the pooled
+    deltas; the second is tiled with its pooling in the forward epilogue."""
+    plan = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER)
+    assert _families(plan) == [
+        (kp.CONV_SMALL_POOL, None, kp.CONV_GRAD_POOLED),
+        (kp.WITH_PRIOR, kp.CONV_GRAD_POOLED, None),
+        (kp.GEMM_NN, kp.GEMM_NN, kp.CONV_GRAD),
+        (kp.WITH_PRIOR, kp.POOL_BACKWARD_TILES, None),
+        (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN),
+        (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN)]
+    steps = plan.steps()
+    assert steps[2].forward_variants and steps[2].gradient_variants
+    assert not steps[0].forward_variants           # conv_small's activation
+    # reading every activation (fused=False): each layer on its own
+    assert [plan.forward_family(i, fused=False) for i in range(4)] == [
+        kp.CONV_SMALL, kp.POOL_FORWARD, kp.GEMM_NN, kp.POOL_FORWARD]
+    # a criterion with the first layer fused, whatever the gradient does
+    assert plan.forward_family(1, want_delta=False) == kp.WITH_PRIOR
+
+
+def test_the_switches_change_the_steps():
+    arch = _lenet()
+    plain = kp.plan_kernels(arch, DeviceOptions(fuse=False, tiled=False, pool_tiles=False), HOPPER)
+    assert _families(plain) == [
+        (kp.CONV_SMALL, None, kp.GEMM_TN),
+        (kp.POOL_FORWARD, kp.POOL_BACKWARD, None),
+        (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN),
+        (kp.POOL_FORWARD, kp.POOL_BACKWARD, None),
+        (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN),
+        (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN)]
+    assert not kp.plan_kernels(arch, DeviceOptions(pool_epilogue=False), HOPPER).conv_pool
+    assert not kp.plan_kernels(arch, DeviceOptions(pooled_grad=False), HOPPER).pooled_grad
+    # with only the shared memory every block has, fewer tiled variants fit
+    small = kp.plan_kernels(arch, DeviceOptions(), kp.SMEM_BYTES)
+    big = kp.plan_kernels(arch, DeviceOptions(), HOPPER)
+    assert set(small.tiled[2].fwd) <= set(big.tiled[2].fwd)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_index_tables_counted_from_shapes(seed):
+    """The descriptor and table sizes memory.py counts without building them are those of the
+    tables the device gets."""
+    arch = _random_arch(seed)
+    plan = ModelPlan(arch)
+    desc = sum(g.desc.size for lp in plan.layers for g in (lp.fwd, lp.bwd) if g is not None)
+    assert kp.index_ints(arch) == (max(desc, 1), plan.tables.size)
+
+
+def test_index_tables_of_lenet():
+    plan = ModelPlan(_lenet())
+    desc = sum(g.desc.size for lp in plan.layers for g in (lp.fwd, lp.bwd) if g is not None)
+    assert kp.index_ints(_lenet()) == (desc, plan.tables.size)
+
+
+def test_batch_plan_follows_the_limits():
+    arch = _lenet()
+    plan = kp.plan_kernels(arch, DeviceOptions(), HOPPER)
+    one = plan.batch_plan(1000, 1000, DeviceParams())
+    assert one.batches == [(0, 1000)] and one.n_batches == 1 and one.batch_cases == 1000
+    cut = plan.batch_plan(1000, 512, DeviceParams(max_hid_grad=100, max_mem_grad=1))
+    assert cut.batches == [(0, 512), (512, 1000)]
+    fc = cut.splits[4]
+    assert fc.slices_per_launch <= 100 and fc.launches == -(-500 // fc.slices_per_launch)
+    assert 4 * fc.scratch_floats <= 1 << 20
+    assert cut.total_bytes < one.total_bytes
+    assert [name for name, _ in cut.buffers][-3:] == [
+        "delta (two buffers)", "gradient partial-sum scratch",
+        "convolution gradient chunk totals (float64)"]
+    assert np.all([size > 0 for _, size in cut.buffers])

@@ -1,0 +1,53 @@
+"""benchmarks/kernel.py's validation on the emulated runtime, timing off: every variant of every
+family against its numpy reference, so a variant list or a reference that does not fit its
+launches fails here (the GPU runs the same validation with timing)."""
+
+import importlib.util
+import os
+
+import pytest
+
+from test_device_emulated import fake_runtime  # noqa: F401 (the fixture)
+
+_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks", "kernel.py")
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("kernel_bench", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_families_are_listed(capsys):
+    bench = _bench()
+    assert bench.main(["--list"]) == []
+    out = capsys.readouterr().out
+    assert all(name in out for name in bench.FAMILIES)
+
+
+@pytest.mark.parametrize("family", ["gemm_nn", "conv_fwd", "conv_bwd", "gemm_tn", "conv_grad",
+                                    "conv_small_pool"])
+def test_every_variant_matches_its_reference(fake_runtime, family, capsys):  # noqa: F811
+    bench = _bench()
+    rows = bench.main([family, "--shapes", "small", "--no-timing"])
+    variants = {variant for _, variant, _, _, _ in rows}
+    assert len(variants) >= 2, rows                     # the first candidate and others
+    for _, variant, launches, error, ms in rows:
+        assert launches >= 1 and error <= bench.TOLERANCE and ms is None
+    assert family in bench.FAMILIES and "Max rel err" in capsys.readouterr().out
+
+
+def test_a_wrong_variant_fails(fake_runtime, monkeypatch):  # noqa: F811
+    """The check can fail: an emulated kernel that disagrees with its reference is caught."""
+    bench = _bench()
+    real = fake_runtime.kernels.gemm_tn
+
+    def off(*args, **kwargs):
+        real(*args, **kwargs)
+        part = args[-2]
+        fake_runtime.kernels.f32(part, 4)[:] += 1.0     # the first four partial sums
+
+    monkeypatch.setattr(fake_runtime.kernels, "gemm_tn", off)
+    with pytest.raises(AssertionError, match="off the reference"):
+        bench.main(["gemm_tn", "--shapes", "small", "--no-timing"])
