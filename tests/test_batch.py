@@ -94,8 +94,10 @@ def test_batch_all_ok_exits_zero_and_missing_files_are_rows(tmp_path):
     result = CliRunner().invoke(main, ["batch", str(good), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert (out / "pictures" / "t.png").exists()
+    again = CliRunner().invoke(main, ["batch", str(good), "--out", str(out)])
+    assert again.exit_code == 2 and "earlier batch" in again.output   # never replaced unasked
     result = CliRunner().invoke(main, ["batch", str(good), str(tmp_path / "none.ctl"),
-                                       "--out", str(out)])
+                                       "--out", str(out), "--overwrite"])
     assert result.exit_code == 2
     with open(out / "summary.csv", newline="") as f:
         rows = list(csv.DictReader(f))

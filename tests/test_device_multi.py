@@ -121,7 +121,7 @@ def test_same_device_count_same_bits(fake_devices):
     arch, x, c, w = _problem(n=600)
     results = []
     for _ in range(2):
-        backend = multi.device_backend(arch, {"CUDA DEVICES": "0,1"})
+        backend = multi.device_backend(arch, DeviceParams(cuda_devices="0,1"))
         ev = backend.evaluator(x, c, 0.02)
         results += [ev.gradient(w), ev.gradient(w + 0.0)]
         backend.close()
@@ -131,7 +131,7 @@ def test_same_device_count_same_bits(fake_devices):
 
 def test_each_device_holds_its_shard_and_weights(fake_devices):
     arch, x, c, w = _problem(n=700)
-    backend = multi.device_backend(arch, {"CUDA DEVICES": "0,1,2", "MAX BATCH": 128})
+    backend = multi.device_backend(arch, DeviceParams(cuda_devices="0,1,2", max_batch=128))
     ev = backend.evaluator(x, c)
     assert ev.bounds == [(0, 256), (256, 512), (512, 700)]
     for part, (a, b) in zip(ev.parts, ev.bounds):
@@ -159,7 +159,7 @@ def test_one_device_named_is_a_plain_backend(fake_devices):
 
 def test_errors_of_a_device_reach_the_caller(fake_devices):
     arch, x, c, w = _problem(n=300)
-    backend = multi.device_backend(arch, {"CUDA DEVICES": "0,1"})
+    backend = multi.device_backend(arch, DeviceParams(cuda_devices="0,1"))
     with pytest.raises(ConvnetError, match="no classes|classes of the cases"):
         backend.evaluator(x, None).gradient(w)
     with pytest.raises(ConvnetError, match="weights"):

@@ -21,7 +21,7 @@ def invoke(*args):
 def _check_refuses(tmp_path, text, line, *words):
     path = tmp_path / "big.ctl"
     path.write_text(text)
-    for command in (("check",), ("run", "--out", tmp_path / "out", "--quiet")):
+    for command in (("check",), ("run", "--out", tmp_path / "out", "--quiet", "--overwrite")):
         result = invoke(*command, path)
         assert result.exit_code == 2, result.output
         assert not isinstance(result.exception, (MemoryError, ValueError)) or \
