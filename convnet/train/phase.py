@@ -23,7 +23,7 @@ A phase (see :class:`Phase`) has
     finish() -> PhaseResult      its result (the model holds its best weights by then)
     log_result(log, result)      its result's log lines
 
-A new training method is a new list of phases (see trainer.METHODS); results.json, the log
+A new training method is a new tuple of phases (as trainer.BOOK_METHOD); results.json, the log
 reader, the plots and the pages read any phases by their PhaseResult fields.
 """
 
