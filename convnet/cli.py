@@ -73,17 +73,19 @@ def run(files, out, overwrite, device, threads, seed, quiet, gpus):
                           gpus=gpus)
     except ConvnetError as e:
         fail(e)
+    except KeyboardInterrupt:       # nothing was written yet
+        click.echo("convnet: run ended by the user (Ctrl-C)", err=True)
+        sys.exit(130)
     try:
         with _compile_notice(quiet):
             session.run(list(files))
     except ConvnetError as e:
         _last_words(session, f"ERROR: {e}")
         fail(e)
+    except KeyboardInterrupt:       # before the session's own Ctrl-C handling was in place
+        _ended_by(session, Interrupted("run ended by the user (Ctrl-C)", signal.SIGINT))
     except Interrupted as e:
-        why = "by the user (Ctrl-C)" if e.signum == signal.SIGINT else "by SIGTERM"
-        _last_words(session, f"Run ended {why}; the log is complete up to here")
-        click.echo(f"convnet: {e}", err=True)
-        sys.exit(e.exit_status)
+        _ended_by(session, e)
     try:
         session.close()
     except ConvnetError as e:
@@ -91,6 +93,14 @@ def run(files, out, overwrite, device, threads, seed, quiet, gpus):
     if not quiet:
         for line in summary_lines(session):
             click.echo(line)
+
+
+def _ended_by(session, e):
+    """A run ended by Ctrl-C or SIGTERM: the log's closing line, the message, exit 130 / 143."""
+    why = "by the user (Ctrl-C)" if e.signum == signal.SIGINT else "by SIGTERM"
+    _last_words(session, f"Run ended {why}; the log is complete up to here")
+    click.echo(f"convnet: {e}", err=True)
+    sys.exit(e.exit_status)
 
 
 def _compile_notice(quiet):

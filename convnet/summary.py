@@ -8,7 +8,9 @@ REPORT_NAME = "report.html"
 def result_line(cmd, result):
     """``TRAIN at exp.ctl:8: criterion 0.0123, 1.25 % misclassified, 18.2 s``."""
     seconds = result.seconds.get("total") if isinstance(result.seconds, dict) else result.seconds
-    interrupted = " (interrupted)" if getattr(result, "interrupted", False) else ""
+    cut_short = [p.name for p in getattr(result, "phases", []) if p.interrupted]
+    interrupted = (f" ({', '.join(cut_short)} interrupted by the user)" if cut_short else
+                   " (interrupted)" if getattr(result, "interrupted", False) else "")
     timing = f", {seconds:.1f} s" if seconds is not None else ""
     return (f"{result.command} at {cmd.file}:{cmd.line}: criterion {result.final_criterion:.6g}, "
             f"{result.misclassification:.2f} % misclassified{timing}{interrupted}")
@@ -16,7 +18,10 @@ def result_line(cmd, result):
 
 def summary_lines(session):
     """One line per TRAIN and TEST, then where the output files went and the report's full path."""
-    lines = [result_line(cmd, result) for cmd, result in session.outcomes]
+    lines = []
+    for cmd, result in session.outcomes:
+        lines.append(result_line(cmd, result))
+        lines += [f"   warning: {warning}" for warning in getattr(result, "warnings", [])]
     out = os.path.abspath(session.out)
     inside = [os.path.relpath(p, out) for p in session.outputs
               if os.path.abspath(p).startswith(out + os.sep)]

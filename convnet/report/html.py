@@ -27,7 +27,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .status { display: inline-block; padding: 0.1em 0.6em; border-radius: 0.8em; font-weight: 600; }
 .status-running { background: #fff3c4; } .status-done, .status-ok { background: #d7f2d9; }
 .status-interrupted { background: #ffe0b8; } .status-error { background: #ffd0d0; }
-.note { color: #555; } .error { color: #a00000; font-weight: 600; }
+.note { color: #555; } .error { color: #a00000; font-weight: 600; } .warning { color: #8a5a00; font-weight: 600; }
 figure { margin: 0.8em 0; } figcaption { color: #555; font-size: 0.9em; }
 figure img { image-rendering: pixelated; border: 1px solid #d0d5de; max-width: 100%; }
 svg { max-width: 100%; height: auto; }

@@ -118,6 +118,8 @@ def run_section(run, cache):
            f'{status_badge(_run_status(run))}</h2>']
     if run.get("error"):
         out.append(f'<p class="error">{esc(run["error"])}</p>')
+    for warning in run.get("warnings") or []:
+        out.append(f'<p class="warning">Warning: {esc(warning)}</p>')
     facts = [("device", run.get("device") or "-"), ("threads", run.get("threads") or "-")]
     for phase in run.get("phases") or []:
         facts += [(f"{phase['name']} criterion", number(phase.get("criterion"))),
@@ -208,12 +210,24 @@ def models_section(data):
         ["action", "file", "where", "weights"], rows) + "</section>"
 
 
+def interrupted_phases(data):
+    """'TRAIN 1 refinement' for every phase a Ctrl-C ended early (the session may still be done)."""
+    return [f"{run['command']} {run['index']} {phase['name']}"
+            for run in data.get("runs") or [] for phase in run.get("phases") or []
+            if phase.get("interrupted")]
+
+
 def session_header(data):
     s = data.get("session") or {}
     status = data.get("status", "unknown")
     files = ", ".join(s.get("control_files") or []) or "-"
     out = [f'<h1>convnet run: {esc(files)}</h1>',
            f'<p>Status: {status_badge(status)}</p>']
+    cut_short = interrupted_phases(data)
+    if cut_short:
+        out.append('<p class="warning" id="interrupted">Interrupted by the user (Ctrl-C): '
+                   f'{esc(", ".join(cut_short))}; the results that follow are those of the best '
+                   'weights found until then.</p>')
     error = data.get("error")
     if error:
         where = ""
