@@ -66,3 +66,27 @@ def test_no_information_level_is_the_entropy_of_the_class_shares():
     level = math.log(2) / 2
     assert chance_level_warnings(level * 0.999, [0, 1], 2)
     assert not chance_level_warnings(level * 0.9, [0, 1], 2)
+
+
+def test_report_details(tmp_path):
+    """The parameter table names the seed used and leaves out SERIES settings never set; a run
+    of a batch links back to it; the batch page says what its 'best' means and ranks tested
+    runs by test error."""
+    from convnet.batch import BatchRow
+    from convnet.report.batch_page import best_and_measure
+    from convnet.report.run_page import parameters_table, run_page
+    table = parameters_table({"RANDOM SEED": None, "SERIES WINDOW": 16, "SERIES SHIFT": 3,
+                              "WPEN": 0.0}, seed=7)
+    assert "7 (the session&#x27;s seed)" in table or "7 (the session's seed)" in table
+    assert "SERIES WINDOW" not in table and "SERIES SHIFT" in table
+    rows = [BatchRow("a.ctl", "a", final_criterion=0.01, test_misclassification=28.0),
+            BatchRow("b.ctl", "b", final_criterion=0.2, test_misclassification=3.0)]
+    assert best_and_measure(rows) == (1, "the lowest test error")
+    rows[1].test_misclassification = None
+    assert best_and_measure(rows) == (0, "the lowest final training criterion")
+    (tmp_path / "summary.csv").write_text("file\n")
+    (tmp_path / "run").mkdir()
+    page = run_page({"status": "done", "session": {}, "runs": []}, str(tmp_path / "run"))
+    assert 'href="../report.html"' in page
+    assert 'id="batch-link"' not in run_page({"status": "done", "session": {}, "runs": []},
+                                             str(tmp_path))

@@ -101,8 +101,8 @@ def criterion_figure(phases, title=None, size=(1040, 430)):
         _empty(axes[0], "no phases recorded")
     if title:
         fig.suptitle(title)
-    fig.subplots_adjust(left=0.07, right=0.97, bottom=0.13, top=0.84 if title else 0.9,
-                        wspace=0.22)
+    fig.subplots_adjust(left=0.1, right=0.97, bottom=0.13, top=0.84 if title else 0.9,
+                        wspace=0.3)
     return fig
 
 
@@ -202,7 +202,7 @@ def overlay_figure(curves, best=None, title="Refinement of every run", size=(900
     if len(drawn) <= 12:
         ax.legend(loc="upper right", fontsize="small")
     ax.set_title(title)
-    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.12, top=0.9)
+    fig.subplots_adjust(left=0.11, right=0.98, bottom=0.12, top=0.9)
     return fig
 
 

@@ -2,8 +2,9 @@
 that run's own report, and the curves of the last phase of all runs (refinement, in the book's
 method) on one chart with the best marked.
 
-The best run is the one with the lowest final criterion among those that ran without error (the
-quantity the curves show). A click on a column heading sorts by it; the order is kept in the
+The best run, among those that ran without error, is the one with the lowest test error when every
+such run was tested (the measure that can be compared across runs of different nets), else the one
+with the lowest final training criterion (the quantity the curves show); the page says which. A click on a column heading sorts by it; the order is kept in the
 address (``report.html#sort=final_criterion``, ``#sort=-seconds``), so it can be linked to.
 """
 
@@ -41,16 +42,29 @@ def last_phase_curve(phase):
 
 
 def best_index(rows):
-    """Index of the ok row with the lowest final criterion (None when there is none)."""
-    scored = [(r.final_criterion, i) for i, r in enumerate(rows)
-              if r is not None and r.ok and r.final_criterion is not None]
-    return min(scored)[1] if scored else None
+    """Index of the best ok row (see the module notes; None when there is none)."""
+    return best_and_measure(rows)[0]
+
+
+def best_and_measure(rows):
+    """(index of the best ok row, what 'best' means in words): the lowest test error when every
+    ok row has one, else the lowest final training criterion."""
+    done = [(i, r) for i, r in enumerate(rows) if r is not None and r.ok]
+    if done and all(r.test_misclassification is not None for _, r in done):
+        scored = [(r.test_misclassification, _or_inf(r.final_criterion), i) for i, r in done]
+        return min(scored)[2], "the lowest test error"
+    scored = [(r.final_criterion, i) for i, r in done if r.final_criterion is not None]
+    return (min(scored)[1] if scored else None), "the lowest final training criterion"
+
+
+def _or_inf(value):
+    return float("inf") if value is None else value
 
 
 def batch_page(rows, out):
     """The page's HTML for batch rows (convnet.batch.BatchRow) whose runs lie under ``out``."""
     rows = [r for r in rows if r is not None]
-    best = best_index(rows)
+    best, measure = best_and_measure(rows)
     head = "".join(f'<th data-key="{key}" data-type="{"text" if spec is None else "number"}">'
                    f"{esc(title)}</th>" for key, title, spec in COLUMNS)
     lines = ['<table class="sortable" id="batch"><thead><tr>'
@@ -86,7 +100,8 @@ def batch_page(rows, out):
                                                   unit=unit))
     failed = sum(not r.ok for r in rows)
     best_text = ("no run finished without error" if best is None else
-                 f"best: {rows[best].file} (final criterion "
+                 f"best ({measure}): {rows[best].file} (test error "
+                 f"{number(rows[best].test_misclassification, '.4f')} %, final criterion "
                  f"{number(rows[best].final_criterion)})")
     body = [f"<h1>convnet batch: {esc(os.path.abspath(out))}</h1>",
             f"<p>{len(rows)} control files, {len(rows) - failed} without error; "

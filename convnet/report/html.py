@@ -23,7 +23,7 @@ h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.2em; margin-top
 table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.92em; }
 th, td { border: 1px solid #d0d5de; padding: 0.25em 0.6em; }
 th { background: #eef1f6; text-align: left; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .status { display: inline-block; padding: 0.1em 0.6em; border-radius: 0.8em; font-weight: 600; }
 .status-running { background: #fff3c4; } .status-done, .status-ok { background: #d7f2d9; }
 .status-interrupted { background: #ffe0b8; } .status-error { background: #ffd0d0; }

@@ -14,6 +14,7 @@ import glob
 import os
 
 from ..display import plots
+from ..params import DEFAULTS
 from .html import (REFRESH_SECONDS, cell, data_uri, esc, number, page, status_badge, table)
 
 REPORT_NAME = "report.html"
@@ -91,11 +92,18 @@ def architecture_table(arch):
     return caption + table(["layer", "line", "high", "wide", "deep", "weights"], rows)
 
 
-def parameters_table(params):
+def parameters_table(params, seed=None):
+    """The parameters in force; the seed the run used where RANDOM SEED was not set, and the
+    SERIES settings only where one was set (they matter only to READ SERIES)."""
     if not params:
         return '<p class="note">No parameters recorded.</p>'
-    rows = [[name, "default (none)" if value is None else value]
-            for name, value in sorted(params.items())]
+    rows = []
+    for name, value in sorted(params.items()):
+        if name.startswith("SERIES ") and value == DEFAULTS.get(name):
+            continue
+        if name == "RANDOM SEED" and value is None and seed is not None:
+            value = f"{seed} (the session's seed)"
+        rows.append([name, "default (none)" if value is None else value])
     return table(["parameter", "value"], rows, ' class="parameters"')
 
 
@@ -109,7 +117,7 @@ def _figure(svg, caption):
     return f"<figure>{svg}<figcaption>{esc(caption)}</figcaption></figure>"
 
 
-def run_section(run, cache):
+def run_section(run, cache, seed=None):
     """One TRAIN or TEST."""
     done = run.get("status") != "running"
     key = run["index"] if done else None
@@ -149,7 +157,7 @@ def run_section(run, cache):
     out.append("<h3>Architecture</h3>")
     out.append(architecture_table(run.get("architecture") or {}))
     out.append("<h3>Parameters in force</h3>")
-    out.append(parameters_table(run.get("parameters")))
+    out.append(parameters_table(run.get("parameters"), seed))
     if run.get("seconds"):
         out.append("<h3>Times</h3>")
         out.append(seconds_table(run["seconds"]))
@@ -254,13 +262,22 @@ def session_header(data):
     return "\n".join(out)
 
 
+def _batch_link(folder):
+    """A link back to the batch page when the run is one of a batch's (its folder's parent holds
+    the batch's summary.csv and report)."""
+    parent = os.path.dirname(os.path.abspath(folder))
+    if not os.path.isfile(os.path.join(parent, "summary.csv")):
+        return ""
+    return f'<p class="note" id="batch-link"><a href="../{REPORT_NAME}">Back to the batch</a></p>'
+
+
 def run_page(data, folder, cache=None):
     """The page's HTML for results ``data`` of the run in ``folder``."""
     cache = cache or FigureCache()
     runs = data.get("runs") or []
-    body = [session_header(data), "<h2>TRAIN and TEST</h2>",
+    body = [_batch_link(folder), session_header(data), "<h2>TRAIN and TEST</h2>",
             summary_table(runs) if runs else '<p class="note">No TRAIN or TEST yet.</p>']
-    body += [run_section(r, cache) for r in runs]
+    body += [run_section(r, cache, (data.get("session") or {}).get("seed")) for r in runs]
     body += [pictures_section(data, folder), models_section(data), cuda_section(data, folder)]
     files = ", ".join((data.get("session") or {}).get("control_files") or []) or "run"
     return page(f"convnet: {files}", "\n".join(b for b in body if b),
