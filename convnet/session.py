@@ -378,11 +378,11 @@ class Session:
         self.log.write(f"Computing on the {where}")
 
     def _progress(self):
-        """A live progress line on a terminal, or None."""
-        if self.quiet or self.check_only or not sys.stdout.isatty():
+        """A live progress line on a terminal, plain lines now and then without one, or None."""
+        if self.quiet or self.check_only:
             return None
         from .display.progress import ProgressLine
-        return ProgressLine(sys.stdout)
+        return ProgressLine(sys.stdout, plain=not sys.stdout.isatty())
 
     def _after_train(self, result, device, cmd):
         """Pictures and the device log that follow a TRAIN."""

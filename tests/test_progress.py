@@ -127,13 +127,16 @@ def test_session_shows_progress_on_a_terminal_and_never_in_the_log(tmp_path, mon
     assert "\r" not in log and "Refinement  iteration" not in log and "best " not in log
 
 
-def test_no_progress_when_quiet_or_not_a_terminal(tmp_path, monkeypatch):
+def test_no_progress_when_quiet_and_plain_lines_when_not_a_terminal(tmp_path, monkeypatch):
     terminal = Terminal()
     _session(tmp_path, monkeypatch, terminal, quiet=True)
     assert terminal.getvalue() == ""
-    pipe = io.StringIO()                      # not a terminal
+    pipe = io.StringIO()                      # not a terminal: whole lines, no carriage return
     _session(tmp_path, monkeypatch, pipe, quiet=False)
-    assert pipe.getvalue() == ""
+    assert "\r" not in pipe.getvalue()
+    lines = pipe.getvalue().splitlines()
+    assert any(l.startswith("Annealing  iteration") for l in lines), lines
+    assert any(l.startswith("Refinement  iteration") for l in lines), lines
 
 
 def test_a_dropped_progress_line_ends_its_line():
@@ -220,3 +223,23 @@ def test_compile_notice_speaks_once_when_a_kernel_of_the_package_compiles():
         probe(3)
     _numba_function_of("convnet.host.probe")(1)           # after the run: no listener
     assert stream.getvalue() == ""
+
+
+def test_without_a_terminal_whole_lines_at_each_phase_and_every_ten_seconds():
+    import io
+    from convnet.display.progress import ProgressLine
+    now = [0.0]
+    stream = io.StringIO()
+    line = ProgressLine(stream, clock=lambda: now[0], plain=True)
+    for step in range(1, 40):                       # an evaluation every second
+        now[0] = float(step)
+        line("Annealing", step, 0.5, 0.4, total=39)
+    now[0] = 40.0
+    line("Refinement", 1, 0.3, 0.3, total=100)
+    line.close()
+    lines = stream.getvalue().splitlines()
+    assert "\r" not in stream.getvalue()
+    assert lines[0].startswith("Annealing  iteration 1/39")
+    assert [int(l.split()[2].split("/")[0]) for l in lines if l.startswith("Annealing")] == \
+        [1, 11, 21, 31, 39]                         # every 10 s, and where the phase ended
+    assert lines[-1].startswith("Refinement  iteration 1/100")

@@ -21,9 +21,14 @@ class ProgressLine:
     the stream it was given (never to CONVNET.LOG); ``close()`` ends the line.
     """
 
-    def __init__(self, stream=None, min_interval=0.1, clock=time.monotonic):
+    # Without a terminal (piped, in CI) whole lines are written instead, one at each phase's
+    # start and end and at most one every PLAIN_INTERVAL seconds between.
+    PLAIN_INTERVAL = 10.0
+
+    def __init__(self, stream=None, min_interval=0.1, clock=time.monotonic, plain=False):
         self.stream = stream if stream is not None else sys.stdout
-        self.min_interval = min_interval
+        self.plain = plain
+        self.min_interval = self.PLAIN_INTERVAL if plain else min_interval
         self.clock = clock
         self.start = clock()
         self.phase = None
@@ -68,6 +73,10 @@ class ProgressLine:
             self.pending = text
 
     def _show(self, text):
+        if self.plain:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+            return
         pad = max(0, self.width - len(text))
         self.stream.write("\r" + text + " " * pad)
         self.stream.flush()
