@@ -116,7 +116,7 @@ def test_the_installed_wheel_runs_from_another_folder(wheel, tmp_path):
     said = []
     for _ in range(2):          # a cold Numba cache (a fresh install), then a warm one
         proc = subprocess.run([str(command), "run", "tiny.ctl", "--out", "results", "--seed", "1",
-                               "--threads", "1"],
+                               "--threads", "1", "--overwrite"],
                               cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         lines = proc.stdout.splitlines()
