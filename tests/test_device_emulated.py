@@ -1103,7 +1103,7 @@ def test_emulated_gpu_training_runs_no_compiled_host_pass(fake_runtime, monkeypa
     the annealing's weights with numpy: none of convnet/vectors.py's compiled passes runs, so a GPU
     run never pays for starting the compiler."""
     from convnet import vectors
-    from convnet.train import conjgrad
+    from convnet.train import linesearch
 
     def refuse(*args, **kwargs):
         raise AssertionError("a compiled host pass ran")
@@ -1111,7 +1111,7 @@ def test_emulated_gpu_training_runs_no_compiled_host_pass(fake_runtime, monkeypa
     for name in ("step_into", "new_direction", "dot_and_change"):
         monkeypatch.setattr(vectors.HostVectors, name, staticmethod(refuse))
     monkeypatch.setattr(vectors, "selected_sum_of_squares", refuse)
-    monkeypatch.setattr(conjgrad, "step_into", refuse)
+    monkeypatch.setattr(linesearch, "step_into", refuse)
     out = _emulated_gpu_train(monkeypatch, tmp_path, maxiters=4)
     assert "Line search trial points formed on the device" in (out / "CUDA.LOG").read_text()
     with pytest.raises(AssertionError):             # the refusal itself works
