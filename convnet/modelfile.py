@@ -247,3 +247,21 @@ def load_model(path):
     """Read a model file: returns LoadedModel(arch, weights, series dict or None)."""
     saved = read_model(path)
     return LoadedModel(saved.arch, saved.weights, saved.series)
+
+
+def model_location(filename, beside, in_out, pending=False):
+    """(path, which place) of the model file LOAD MODEL names: ``beside`` the control file first,
+    then ``in_out``, the run's output folder (where SAVE MODEL writes). ``pending``: a check that
+    knows a SAVE MODEL earlier in the session will write it. ConvnetError naming both places when
+    it is in neither."""
+    if os.path.isabs(filename):
+        return beside, "as named"
+    if os.path.exists(beside):
+        return beside, "beside the control file"
+    if os.path.exists(in_out):
+        return in_out, "in the output folder"
+    if not pending:
+        raise ConvnetError(f"model file '{filename}' not found: looked for {beside} (beside the "
+                           f"control file) and {in_out} (the output folder, where SAVE MODEL "
+                           "writes)")
+    return beside, "beside the control file"

@@ -498,21 +498,16 @@ class Session:
         self.record.artifact(Artifact(path, "loaded", MODEL, loaded.arch), cmd, self.out)
 
     def _model_to_load(self, cmd):
-        """Where LOAD MODEL finds its file, and which place that is: beside the control file
-        first, then in the run's output folder (where SAVE MODEL writes)."""
-        beside, filename = cmd.args["path"], cmd.args["filename"]
-        if os.path.exists(beside) or os.path.isabs(filename):
-            return beside, "beside the control file" if not os.path.isabs(filename) else "as named"
-        in_out = self._output_path(filename)
-        if os.path.exists(in_out):
-            return in_out, "in the output folder"
-        pending = self.check_only and any(os.path.abspath(p) in self.pending_saves
-                                          for p in (beside, in_out))
-        if not pending:
-            raise cmd.error(f"model file '{filename}' not found: looked for {beside} (beside the "
-                            f"control file) and {in_out} (the output folder, where SAVE MODEL "
-                            "writes)")
-        return beside, "beside the control file"
+        """Where LOAD MODEL finds its file and which place that is (modelfile.model_location)."""
+        from .modelfile import model_location
+        pending = self.check_only and any(
+            os.path.abspath(p) in self.pending_saves
+            for p in (cmd.args["path"], self._output_path(cmd.args["filename"])))
+        try:
+            return model_location(cmd.args["filename"], cmd.args["path"],
+                                  self._output_path(cmd.args["filename"]), pending)
+        except ConvnetError as e:
+            raise cmd.error(e.message) from None
 
     # ------------------------------------------------------------------ pictures
     def _record_made(self, made, cmd):
