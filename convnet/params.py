@@ -123,15 +123,23 @@ def _default(phrase):
     return field(default=DEFAULTS[phrase])
 
 
-def _group_phrases(group, values):
-    return {definition.phrase: getattr(values, definition.attr)
-            for definition in PARAMETER_DEFS if definition.group == group}
+class _Group:
+    """A group of parameters (its ``GROUP`` names it in PARAMETER_DEFS)."""
+
+    GROUP = ""
+
+    def phrases(self):
+        """{phrase: value} of this group, in the registry's order."""
+        return {definition.phrase: getattr(self, definition.attr)
+                for definition in PARAMETER_DEFS if definition.group == self.GROUP}
 
 
 @dataclass(frozen=True)
-class TrainingParams:
+class TrainingParams(_Group):
     """What TRAIN reads: annealing (ANNEAL ITERS, RANGE, SCALE), refinement (MAXITERS, TOL) and
     the weight penalty (WPEN)."""
+
+    GROUP = "training"
 
     anneal_iters: int = _default("ANNEAL ITERS")
     anneal_range: float = _default("ANNEAL RANGE")
@@ -140,40 +148,32 @@ class TrainingParams:
     tol: float = _default("TOL")
     wpen: float = _default("WPEN")
 
-    def phrases(self):
-        """{phrase: value} of this group, in the registry's order."""
-        return _group_phrases("training", self)
-
 
 @dataclass(frozen=True)
-class DeviceParams:
+class DeviceParams(_Group):
     """What the device backend reads: MAX BATCH (None: as many as fit), MAX HID GRAD, MAX MEM
     GRAD, and CUDA DEVICES (None: GPU 0 alone; else '0,1' or 'ALL')."""
+
+    GROUP = "device"
 
     max_batch: Optional[int] = _default("MAX BATCH")
     max_hid_grad: int = _default("MAX HID GRAD")
     max_mem_grad: int = _default("MAX MEM GRAD")
     cuda_devices: Optional[str] = _default("CUDA DEVICES")
 
-    def phrases(self):
-        """{phrase: value} of this group, in the registry's order."""
-        return _group_phrases("device", self)
-
 
 @dataclass(frozen=True)
-class SeriesParams:
+class SeriesParams(_Group):
     """How READ SERIES images a series (the keyword settings, SERIES DIFFLOG and the like, are
     the reader's own SeriesSettings fields)."""
+
+    GROUP = "series"
 
     column: int = _default("SERIES COLUMN")
     window: int = _default("SERIES WINDOW")
     resolution: int = _default("SERIES RESOLUTION")
     shift: int = _default("SERIES SHIFT")
     frac_full: float = _default("SERIES FRAC FULL")
-
-    def phrases(self):
-        """{phrase: value} of this group, in the registry's order."""
-        return _group_phrases("series", self)
 
 
 _GROUPS = {"training": TrainingParams, "device": DeviceParams, "series": SeriesParams}
