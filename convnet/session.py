@@ -510,34 +510,30 @@ class Session:
             raise cmd.error(e.message) from None
 
     # ------------------------------------------------------------------ pictures
+    def _draw(self, cmd, draw, *args):
+        """A DISPLAY command: ``draw`` writes its picture under --out (nothing under `convnet
+        check`) and returns what it made, which is listed and recorded in results.json."""
+        path = None if self.check_only else self._output_path(cmd.args["file"])
+        self._record_made(draw(cmd, *args, path), cmd)
+
     def _record_made(self, made, cmd):
         """A file a command wrote under --out: listed among the outputs and in results.json."""
-        if made is None:                        # a check draws nothing
-            return
-        self._wrote(made.path)
-        self.record.artifact(made, cmd, self.out)
-
-    def _picture_path(self, cmd):
-        """Where a DISPLAY command draws (None under `convnet check`: nothing is drawn)."""
-        return None if self.check_only else self._output_path(cmd.args["file"])
+        if made is not None:                    # a check draws nothing
+            self._wrote(made.path)
+            self.record.artifact(made, cmd, self.out)
 
     def _display_training_images(self, cmd):
-        data = self._need_data(cmd, labels=False)
-        made = display_commands.display_training_images(cmd, data, self._picture_path(cmd))
-        self._record_made(made, cmd)
+        self._draw(cmd, display_commands.display_training_images,
+                   self._need_data(cmd, labels=False))
 
     def _display_filter_images(self, cmd):
         self._need_model(cmd)
-        made = display_commands.display_filter_images(cmd, self.model_arch, self.model,
-                                                      self._picture_path(cmd))
-        self._record_made(made, cmd)
+        self._draw(cmd, display_commands.display_filter_images, self.model_arch, self.model)
 
     def _display_activation_images(self, cmd):
         self._need_model(cmd)
-        data = self._need_data(cmd, labels=False)
-        made = display_commands.display_activation_images(cmd, self.model_arch, data, self.model,
-                                                          self._picture_path(cmd))
-        self._record_made(made, cmd)
+        self._draw(cmd, display_commands.display_activation_images, self.model_arch,
+                   self._need_data(cmd, labels=False), self.model)
 
     # ------------------------------------------------------------------ the dispatch table
     # Every command name the parser produces (control.COMMANDS' command_name, plus SET for
@@ -565,7 +561,6 @@ class Session:
         "DISPLAY FILTER IMAGES": _display_filter_images,
         "DISPLAY ACTIVATION IMAGES": _display_activation_images,
     }
-
 
 
 def _as_user_error(error, cmd):
