@@ -50,8 +50,9 @@ class Arg:
     """One argument of a command: a name, a type and a range check."""
 
     def __init__(self, name, value_type, minimum=None, maximum=None, choices=None, optional=False,
-                 exclusive_min=False, joined=False):
+                 exclusive_min=False, joined=False, exclusive_max=False):
         self.name, self.value_type = name, value_type
+        self.exclusive_max = exclusive_max
         self.joined = joined            # the words after '=' are one value ("0, 1")
         self.minimum, self.maximum, self.exclusive_min = minimum, maximum, exclusive_min
         self.choices, self.optional = choices, optional
@@ -80,6 +81,9 @@ class Arg:
         words = {"int": "whole number", "float": "number"}[self.value_type]
         lo, hi = self.minimum, self.maximum
         if lo is not None and hi is not None:
+            if self.exclusive_min or self.exclusive_max:
+                return (f"{words}, {'above' if self.exclusive_min else 'from'} {lo} and "
+                        f"{'below' if self.exclusive_max else 'at most'} {hi}")
             return f"{words}, {lo} to {hi}"
         if lo is not None:
             return f"{words}, {'greater than' if self.exclusive_min else 'at least'} {lo}"
@@ -140,6 +144,8 @@ class Arg:
                 raise ValueError(f"{what}: {self.name} must be greater than {self.minimum}, not {shown(text)}")
             if not self.exclusive_min and value < self.minimum:
                 raise ValueError(f"{what}: {self.name} must be at least {self.minimum}, not {shown(text)}")
+        if self.maximum is not None and self.exclusive_max and value >= self.maximum:
+            raise ValueError(f"{what}: {self.name} must be less than {self.maximum}, not {shown(text)}")
         if self.maximum is not None and value > self.maximum:
             raise ValueError(f"{what}: {self.name} must be at most {self.maximum}, not {shown(text)}")
         return value
@@ -277,11 +283,12 @@ COMMANDS: List[CommandSpec] = [
 def _param_arg(definition):
     """The argument of a ``NAME = value`` line, from its definition in params.py."""
     if definition.value_type == "choice":
-        return Arg(definition.phrase, "choice", choices=definition.choices)
+        return Arg(definition.phrase, "choice", choices=definition.choices,
+                   joined=any(" " in choice for choice in definition.choices))
     if definition.value_type == "devices":
         return Arg(definition.phrase, "devices", joined=True)
     return Arg(definition.phrase, definition.value_type, definition.minimum, definition.maximum,
-               exclusive_min=definition.exclusive_min)
+               exclusive_min=definition.exclusive_min, exclusive_max=definition.exclusive_max)
 
 
 # The NAME = value entries, made from the one table of parameters (params.PARAMETER_DEFS).

@@ -10,7 +10,9 @@ weight vector in the book's host order:
 * ``subset(case_indices)``: an evaluator with this same interface over those cases (0-based
   indices into its own cases, in the order given; repeats allowed) of the data already bound:
   the data set is not sent to the backend again and nothing is tuned again (for validation sets
-  and mini-batches). Its results are those of a fresh evaluator on those cases.
+  and mini-batches). Its results are those of a fresh evaluator on those cases;
+* ``minibatches(rule, batch_size, rates, weights)``: the steps of mini-batch gradient descent
+  (convnet/minibatch.py), on the host through ``subset`` unless the backend runs them itself.
 
 What is common to every backend lives here, once: the checks of inputs, classes, weights and
 the penalty (each failure one :class:`~convnet.errors.ConvnetError`), the scale 1 / (n_cases *
@@ -164,6 +166,13 @@ class Evaluator:
         self.scale = 1.0 / (self.n_cases * arch.n_classes)
         self.penalty = parent.penalty
         return cases
+
+    def minibatches(self, rule, batch_size, rates, weights):
+        """The runner of mini-batch descent's steps from ``weights`` (minibatch.py): here the
+        host's, through :meth:`subset`; a backend that keeps the steps on its own device offers
+        its own."""
+        from .minibatch import HostMiniBatches
+        return HostMiniBatches(self, rule, batch_size, rates, weights)
 
     def need_classes(self):
         """The classes, or ConvnetError when the data set came without them."""

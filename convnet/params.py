@@ -29,11 +29,19 @@ class ParamDef:
     minimum: Any = None
     maximum: Any = None
     exclusive_min: bool = False
+    exclusive_max: bool = False
     choices: Optional[Tuple[str, ...]] = None
     aliases: Tuple[str, ...] = ()
 
 
 ANNEAL_SCALES = ("FLAT", "FANIN")
+# TRAIN METHOD: the book's annealing then conjugate gradients, or mini-batch gradient descent
+BOOK_METHOD_NAME = "ANNEAL CG"
+TRAIN_METHODS = (BOOK_METHOD_NAME, "SGD", "ADAM")
+LR_SCHEDULES = ("CONSTANT", "STEP", "COSINE", "ONE CYCLE")
+# LEARNING RATE when not set, by method (the criterion is a mean per case and class, so SGD's
+# rate is about n_classes times the usual one for a mean per case; Adam's steps do not scale)
+DEFAULT_LEARNING_RATES = {"SGD": 0.5, "ADAM": 0.002}
 
 # The largest whole numbers a control file may give, so that a size, count or stride out of all
 # proportion is a range error at its line in `check` and not an overflow deep in a run.
@@ -72,6 +80,47 @@ PARAMETER_DEFS = (
              "Refinement also ends at MAXITERS iterations, when the gradient vanishes, or when the "
              "negative gradient gives no lower point", 0.00005, minimum=0.0, exclusive_min=True),
     ParamDef("WPEN", "training", "wpen", "float", "weight penalty", 0.0, minimum=0.0),
+    ParamDef("TRAIN METHOD", "training", "method", "choice",
+             "how TRAIN trains: ANNEAL CG, the book's annealing then conjugate gradients on "
+             "every case; SGD, annealing (ANNEAL ITERS, at least one random start) then "
+             "mini-batch gradient descent with momentum; ADAM, the same with Adam's steps",
+             BOOK_METHOD_NAME, choices=TRAIN_METHODS),
+    ParamDef("BATCH SIZE", "training", "batch_size", "int",
+             "cases per mini-batch of SGD and ADAM (at most the training cases; an epoch takes "
+             "whole batches of the shuffled cases, the few left over wait for a later epoch)",
+             64, minimum=1, maximum=MAX_COUNT),
+    ParamDef("EPOCHS", "training", "epochs", "int", "passes of SGD and ADAM over the training "
+             "cases", 10, minimum=1, maximum=MAX_COUNT),
+    ParamDef("LEARNING RATE", "training", "learning_rate", "float",
+             "step size of SGD and ADAM at the top of the schedule", minimum=0.0,
+             exclusive_min=True,
+             default_note=", ".join(f"{method} {rate}"
+                                    for method, rate in DEFAULT_LEARNING_RATES.items())),
+    ParamDef("LR SCHEDULE", "training", "lr_schedule", "choice",
+             "how the learning rate changes over the steps: CONSTANT; STEP, times LR STEP FACTOR "
+             "every LR STEP EPOCHS epochs; COSINE, down to zero along a half cosine; ONE CYCLE, up "
+             "from a 25th of it over the first 30 % of the steps, then down along a half cosine",
+             "CONSTANT", choices=LR_SCHEDULES),
+    ParamDef("LR STEP EPOCHS", "training", "lr_step_epochs", "int",
+             "epochs between the learning rate's drops (LR SCHEDULE = STEP)", 10, minimum=1,
+             maximum=MAX_COUNT),
+    ParamDef("LR STEP FACTOR", "training", "lr_step_factor", "float",
+             "what each drop multiplies the learning rate by (LR SCHEDULE = STEP)", 0.1,
+             minimum=0.0, maximum=1.0, exclusive_min=True),
+    ParamDef("MOMENTUM", "training", "momentum", "float",
+             "SGD's momentum: the step is the gradient plus MOMENTUM times the step before", 0.9,
+             minimum=0.0, maximum=1.0, exclusive_max=True),
+    ParamDef("NESTEROV", "training", "nesterov", "choice",
+             "YES: SGD's momentum looks ahead (Nesterov's form)", "NO", choices=("YES", "NO")),
+    ParamDef("ADAM BETA1", "training", "beta1", "float",
+             "ADAM's decay of its running mean of the gradient", 0.9, minimum=0.0, maximum=1.0,
+             exclusive_max=True),
+    ParamDef("ADAM BETA2", "training", "beta2", "float",
+             "ADAM's decay of its running mean of the squared gradient", 0.999, minimum=0.0,
+             maximum=1.0, exclusive_max=True),
+    ParamDef("ADAM EPSILON", "training", "epsilon", "float",
+             "ADAM's guard against dividing by a vanishing squared gradient", 1e-8, minimum=0.0,
+             exclusive_min=True),
     ParamDef("CUDA", "", "cuda", "choice", "use the GPU: YES, NO or AUTO", "AUTO",
              choices=("YES", "NO", "AUTO")),
     ParamDef("CUDA DEVICES", "device", "cuda_devices", "devices",
@@ -136,8 +185,9 @@ class _Group:
 
 @dataclass(frozen=True)
 class TrainingParams(_Group):
-    """What TRAIN reads: annealing (ANNEAL ITERS, RANGE, SCALE), refinement (MAXITERS, TOL) and
-    the weight penalty (WPEN)."""
+    """What TRAIN reads: the method (TRAIN METHOD), annealing (ANNEAL ITERS, RANGE, SCALE),
+    refinement (MAXITERS, TOL), the weight penalty (WPEN), and the mini-batch methods' settings
+    (BATCH SIZE, EPOCHS, LEARNING RATE and its schedule, MOMENTUM, NESTEROV, Adam's)."""
 
     GROUP = "training"
 
@@ -147,6 +197,25 @@ class TrainingParams(_Group):
     maxiters: int = _default("MAXITERS")
     tol: float = _default("TOL")
     wpen: float = _default("WPEN")
+    method: str = _default("TRAIN METHOD")
+    batch_size: int = _default("BATCH SIZE")
+    epochs: int = _default("EPOCHS")
+    learning_rate: Optional[float] = _default("LEARNING RATE")
+    lr_schedule: str = _default("LR SCHEDULE")
+    lr_step_epochs: int = _default("LR STEP EPOCHS")
+    lr_step_factor: float = _default("LR STEP FACTOR")
+    momentum: float = _default("MOMENTUM")
+    nesterov: str = _default("NESTEROV")
+    beta1: float = _default("ADAM BETA1")
+    beta2: float = _default("ADAM BETA2")
+    epsilon: float = _default("ADAM EPSILON")
+
+    @property
+    def rate(self):
+        """LEARNING RATE, or the method's default when it is not set."""
+        if self.learning_rate is not None:
+            return float(self.learning_rate)
+        return DEFAULT_LEARNING_RATES.get(self.method, DEFAULT_LEARNING_RATES["SGD"])
 
 
 @dataclass(frozen=True)

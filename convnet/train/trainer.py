@@ -6,7 +6,8 @@ loop, Ctrl-C, timing, progress and each phase's result lines), then two short st
   2. Conjugate-gradient refinement (conjgrad.py) until MAXITERS iterations or convergence (TOL).
   3. A final pass over the data with the best weights: the criterion that is reported.
   4. The confusion matrix of the training data (confusion.py).
-Phases 1 and 2 are the book's method (BOOK_METHOD); another method is another list of phases.
+Phases 1 and 2 are the book's method (BOOK_METHOD); another method is another list of phases
+(METHODS, by TRAIN METHOD: SGD and ADAM anneal, then take mini-batch steps, minibatch.py).
 
 The criterion everywhere in TRAIN is the one being minimized: the mean negative log likelihood per
 case and class (Equation 1-13) plus the weight penalty WPEN / n_weights * (sum of squared non-bias
@@ -34,10 +35,14 @@ from ..host.threads import single_threaded_blas
 from .anneal import AnnealingPhase
 from .confusion import confusion_matrix, format_confusion, misclassification
 from .conjgrad import RefinementPhase
+from .minibatch import MiniBatchPhase
 from .phase import PhaseResult, format_criterion, run_steps
 
 # A training method: the phases it runs, each made from the TrainingParams.
 BOOK_METHOD = (AnnealingPhase, RefinementPhase)
+MINIBATCH_METHOD = (AnnealingPhase, MiniBatchPhase)       # SGD or Adam, by TRAIN METHOD
+# TRAIN METHOD -> the method's phases
+METHODS = {"ANNEAL CG": BOOK_METHOD, "SGD": MINIBATCH_METHOD, "ADAM": MINIBATCH_METHOD}
 
 
 @dataclass
@@ -117,7 +122,7 @@ class TrainContext:
             self.progress(phase.label, step, current, best, total=phase.progress_total)
 
 
-def train(model, dataset, training, log, interrupt, rng, progress=None, method=BOOK_METHOD):
+def train(model, dataset, training, log, interrupt, rng, progress=None, method=None):
     """Train ``model`` on ``dataset`` by ``method``'s phases, then the final pass and the
     confusion matrix (see the module notes); returns TrainResult.
 
@@ -127,7 +132,7 @@ def train(model, dataset, training, log, interrupt, rng, progress=None, method=B
     the session's Ctrl-C counter (.stop_requested(), .reset()); rng: numpy Generator (the only
     source of randomness); progress: optional callable(phase label, step, current, best,
     total=limit) for a live display; it may have ``start_phase(phase)``, told as each phase starts;
-    method: the phase classes, each made from ``training``.
+    method: the phase classes, each made from ``training`` (None: those of its TRAIN METHOD).
 
     The BLAS library is held to one thread throughout: the optimizer's vector operations (dot
     products and updates of every weight) are memory-bound, and waking BLAS threads for each of
@@ -138,6 +143,7 @@ def train(model, dataset, training, log, interrupt, rng, progress=None, method=B
         ev = model.evaluator(dataset.inputs, dataset.classes, float(training.wpen))
         t_all = time.perf_counter()
         context = TrainContext(model, ev, rng, log, interrupt.stop_requested, progress)
+        method = METHODS[training.method] if method is None else method
         phases = _run_phases([make(training) for make in method], context, interrupt)
         return _final(context, dataset, float(training.wpen), phases, t_all)
 

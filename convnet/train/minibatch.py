@@ -1,0 +1,114 @@
+"""Mini-batch gradient descent as a phase of TRAIN (TRAIN METHOD = SGD or ADAM).
+
+The phase starts from the previous phase's weights (annealing's best point: with ANNEAL ITERS = 0
+just its one random start) and takes EPOCHS passes over the training cases, each in a new order
+drawn from the run's generator, in whole batches of BATCH SIZE cases (convnet/minibatch.py says
+how a step moves the weights). One step is one batch, so a Ctrl-C ends the phase between two
+batches, with the weights of the last step.
+
+Each epoch writes a line to CONVNET.LOG and a point of the trace: the mean criterion of its
+batches, each taken at the weights the batch's gradient was taken at (the likelihood term, the
+batch's mean per case and class), plus the weight penalty of the weights the epoch ended with.
+The model holds the weights of the last finished epoch; the phase's result is its last epoch.
+"""
+
+import time
+
+from ..minibatch import ADAM, UpdateRule, batch_layout, learning_rates
+from .phase import LINE, Phase, PhaseResult, format_criterion
+
+STOP_WORDS = {"epochs": "the epochs were done", "interrupted": "the user interrupted it"}
+
+
+class MiniBatchPhase(Phase):
+    """Mini-batch gradient descent, SGD or Adam by TRAIN METHOD (see the module notes)."""
+
+    unit, chart = "epoch", LINE
+
+    def __init__(self, training):
+        self.training = training
+        self.rule = UpdateRule.from_training(training)
+        adam = self.rule.kind == ADAM
+        self.name = "adam" if adam else "sgd"
+        self.label = "Adam" if adam else "SGD"
+        self.title = "Mini-batch descent (" + ("Adam)" if adam else "SGD with momentum)")
+        self.limit = int(training.epochs)
+        self.runner = None
+
+    @property
+    def done(self):
+        return self.interrupted or self.epoch >= self.limit
+
+    def start(self, context, weights):
+        t = self.training
+        self.context = context
+        ev = context.evaluator
+        if weights is None:
+            weights = context.model.weights.copy()
+        self.batch, self.per_epoch = batch_layout(ev.n_cases, t.batch_size)
+        self.rates = learning_rates(t.rate, t.lr_schedule, self.limit, self.per_epoch,
+                                    t.lr_step_epochs, t.lr_step_factor)
+        self.runner = ev.minibatches(self.rule, self.batch, self.rates, weights)
+        self.epoch, self.interrupted, self.steps = 0, False, 0
+        self.trace, self.seconds, self.epoch_rates = [], [], []
+        self.weights = weights
+        self._log_start(ev.n_cases)
+
+    def _log_start(self, n_cases):
+        t, rule = self.training, self.rule
+        how = (f"betas {rule.beta1:g}, {rule.beta2:g}, epsilon {rule.epsilon:g}"
+               if rule.kind == ADAM else
+               f"momentum {rule.momentum:g}{' (Nesterov)' if rule.nesterov else ''}")
+        self.context.log.write(
+            f"{self.title}: {self.limit} epochs of {self.per_epoch} batches of {self.batch} "
+            f"cases ({n_cases} cases), learning rate {t.rate:g} ({t.lr_schedule.lower()}), "
+            f"{how}")
+
+    def step(self):
+        if not self.runner.steps_left:
+            self.runner.start_epoch(self.context.rng.permutation(self.context.evaluator.n_cases))
+            self.t0 = time.perf_counter()
+        self.runner.step()
+        self.steps += 1
+        if not self.runner.steps_left:
+            self._end_epoch()
+
+    def _end_epoch(self):
+        likelihood, w = self.runner.end_epoch()
+        ev = self.context.evaluator
+        criterion = likelihood + ev.penalty.value(w)
+        self.epoch += 1
+        self.weights = w
+        self.context.model.weights = w
+        seconds = time.perf_counter() - self.t0
+        self.trace.append((self.epoch, float(criterion)))
+        self.seconds.append(seconds)
+        self.epoch_rates.append(float(self.rates[self.steps - 1]))
+        self.context.log.write(f"Epoch {self.epoch} criterion = {format_criterion(criterion)} "
+                               f"learning rate = {self.epoch_rates[-1]:.4g} "
+                               f"({seconds:.2f} s)")
+        self.context.report(self, self.epoch, criterion, criterion)
+
+    def interrupt(self):
+        """End at once: a partly done epoch counts as one (its batches so far)."""
+        if self.runner.steps_left and self.runner.position:
+            self._end_epoch()
+        self.interrupted = True
+
+    def finish(self):
+        criterion = self.trace[-1][1] if self.trace else None
+        stop = "interrupted" if self.interrupted else "epochs"
+        return PhaseResult(self.name, self.title, self.unit, self.chart, list(self.trace),
+                           criterion, self.epoch, self.limit, self.interrupted, stop,
+                           STOP_WORDS[stop], evaluations={"gradient": self.steps},
+                           figures={"learning_rate": list(self.epoch_rates),
+                                    "epoch_seconds": list(self.seconds)},
+                           weights=self.weights)
+
+    def log_result(self, log, result):
+        if result.interrupted:
+            log.write("WARNING... User pressed ESCape during optimization")
+            log.write("Results are incomplete and may be seriously incorrect")
+        log.write(f"{self.label}: {result.steps} epochs ({result.evaluations['gradient']} "
+                  f"mini-batch gradients), {result.seconds:.2f} seconds, ended because "
+                  f"{result.stop_words}")
