@@ -32,7 +32,7 @@ def test_kernel_constants_match_the_host():
 
 
 # the kernel files nvcc builds in a second or so (the fast subset); the others are slow
-QUICK_KERNELS = ("output.cu", "pool.cu", "weights.cu")
+QUICK_KERNELS = ("output.cu", "pool.cu", "weights.cu", "minibatch.cu")
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
@@ -60,7 +60,8 @@ def test_kernel_file_compiles(path, tmp_path):
               "output.cu": ["softmax_ll", "ll_sum"],
               "weights.cu": ["weights_scatter", "grad_flatten", "grad_finish", "line_point",
                              "vec_step", "vec_direction", "vec_neg",
-                             "vec_sums", "vec_finish"]}[mod]
+                             "vec_sums", "vec_finish"],
+              "minibatch.cu": ["minibatch_gather", "minibatch_update", "minibatch_advance"]}[mod]
     assert wanted, mod
     for name in wanted:
         assert f".entry {name}(" in ptx, f"{name} missing from {mod}"

@@ -178,6 +178,12 @@ class DeviceEvaluator(Evaluator):
         line.py); the optimizer's ``line`` (convnet.train.conjgrad.HostLine)."""
         return DeviceLine(self, x, d)
 
+    def minibatches(self, rule, batch_size, rates, weights):
+        """Mini-batch descent with the weights, the rule's state and the steps on the device
+        (device/minibatch.py)."""
+        from .minibatch import DeviceMiniBatches
+        return DeviceMiniBatches(self, rule, batch_size, rates, weights)
+
     @property
     def vectors(self):
         """The refinement's vectors kept on the device (line.py); the optimizer's ``vectors``."""

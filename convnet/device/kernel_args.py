@@ -112,6 +112,15 @@ VEC_DIRECTION = KernelParams("vec_direction", "weights.cu", d=PTR, beta=DOUBLE, 
 VEC_NEG = KernelParams("vec_neg", "weights.cu", out=PTR, v=PTR, n=INT)
 VEC_SUMS = KernelParams("vec_sums", "weights.cu", a=PTR, b=PTR, n=INT, mode=INT, part=PTR)
 VEC_FINISH = KernelParams("vec_finish", "weights.cu", part=PTR, n_parts=INT, k=INT, out=PTR)
+# mini-batch descent on the device (minibatch.cu, device/minibatch.py)
+MINIBATCH_GATHER = KernelParams("minibatch_gather", "minibatch.cu", x=PTR, classes=PTR, order=PTR,
+                                counters=PTR, batch=INT, n_inputs=INT, xb=PTR, cb=PTR)
+MINIBATCH_UPDATE = KernelParams("minibatch_update", "minibatch.cu", w=PTR, grad=PTR, first=PTR,
+                                second=PTR, rates=PTR, counters=PTR, n=INT, adam=INT,
+                                momentum=DOUBLE, nesterov=INT, beta1=DOUBLE, beta2=DOUBLE,
+                                epsilon=DOUBLE, w32=PTR)
+MINIBATCH_ADVANCE = KernelParams("minibatch_advance", "minibatch.cu", counters=PTR, ll=PTR,
+                                 epoch_ll=PTR)
 # weights each block of line_point and vec_sums covers (LINE_BLOCK in weights.cu)
 LINE_BLOCK = 4096
 LINE_THREADS = 256
@@ -119,7 +128,8 @@ LINE_THREADS = 256
 FAMILIES = (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL, CONV_GRAD_POOLED, POOL_FORWARD,
             POOL_BACKWARD, POOL_BACKWARD_TILES, SOFTMAX_LL, LL_SUM, WEIGHTS_SCATTER, GRAD_FLATTEN,
             GRAD_FLATTEN_D, GRAD_SLOT_SUM, GRAD_FINISH, LINE_POINT, VEC_STEP,
-            VEC_DIRECTION, VEC_NEG, VEC_SUMS, VEC_FINISH)
+            VEC_DIRECTION, VEC_NEG, VEC_SUMS, VEC_FINISH, MINIBATCH_GATHER, MINIBATCH_UPDATE,
+            MINIBATCH_ADVANCE)
 
 # conv_small.cu is compiled for these padded slice counts (a function per width).
 CONV_SMALL_WIDTHS = (4, 8, 12, 16, 20, 24, 28, 32)

@@ -10,7 +10,8 @@ from . import tuning
 from .kernel_args import (CONV_GRAD_POOLED, CONV_SMALL, CONV_SMALL_POOL, CONV_SMALL_POOL_FIXED,
                           CONV_SMALL_POOL_VALUES, GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN,
                           GRAD_FLATTEN_D, GRAD_SLOT_SUM, LINE_BLOCK, LINE_POINT, LINE_THREADS,
-                          LL_SUM, POOL_BACKWARD, POOL_BACKWARD_TILES, POOL_FORWARD, SOFTMAX_LL,
+                          LL_SUM, MINIBATCH_ADVANCE, MINIBATCH_GATHER, MINIBATCH_UPDATE,
+                          POOL_BACKWARD, POOL_BACKWARD_TILES, POOL_FORWARD, SOFTMAX_LL,
                           VEC_DIRECTION, VEC_FINISH, VEC_NEG, VEC_STEP, VEC_SUMS, WEIGHTS_SCATTER)
 
 EPI_NONE, EPI_TANH, EPI_DERIV = 0, 1, 2     # gemm_nn epilogue: none, tanh, times tanh'(prior)
@@ -395,3 +396,24 @@ def vec_sums(rt, a, b, n, mode, part):
 def vec_finish(rt, part, n_parts, k, out):
     rt.launch("vec_finish", (1, 1, 1), (32, 1, 1),
               *VEC_FINISH.pack(part=part, n_parts=n_parts, k=k, out=out))
+
+
+# ------------------------------------------------------------------ mini-batch descent (minibatch.cu)
+def minibatch_gather(rt, x, classes, order, counters, batch, n_inputs, xb, cb):
+    rt.launch("minibatch_gather", _blocks(batch * n_inputs), (ELEMENTWISE_THREADS, 1, 1),
+              *MINIBATCH_GATHER.pack(x=x, classes=classes, order=order, counters=counters,
+                                     batch=batch, n_inputs=n_inputs, xb=xb, cb=cb))
+
+
+def minibatch_update(rt, w, grad, first, second, rates, counters, n, rule, w32):
+    rt.launch("minibatch_update", _blocks(n), (ELEMENTWISE_THREADS, 1, 1),
+              *MINIBATCH_UPDATE.pack(w=w, grad=grad, first=first, second=second, rates=rates,
+                                     counters=counters, n=n, adam=int(rule.kind == "ADAM"),
+                                     momentum=rule.momentum, nesterov=int(rule.nesterov),
+                                     beta1=rule.beta1, beta2=rule.beta2, epsilon=rule.epsilon,
+                                     w32=w32))
+
+
+def minibatch_advance(rt, counters, ll, epoch_ll):
+    rt.launch("minibatch_advance", (1, 1, 1), (32, 1, 1),
+              *MINIBATCH_ADVANCE.pack(counters=counters, ll=ll, epoch_ll=epoch_ll))

@@ -17,7 +17,8 @@ from .tuning import NN_SHARED, NN_TILES, SHARED_BYTES, tile_source, tn_tiles
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 # built when a runtime starts
-EAGER_FILES = ("gemm.cu", "gemm_async.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu")
+EAGER_FILES = ("gemm.cu", "gemm_async.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu",
+               "minibatch.cu")
 # built for one layer shape at a time, when first launched (conv_tiled.py)
 SPECIALIZED_FILES = ("conv_tiled.cu",)
 KERNEL_FILES = EAGER_FILES + SPECIALIZED_FILES

@@ -7,12 +7,13 @@ from .conv_small_reference import ConvSmallReference
 from .conv_tiled_reference import ConvTiledReference
 from .gemm_reference import GemmReference
 from .host_memory import Alloc
+from .minibatch_reference import MiniBatchReference
 from .output_reference import OutputReference
 from .weights_reference import WeightsReference
 
 
 class ReferenceKernels(GemmReference, ConvSmallReference, ConvTiledReference, OutputReference,
-                       WeightsReference):
+                       WeightsReference, MiniBatchReference):
     """The references of every kernel family, over one HostMemory."""
 
     def launch(self, name, grid, block, args, shared=0, specialized=None):

@@ -1,0 +1,36 @@
+"""The numpy reference of minibatch.cu: the batch's cases gathered by the epoch's order, the
+update rule's step (convnet/minibatch.py's update_weights itself), and the counters' advance."""
+
+import numpy as np
+
+from ...minibatch import ADAM, SGD, UpdateRule, update_weights
+from .host_memory import ReferenceBase
+
+
+class MiniBatchReference(ReferenceBase):
+    """See the module docstring."""
+
+    def minibatch_gather(self, grid, block, x, classes, order, counters, batch, n_inputs, xb, cb):
+        assert grid[0] * block[0] >= batch * n_inputs
+        step = int(self.mem.view(counters, np.int32, 2)[1])
+        cases = self.mem.view(order, np.int32, (step + 1) * batch)[step * batch:].astype(np.int64)
+        rows = self.gather(x, np.float32, cases[:, None] * n_inputs + np.arange(n_inputs))
+        self.mem.view(xb, np.float32, batch * n_inputs)[:] = rows.ravel()
+        self.mem.view(cb, np.int32, batch)[:] = self.gather(classes, np.int32, cases)
+
+    def minibatch_update(self, grid, block, w, grad, first, second, rates, counters, n, adam,
+                         momentum, nesterov, beta1, beta2, epsilon, w32):
+        assert grid[0] * block[0] >= n
+        step = int(self.mem.view(counters, np.int32, 2)[0])
+        rule = UpdateRule(ADAM if adam else SGD, momentum, bool(nesterov), beta1, beta2, epsilon)
+        wv = self.mem.view(w, np.float64, n)
+        state2 = self.mem.view(second, np.float64, n) if adam else None
+        update_weights(rule, wv, self.mem.view(grad, np.float64, n).copy(),
+                       self.mem.view(first, np.float64, n), state2,
+                       float(self.mem.view(rates, np.float64, step + 1)[step]), step + 1)
+        self.mem.view(w32, np.float32, n)[:] = wv.astype(np.float32)
+
+    def minibatch_advance(self, grid, block, counters, ll, epoch_ll):
+        c = self.mem.view(counters, np.int32, 2)
+        c += 1
+        self.mem.view(epoch_ll, np.float64, 1)[0] += self.mem.view(ll, np.float64, 1)[0]

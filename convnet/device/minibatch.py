@@ -1,0 +1,118 @@
+"""Mini-batch gradient descent kept on the device (the runner of convnet/minibatch.py).
+
+The training cases are on the device already (the evaluator's d_x). A step is one launch
+sequence, recorded once as a CUDA graph and replayed for every step:
+
+    minibatch_gather   the batch's cases and classes, by the epoch's order, into the buffers of
+                       an evaluator of one batch (DeviceEvaluator.subset made once)
+    ...                that evaluator's gradient launches (the same kernels as any gradient)
+    minibatch_update   the update rule on the float64 weights and its state, and the float32
+                       weights for the layouts
+    minibatch_advance  the step counters, and the epoch's summed log likelihood
+    weights_scatter    the float32 weights into the device layouts
+
+Where the step is (in the run: its learning rate, Adam's t; in the epoch: its cases) is read
+from counters on the device, so the graph is the same for every step. The host sends the
+epoch's order (a permutation of the cases, 4 bytes a case) at the start of each epoch and reads
+the epoch's likelihood and the weights at its end; between those it only launches the graph.
+"""
+
+import numpy as np
+
+from ..minibatch import ADAM, batch_layout
+from . import launches as K
+from .runtime import NULL, ptr
+
+STEP = "mini-batch step"        # the key of the step's graph (DeviceEvaluator._queue)
+
+
+class DeviceMiniBatches:
+    """The runner of minibatch.HostMiniBatches' interface, on the device."""
+
+    def __init__(self, evaluator, rule, batch_size, rates, weights):
+        self.evaluator, self.rule = evaluator, rule
+        b = self.backend = evaluator.backend
+        rt = b.rt
+        n = self.n = b.n_weights
+        self.batch, self.per_epoch = batch_layout(evaluator.n_cases, batch_size)
+        # an evaluator of one batch: its buffers and launch plan; gather fills its cases
+        self.part = evaluator.subset(np.arange(self.batch))
+        with rt.active():
+            self.d_w = b.alloc(8 * n)
+            self.d_first = b.alloc(8 * n)
+            self.d_second = b.alloc(8 * n) if rule.kind == ADAM else self.d_first
+            self.d_rates = rt.upload(np.ascontiguousarray(rates, dtype=np.float64))
+            self.d_counters = b.alloc(8)
+            self.d_epoch_ll = b.alloc(8)
+            self.d_order = b.alloc(4 * evaluator.n_cases)
+            self.h_order = rt.cuda.pagelocked_empty(evaluator.n_cases, np.int32)
+            self.h_epoch_ll = rt.cuda.pagelocked_empty(1, np.float64)
+            self.h_w = rt.cuda.pagelocked_empty(n, np.float64)
+            rt.cuda.memcpy_htod(self.d_w, np.ascontiguousarray(weights, dtype=np.float64))
+            rt.cuda.memset_d32(self.d_first, 0, 2 * n)
+            if rule.kind == ADAM:
+                rt.cuda.memset_d32(self.d_second, 0, 2 * n)
+            rt.cuda.memset_d32(self.d_counters, 0, 2)
+        self.position = 0
+        self.in_epoch = False
+        evaluator.allocation.append(f"Mini-batch descent on the device: weights and "
+                                    f"{rule.state_vectors} state vectors, {8 * n * (1 + rule.state_vectors) / 2**20:.1f} MB")
+
+    @property
+    def steps_left(self):
+        return self.per_epoch - self.position if self.in_epoch else 0
+
+    def start_epoch(self, order):
+        """Send the epoch's order, zero the epoch's counter and sum, and round the weights into
+        the layouts again (another evaluation between epochs may have sent its own)."""
+        b = self.backend
+        rt = b.rt
+        self.h_order[:] = np.asarray(order, dtype=np.int64)
+        with rt.active():
+            rt.cuda.memcpy_htod_async(self.d_order, self.h_order, rt.stream)
+            rt.cuda.memset_d32_async(int(ptr(self.d_counters, 1)), 0, 1, rt.stream)
+            rt.cuda.memset_d32_async(self.d_epoch_ll, 0, 2, rt.stream)
+            K.line_point(rt, x=self.d_w, d=self.d_w, t=NULL, n=self.n, mask=b.d_mask,
+                         w32=b.d_w32, pen_part=b.d_pen_part)
+            b.queue_scatter(mark=False)
+        self.position, self.in_epoch = 0, True
+
+    def step(self):
+        """Queue one step (the graph; the first step runs its launches as they are)."""
+        with self.backend.rt.active():
+            self.part._queue((STEP,), self._record)
+        self.position += 1
+
+    def _record(self):
+        ev, part, b = self.evaluator, self.part, self.backend
+        rt = b.rt
+        K.minibatch_gather(rt, x=ev.d_x, classes=ev.d_classes, order=self.d_order,
+                           counters=self.d_counters, batch=self.batch,
+                           n_inputs=b.plan.n_inputs, xb=part.d_x, cb=part.d_classes)
+        part._gradient_sums()
+        K.minibatch_update(rt, w=self.d_w, grad=part.d_grad, first=self.d_first,
+                           second=self.d_second, rates=self.d_rates, counters=self.d_counters,
+                           n=self.n, rule=self.rule, w32=b.d_w32)
+        K.minibatch_advance(rt, counters=self.d_counters, ll=ptr(part.d_grad, self.n, 8),
+                            epoch_ll=self.d_epoch_ll)
+        b.queue_scatter(mark=False)
+
+    def end_epoch(self):
+        """(mean likelihood term of the epoch's batches, the weights now): one wait, two
+        copies."""
+        rt = self.backend.rt
+        with rt.active():
+            rt.cuda.memcpy_dtoh_async(self.h_epoch_ll, self.d_epoch_ll, rt.stream)
+            rt.cuda.memcpy_dtoh_async(self.h_w, self.d_w, rt.stream)
+            rt.stream.synchronize()
+        steps = self.position
+        self.in_epoch = False
+        mean = float(self.h_epoch_ll[0]) * self.part.scale / steps if steps else float("nan")
+        return mean, np.array(self.h_w)
+
+    def weights(self):
+        rt = self.backend.rt
+        with rt.active():
+            rt.cuda.memcpy_dtoh_async(self.h_w, self.d_w, rt.stream)
+            rt.stream.synchronize()
+        return np.array(self.h_w)

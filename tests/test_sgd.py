@@ -1,0 +1,248 @@
+"""Mini-batch gradient descent (TRAIN METHOD = SGD | ADAM): the batch gradient, the update rules,
+the schedules, reproducibility, Ctrl-C, the device's steps (emulated; on a GPU when there is one),
+and the control file's refusals."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from convnet.architecture import Architecture
+from convnet.cli import main
+from convnet.device import backend as dbe
+from convnet.host.backend import HostBackend
+from convnet.minibatch import (ADAM, SGD, HostMiniBatches, UpdateRule, batch_layout,
+                               learning_rates, update_weights)
+from convnet.model import Model
+from convnet.params import DeviceParams, Params
+from convnet.train.minibatch import MiniBatchPhase
+from convnet.train.trainer import METHODS, TrainContext
+from test_device_emulated import fake_runtime  # noqa: F401  (the emulated CUDA runtime)
+
+ARCH = (["CONVOLUTIONAL LAYER 3 1 1 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+         "FULLY CONNECTED LAYER 5"], 8, 8, 1, 4)
+
+
+def _problem(n=120, seed=3):
+    arch = Architecture.from_lines(*ARCH)
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (n, 1, 8, 8))
+    c = rng.integers(0, 4, n)
+    w = rng.normal(0, 0.3, arch.n_weights)
+    return arch, x, c, w
+
+
+def _epochs(evaluator, rule, w, batch, epochs, seed, rates=None):
+    """Run the host or device runner for some epochs with orders from one seed; (trace, w)."""
+    _, per_epoch = batch_layout(evaluator.n_cases, batch)
+    rates = learning_rates(0.2, "COSINE", epochs, per_epoch) if rates is None else rates
+    runner = evaluator.minibatches(rule, batch, rates, w)
+    rng = np.random.default_rng(seed)
+    trace = []
+    for _ in range(epochs):
+        runner.start_epoch(rng.permutation(evaluator.n_cases))
+        while runner.steps_left:
+            runner.step()
+        likelihood, w_now = runner.end_epoch()
+        trace.append(likelihood)
+    return trace, w_now
+
+
+# ------------------------------------------------------------------ the batch gradient
+def test_batch_gradient_is_the_full_gradient_of_those_cases():
+    arch, x, c, w = _problem()
+    backend = HostBackend(arch, threads=2)
+    batch = np.array([5, 17, 3, 3, 90, 44, 61, 2, 119, 0])
+    crit, grad = backend.evaluator(x, c, 0.01).subset(batch).gradient(w)
+    crit_f, grad_f = backend.evaluator(x[batch], c[batch], 0.01).gradient(w)
+    assert crit == crit_f and np.array_equal(grad, grad_f)
+
+
+def test_batch_gradient_matches_finite_differences():
+    arch, x, c, w = _problem()
+    part = HostBackend(arch, threads=1).evaluator(x, c, 0.01).subset(np.arange(7, 39))
+    _, grad = part.gradient(w)
+    rng = np.random.default_rng(0)
+    h = 1e-6
+    for i in rng.choice(arch.n_weights, 12, replace=False):
+        up, down = w.copy(), w.copy()
+        up[i] += h
+        down[i] -= h
+        numeric = (part.criterion(up) - part.criterion(down)) / (2 * h)
+        assert abs(numeric - grad[i]) <= 1e-6 * max(1e-3, abs(grad[i])), i
+
+
+# ------------------------------------------------------------------ update rules and schedules
+def test_update_rules_by_hand():
+    g = np.array([0.5, -1.0])
+    w, v = np.array([1.0, 2.0]), np.array([0.1, 0.2])
+    update_weights(UpdateRule(SGD, momentum=0.5), w, g, v, None, 0.1, 1)
+    assert np.allclose(v, [0.55, -0.9]) and np.allclose(w, [1 - 0.055, 2 + 0.09])
+    w, v = np.array([1.0, 2.0]), np.array([0.1, 0.2])
+    update_weights(UpdateRule(SGD, momentum=0.5, nesterov=True), w, g, v, None, 0.1, 1)
+    assert np.allclose(w, [1 - 0.1 * (0.5 + 0.275), 2 - 0.1 * (-1.0 - 0.45)])
+    w, m, s = np.array([1.0, 2.0]), np.zeros(2), np.zeros(2)
+    update_weights(UpdateRule(ADAM), w, g, m, s, 0.01, 1)
+    # Adam's first step moves every weight by about the rate, against its gradient's sign
+    assert np.allclose(w, [1 - 0.01, 2 + 0.01], atol=1e-9)
+
+
+def test_schedules():
+    assert np.array_equal(learning_rates(0.3, "CONSTANT", 2, 3), np.full(6, 0.3))
+    step = learning_rates(1.0, "STEP", 5, 2, step_epochs=2, step_factor=0.5)
+    assert np.allclose(step, [1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5, 0.25, 0.25])
+    cosine = learning_rates(2.0, "COSINE", 4, 25)
+    assert cosine[0] == 2.0 and np.all(np.diff(cosine) < 0) and 0 < cosine[-1] < 0.001
+    cycle = learning_rates(1.0, "ONE CYCLE", 10, 10)
+    top = int(np.argmax(cycle))
+    assert math.isclose(cycle[0], 1 / 25) and math.isclose(cycle[top], 1.0) and top == 30
+    assert np.all(np.diff(cycle[:top + 1]) > 0) and np.all(np.diff(cycle[top:]) < 0)
+
+
+# ------------------------------------------------------------------ reproducibility
+@pytest.mark.parametrize("kind", [SGD, ADAM])
+def test_epochs_repeat_to_the_bit_whatever_the_threads(kind):
+    arch, x, c, w = _problem()
+    rule = UpdateRule(kind, momentum=0.9, nesterov=True)
+    runs = [_epochs(HostBackend(arch, threads=t).evaluator(x, c, 0.001), rule, w, 16, 2, 7)
+            for t in (1, 2, 3)]
+    for trace, w_end in runs[1:]:
+        assert trace == runs[0][0] and np.array_equal(w_end, runs[0][1])
+    assert not np.array_equal(runs[0][1], w)
+
+
+def test_descent_lowers_the_criterion():
+    arch, x, c, w = _problem(n=200)
+    ev = HostBackend(arch, threads=2).evaluator(x, c, 0.0)
+    before = ev.criterion(w)
+    _, w_end = _epochs(ev, UpdateRule(ADAM), w, 20, 8, 1,
+                       rates=learning_rates(0.01, "CONSTANT", 8, 10))
+    assert ev.criterion(w_end) < 0.95 * before
+
+
+# ------------------------------------------------------------------ the phase and Ctrl-C
+class _Log:
+    def __init__(self):
+        self.lines = []
+
+    def write(self, text):
+        self.lines.append(text)
+
+
+def _phase_run(stop_after=None, **settings):
+    arch, x, c, w = _problem()
+    model = Model(arch, threads=2)
+    model.weights = w
+    ev = model.evaluator(x, c, 0.001)
+    training = Params.from_phrases(dict({"TRAIN METHOD": "SGD", "EPOCHS": 3,
+                                         "BATCH SIZE": 25}, **settings)).training
+    steps = []
+    log = _Log()
+    context = TrainContext(model, ev, np.random.default_rng(5), log,
+                           lambda: stop_after is not None and len(steps) >= stop_after, None)
+    phase = MiniBatchPhase(training)
+    phase.start(context, w.copy())
+    while not phase.done:
+        if context.stop():
+            phase.interrupt()
+            break
+        phase.step()
+        steps.append(1)
+    return phase.finish(), model, log
+
+
+def test_phase_epochs_trace_and_log():
+    result, model, log = _phase_run()
+    assert result.name == "sgd" and result.steps == 3 and result.stop_reason == "epochs"
+    assert [e for e, _ in result.trace] == [1, 2, 3]
+    assert result.evaluations["gradient"] == 3 * 4            # 120 cases: 4 batches of 25
+    assert np.array_equal(model.weights, result.weights)
+    assert sum(line.startswith("Epoch ") for line in log.lines) == 3
+    assert METHODS["SGD"][-1] is MiniBatchPhase and METHODS["ADAM"][-1] is MiniBatchPhase
+
+
+def test_ctrl_c_ends_the_phase_between_batches():
+    result, model, _ = _phase_run(stop_after=6)
+    assert result.interrupted and result.stop_reason == "interrupted"
+    assert result.evaluations["gradient"] == 6
+    assert [e for e, _ in result.trace] == [1, 2]             # the second epoch half done
+    assert np.array_equal(model.weights, result.weights)
+
+
+# ------------------------------------------------------------------ the device
+@pytest.mark.parametrize("kind,nesterov", [(SGD, False), (SGD, True), (ADAM, False)])
+def test_emulated_device_epoch_agrees_with_the_host(fake_runtime, kind, nesterov):
+    """One epoch on the emulated device (gather, gradient, update and scatter replayed as a
+    graph) against the host's epoch from the same order."""
+    arch, x, c, w = _problem(n=100)
+    rule = UpdateRule(kind, momentum=0.8, nesterov=nesterov)
+    host = _epochs(HostBackend(arch, threads=1).evaluator(x, c, 0.01), rule, w, 16, 1, 4)
+    device_ev = dbe.DeviceBackend(arch, DeviceParams()).evaluator(x, c, 0.01)
+    graphs_before = fake_runtime.graph_launches
+    device = _epochs(device_ev, rule, w, 16, 1, 4)
+    # 6 steps: the first runs its launches, the second is captured, then replayed
+    assert fake_runtime.graph_launches - graphs_before >= 5
+    assert abs(device[0][0] - host[0][0]) <= 1e-5 * abs(host[0][0])
+    change = host[1] - w
+    assert np.linalg.norm(device[1] - host[1]) <= 1e-4 * np.linalg.norm(change)
+
+
+@pytest.mark.cuda
+def test_gpu_epochs_agree_with_the_host():
+    usable, why = dbe.device_available()
+    if not usable:
+        pytest.skip(f"no CUDA device: {why}")
+    arch, x, c, w = _problem(n=300)
+    for rule in (UpdateRule(SGD, momentum=0.9, nesterov=True), UpdateRule(ADAM)):
+        host = _epochs(HostBackend(arch, threads=1).evaluator(x, c, 0.01), rule, w, 32, 2, 4)
+        device = _epochs(dbe.DeviceBackend(arch).evaluator(x, c, 0.01), rule, w, 32, 2, 4)
+        assert np.allclose(device[0], host[0], rtol=1e-4)
+        assert np.linalg.norm(device[1] - host[1]) <= 1e-3 * np.linalg.norm(host[1] - w)
+
+
+# ------------------------------------------------------------------ the control file
+def _ctl(tmp_path, extra):
+    text = ("MAKE IMAGE 8 8 1 3 90\nCONVOLUTIONAL LAYER 2 1 1 0 0 1 1\nFULLY CONNECTED LAYER 4\n"
+            f"CUDA = NO\nANNEAL ITERS = 2\n{extra}\nTRAIN\n")
+    path = tmp_path / "sgd.ctl"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("line,message", [
+    ("BATCH SIZE = 0", "BATCH SIZE must be at least 1"),
+    ("LEARNING RATE = 0", "LEARNING RATE must be greater than 0"),
+    ("LEARNING RATE = -0.1", "LEARNING RATE must be greater than 0"),
+    ("MOMENTUM = 1", "MOMENTUM must be less than 1"),
+    ("MOMENTUM = -0.5", "MOMENTUM must be at least 0"),
+    ("EPOCHS = 0", "EPOCHS must be at least 1"),
+    ("ADAM BETA2 = 1.0", "ADAM BETA2 must be less than 1"),
+    ("ADAM EPSILON = 0", "ADAM EPSILON must be greater than 0"),
+    ("LR STEP FACTOR = 1.5", "LR STEP FACTOR must be at most 1"),
+    ("LR SCHEDULE = LINEAR", "LR SCHEDULE must be CONSTANT or STEP or COSINE or ONE CYCLE"),
+    ("TRAIN METHOD = LBFGS", "TRAIN METHOD must be ANNEAL CG or SGD or ADAM"),
+])
+def test_check_refuses_bad_values_at_their_line(tmp_path, line, message):
+    ctl = _ctl(tmp_path, line)
+    result = CliRunner().invoke(main, ["check", str(ctl)])
+    assert result.exit_code == 2, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith(f"convnet: error: {ctl}:6: ") and message in last, last
+
+
+def test_run_with_adam_records_its_phase(tmp_path):
+    ctl = _ctl(tmp_path, "TRAIN METHOD = ADAM\nEPOCHS = 3\nBATCH SIZE = 32\n"
+                         "LR SCHEDULE = ONE CYCLE\nRANDOM SEED = 9")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", str(ctl), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    results = json.loads((out / "results.json").read_text())
+    train = next(e for e in results["runs"] if e["command"] == "TRAIN")
+    names = [p["name"] for p in train["phases"]]
+    assert names == ["annealing", "adam"]
+    adam = train["phases"][1]
+    assert [p[0] for p in adam["trace"]] == [1, 2, 3] and adam["stop_reason"] == "epochs"
+    log = (out / "CONVNET.LOG").read_text()
+    assert "Epoch 3 criterion = " in log and "Adam: 3 epochs (6 mini-batch gradients)" in log
