@@ -22,7 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = {"LR": "LEARNING RATE", "EPOCHS": "EPOCHS", "BATCH": "BATCH SIZE",
-        "SCHEDULE": "LR SCHEDULE", "ANNEAL": "ANNEAL ITERS", "MOMENTUM": "MOMENTUM"}
+        "SCHEDULE": "LR SCHEDULE", "ANNEAL": "ANNEAL ITERS", "MOMENTUM": "MOMENTUM",
+        "WPEN": "WPEN", "SCALE": "ANNEAL SCALE"}
 
 
 def settings_lines(variant):
