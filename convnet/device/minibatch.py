@@ -22,7 +22,9 @@ import numpy as np
 from ..minibatch import ADAM, batch_layout
 from . import launches as K
 from .runtime import NULL, ptr
+from .tuning import Tuner
 
+TUNE_OWN = True                 # the batch's launch sites timed for it (False: the leader's choices)
 STEP = "mini-batch step"        # the key of the step's graph (DeviceEvaluator._queue)
 
 
@@ -35,8 +37,13 @@ class DeviceMiniBatches:
         rt = b.rt
         n = self.n = b.n_weights
         self.batch, self.per_epoch = batch_layout(evaluator.n_cases, batch_size)
-        # an evaluator of one batch: its buffers and launch plan; gather fills its cases
+        # an evaluator of one batch: its buffers and launch plan; gather fills its cases. Its
+        # launch sites get a tuner of their own: the training set's has timed its sites for
+        # thousands of cases (and its gradient sites not at all after a criterion-only
+        # annealing), so its choices fit a batch badly
         self.part = evaluator.subset(np.arange(self.batch))
+        if TUNE_OWN:
+            self.part.tuner = Tuner(rt, b.tune)
         with rt.active():
             self.d_w = b.alloc(8 * n)
             self.d_first = b.alloc(8 * n)
