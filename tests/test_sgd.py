@@ -189,6 +189,24 @@ def test_emulated_device_epoch_agrees_with_the_host(fake_runtime, kind, nesterov
     assert np.linalg.norm(device[1] - host[1]) <= 1e-4 * np.linalg.norm(change)
 
 
+def test_emulated_device_steps_send_nothing(fake_runtime, monkeypatch):
+    """Between the epoch's start (its order) and its end, a step copies nothing from the host."""
+    arch, x, c, w = _problem(n=64)
+    ev = dbe.DeviceBackend(arch, DeviceParams()).evaluator(x, c, 0.0)
+    runner = ev.minibatches(UpdateRule(SGD), 16, learning_rates(0.1, "CONSTANT", 1, 4), w)
+    runner.start_epoch(np.arange(64)[::-1])
+    sent = []
+    original = fake_runtime.cuda.memcpy_htod
+    monkeypatch.setattr(fake_runtime.cuda, "memcpy_htod",
+                        lambda dst, src: (sent.append(src.nbytes), original(dst, src)))
+    monkeypatch.setattr(fake_runtime, "upload", lambda array: pytest.fail("an upload per step"))
+    while runner.steps_left:
+        runner.step()
+    assert sent == []
+    likelihood, w_end = runner.end_epoch()
+    assert math.isfinite(likelihood) and not np.array_equal(w_end, w)
+
+
 @pytest.mark.cuda
 def test_gpu_epochs_agree_with_the_host():
     usable, why = dbe.device_available()
