@@ -250,6 +250,14 @@ def test_check_refuses_bad_values_at_their_line(tmp_path, line, message):
     assert last.startswith(f"convnet: error: {ctl}:6: ") and message in last, last
 
 
+def test_too_many_steps_is_one_error_line(tmp_path):
+    ctl = _ctl(tmp_path, "TRAIN METHOD = SGD\nBATCH SIZE = 1\nEPOCHS = 2000000")
+    result = CliRunner().invoke(main, ["run", str(ctl), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("convnet: error: ") and "180000000 steps" in last, last
+
+
 def test_run_with_adam_records_its_phase(tmp_path):
     ctl = _ctl(tmp_path, "TRAIN METHOD = ADAM\nEPOCHS = 3\nBATCH SIZE = 32\n"
                          "LR SCHEDULE = ONE CYCLE\nRANDOM SEED = 9")

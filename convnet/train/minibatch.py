@@ -14,8 +14,13 @@ The model holds the weights of the last finished epoch; the phase's result is it
 
 import time
 
+from ..errors import ConvnetError
 from ..minibatch import ADAM, UpdateRule, batch_layout, learning_rates
 from .phase import LINE, Phase, PhaseResult, format_criterion
+
+# Most steps in one TRAIN: the learning rate of every step is a table made once (8 bytes a step),
+# and the device counts steps in 32 bits.
+MAX_STEPS = 1 << 26
 
 STOP_WORDS = {"epochs": "the epochs were done", "interrupted": "the user interrupted it"}
 
@@ -46,6 +51,10 @@ class MiniBatchPhase(Phase):
         if weights is None:
             weights = context.model.weights.copy()
         self.batch, self.per_epoch = batch_layout(ev.n_cases, t.batch_size)
+        if self.limit * self.per_epoch > MAX_STEPS:
+            raise ConvnetError(f"EPOCHS = {self.limit} of {self.per_epoch} batches is "
+                               f"{self.limit * self.per_epoch} steps; at most {MAX_STEPS} are "
+                               "taken in one TRAIN (fewer EPOCHS or a larger BATCH SIZE)")
         self.rates = learning_rates(t.rate, t.lr_schedule, self.limit, self.per_epoch,
                                     t.lr_step_epochs, t.lr_step_factor)
         self.runner = ev.minibatches(self.rule, self.batch, self.rates, weights)
