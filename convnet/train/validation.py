@@ -23,8 +23,6 @@ weights were restored and the time to the target, for results.json.
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Optional
-
 import numpy as np
 
 from .confusion import confusion_matrix, mean_nll, misclassification
@@ -163,13 +161,3 @@ class Validation:
                 "achieved": getattr(reached, "error", None)},
         }
 
-
-def target_words(summary) -> Optional[str]:
-    """``reached 5 % in 12.3 s (340 evaluations)``, ``5 % not reached``, or None (no target)."""
-    target = (summary or {}).get("target")
-    if not target:
-        return None
-    if not target.get("reached"):
-        return f"target {target['error']:g} % not reached"
-    return (f"target {target['error']:g} % reached in {target['seconds']:.1f} s "
-            f"({target['evaluations']} evaluations)")
