@@ -145,7 +145,7 @@ def test_an_error_is_recorded_with_its_file_and_line(tmp_path):
 def test_an_interrupted_session_marks_the_running_train(tmp_path, monkeypatch):
     import convnet.train.trainer as trainer
 
-    def stopped(model, dataset, params, log, interrupt, rng, progress=None):
+    def stopped(model, dataset, params, log, interrupt, rng, progress=None, validation=None):
         progress("Annealing", 1, 0.5, 0.5, total=3)
         progress("Annealing", 2, 0.4, 0.4, total=3)
         raise Interrupted("run ended by the user (Ctrl-C)")

@@ -35,7 +35,7 @@ from .anneal import AnnealingPhase
 from .confusion import confusion_matrix, format_confusion, mean_nll, misclassification
 from .conjgrad import RefinementPhase
 from .phase import PhaseResult, format_criterion, run_steps
-from .validation import Validation
+from .validation import Validation, split_cases
 
 # A training method: the phases it runs, each made from the TrainingParams.
 BOOK_METHOD = (AnnealingPhase, RefinementPhase)
@@ -167,7 +167,7 @@ def train(model, dataset, training, log, interrupt, rng, progress=None, method=B
     or other programs), more than the operation itself.
     """
     with single_threaded_blas():
-        cases, held_out = dataset.split_held_out()
+        cases, held_out = split_cases(dataset)
         ev = model.evaluator(cases.inputs, cases.classes, float(training.wpen))
         t_all = time.perf_counter()
         checks = None

@@ -31,6 +31,14 @@ from .phase import format_criterion
 VALIDATION_CASES, TRAINING_CASES = "validation", "training"
 
 
+def split_cases(dataset):
+    """(training cases, held-out cases or None): data without held-out cases (or anything with
+    inputs and classes) is trained on whole."""
+    if getattr(dataset, "held_out", None) is None:
+        return dataset, None
+    return dataset.split_held_out()
+
+
 @dataclass
 class Check:
     """One validation check (see the module notes); ``error`` is percent misclassified."""
