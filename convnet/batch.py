@@ -12,6 +12,11 @@ printed table (and ``DIR/report.html``, see convnet/report/batch_page.py):
     final_criterion          that TRAIN's criterion after refinement
     train_misclassification  percent misclassified on the training set (that TRAIN)
     test_misclassification   percent misclassified by the first TEST after it (empty: no TEST)
+    best_validation          that TRAIN's lowest validation misclassification (empty: no cases
+                             held out); final_validation: its last check's
+    target_seconds           seconds until the validation (else training) misclassification
+                             first reached TARGET ERROR; target_evaluations: evaluations until
+                             then (both empty: no target, or never reached)
     seconds                  wall-clock seconds of the whole session, start-up included
     device                   cpu or cuda (where that TRAIN computed)
     status                   ok, or "error: " and the error that ended the file's session
@@ -40,7 +45,8 @@ from .display.progress import NoProgress
 from .errors import ConvnetError
 
 COLUMNS = ("file", "weights", "annealing_criterion", "final_criterion", "train_misclassification",
-           "test_misclassification", "seconds", "device", "status")
+           "test_misclassification", "best_validation", "final_validation", "target_seconds",
+           "target_evaluations", "seconds", "device", "status")
 
 ERROR_PREFIX = "convnet: error: "
 
@@ -56,6 +62,10 @@ class BatchRow:
     final_criterion: Optional[float] = None
     train_misclassification: Optional[float] = None
     test_misclassification: Optional[float] = None
+    best_validation: Optional[float] = None
+    final_validation: Optional[float] = None
+    target_seconds: Optional[float] = None
+    target_evaluations: Optional[int] = None
     seconds: Optional[float] = None
     device: Optional[str] = None
     status: str = "ok"
@@ -73,6 +83,8 @@ class BatchRow:
         return [self.file, "" if self.weights is None else str(self.weights),
                 num(self.annealing_criterion, ".6g"), num(self.final_criterion, ".6g"),
                 num(self.train_misclassification, ".4f"), num(self.test_misclassification, ".4f"),
+                num(self.best_validation, ".4f"), num(self.final_validation, ".4f"),
+                num(self.target_seconds, ".2f"), num(self.target_evaluations, "d"),
                 num(self.seconds, ".2f"), self.device or "", self.status]
 
 
@@ -178,10 +190,21 @@ def fill_from_results(row, folder):
     row.final_criterion = train.get("final_criterion")
     row.train_misclassification = train.get("misclassification")
     row.device = train.get("device")
+    fill_validation(row, train.get("validation_summary") or {})
     later = [r for r in runs if r["command"] == "TEST" and r["index"] > train["index"]]
     if later:
         row.test_misclassification = later[0].get("misclassification")
     return row
+
+
+def fill_validation(row, summary):
+    """The validation columns of a row from a TRAIN's validation summary (results data)."""
+    if summary.get("cases") == "validation":
+        row.best_validation = (summary.get("best") or {}).get("error")
+        row.final_validation = (summary.get("final") or {}).get("error")
+    target = summary.get("target") or {}
+    if target.get("reached"):
+        row.target_seconds, row.target_evaluations = target["seconds"], target["evaluations"]
 
 
 class _Runner:
@@ -295,10 +318,16 @@ def write_summary(rows, path):
 
 
 def summary_table(rows):
-    """The printed table: aligned columns, the status last (not cut)."""
-    head = ["file", "weights", "anneal crit", "final crit", "train %", "test %", "seconds",
-            "device", "status"]
-    body = [[c if c else "-" for c in r.values()] for r in rows if r is not None]
+    """The printed table: aligned columns, the status last (not cut); the validation columns
+    only where a row has a value (as on the batch page)."""
+    from .report.batch_page import OPTIONAL_COLUMNS
+    head = ["file", "weights", "anneal crit", "final crit", "train %", "test %", "best valid %",
+            "final valid %", "target s", "target evals", "seconds", "device", "status"]
+    values = [r.values() for r in rows if r is not None]
+    shown = [j for j, name in enumerate(COLUMNS)
+             if name not in OPTIONAL_COLUMNS or any(v[j] for v in values)]
+    head = [head[j] for j in shown]
+    body = [[v[j] if v[j] else "-" for j in shown] for v in values]
     widths = [max(len(head[j]), *(len(b[j]) for b in body)) if body else len(head[j])
               for j in range(len(head) - 1)]
     lines = []
@@ -333,6 +362,10 @@ def read_summary(folder):
             final_criterion=num(record.get("final_criterion")),
             train_misclassification=num(record.get("train_misclassification")),
             test_misclassification=num(record.get("test_misclassification")),
+            best_validation=num(record.get("best_validation")),
+            final_validation=num(record.get("final_validation")),
+            target_seconds=num(record.get("target_seconds")),
+            target_evaluations=num(record.get("target_evaluations"), int),
             seconds=num(record.get("seconds")), device=record.get("device") or None,
             status=record.get("status") or "unknown"))
     return rows

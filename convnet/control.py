@@ -50,10 +50,11 @@ class Arg:
     """One argument of a command: a name, a type and a range check."""
 
     def __init__(self, name, value_type, minimum=None, maximum=None, choices=None, optional=False,
-                 exclusive_min=False, joined=False):
+                 exclusive_min=False, joined=False, exclusive_max=False):
         self.name, self.value_type = name, value_type
         self.joined = joined            # the words after '=' are one value ("0, 1")
         self.minimum, self.maximum, self.exclusive_min = minimum, maximum, exclusive_min
+        self.exclusive_max = exclusive_max
         self.choices, self.optional = choices, optional
 
     def describe(self):
@@ -79,6 +80,9 @@ class Arg:
             return "CUDA device numbers separated by commas, or ALL"
         words = {"int": "whole number", "float": "number"}[self.value_type]
         lo, hi = self.minimum, self.maximum
+        if lo is not None and hi is not None and (self.exclusive_min or self.exclusive_max):
+            return (f"{words}, {'greater than' if self.exclusive_min else 'at least'} {lo} and "
+                    f"{'less than' if self.exclusive_max else 'at most'} {hi}")
         if lo is not None and hi is not None:
             return f"{words}, {lo} to {hi}"
         if lo is not None:
@@ -140,6 +144,8 @@ class Arg:
                 raise ValueError(f"{what}: {self.name} must be greater than {self.minimum}, not {shown(text)}")
             if not self.exclusive_min and value < self.minimum:
                 raise ValueError(f"{what}: {self.name} must be at least {self.minimum}, not {shown(text)}")
+        if self.maximum is not None and self.exclusive_max and value >= self.maximum:
+            raise ValueError(f"{what}: {self.name} must be less than {self.maximum}, not {shown(text)}")
         if self.maximum is not None and value > self.maximum:
             raise ValueError(f"{what}: {self.name} must be at most {self.maximum}, not {shown(text)}")
         return value
@@ -230,6 +236,10 @@ COMMANDS: List[CommandSpec] = [
     CommandSpec("CLEAR", (), "erase the data, keep the trained model"),
     CommandSpec("KEEP CASES", (_int("First", 1, MAX_COUNT), _int("Last", 1, MAX_COUNT)),
                 "keep cases First..Last (1-based, inclusive) of the current data"),
+    CommandSpec("VALIDATION CASES", (_int("First", 1, MAX_COUNT), _int("Last", 1, MAX_COUNT)),
+                "hold out cases First..Last (1-based, inclusive) of the current data: TRAIN does "
+                "not train on them and checks the model on them (VALIDATION INTERVAL); new data, "
+                "CLEAR or KEEP CASES ends the hold-out"),
     # series settings that are keywords rather than NAME = value
     CommandSpec("SERIES RAWDATA", (), "use the values as read (default)", "SERIES TRANSFORM",
                 {"transform": "RAWDATA"}),
@@ -281,7 +291,7 @@ def _param_arg(definition):
     if definition.value_type == "devices":
         return Arg(definition.phrase, "devices", joined=True)
     return Arg(definition.phrase, definition.value_type, definition.minimum, definition.maximum,
-               exclusive_min=definition.exclusive_min)
+               exclusive_min=definition.exclusive_min, exclusive_max=definition.exclusive_max)
 
 
 # The NAME = value entries, made from the one table of parameters (params.PARAMETER_DEFS).
@@ -434,8 +444,8 @@ def _parse_args(spec, tokens, file, line, text):
         kind = args.pop("kind")
         numbers = [args[a.name.lower()] for a in spec.args]
         args = {"spec": LayerSpec.from_words(kind, numbers, file, line)}
-    elif spec.phrase == "KEEP CASES" and args["last"] < args["first"]:
-        raise err(f"KEEP CASES: Last ({args['last']}) is before First ({args['first']})")
+    elif spec.phrase in ("KEEP CASES", "VALIDATION CASES") and args["last"] < args["first"]:
+        raise err(f"{spec.phrase}: Last ({args['last']}) is before First ({args['first']})")
     return Command(spec.command_name, args, file, line, text)
 
 

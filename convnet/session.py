@@ -250,6 +250,12 @@ class Session:
         self.dataset = self.dataset.keep_cases(cmd.args["first"], cmd.args["last"])
         self._data_note(cmd)
 
+    def _validation_cases(self, cmd):
+        self.dataset = self._need_data(cmd).hold_out(cmd.args["first"], cmd.args["last"])
+        first, last = self.dataset.held_out
+        self.log.write(f"   Validation: cases {first}-{last} held out of training, "
+                       f"{self.dataset.n_cases - (last - first + 1)} left to train on")
+
     def _data_note(self, cmd):
         data = self.dataset
         labels = "" if data.classes is not None else " (labels not read yet)"
@@ -324,6 +330,10 @@ class Session:
         self.model_arch = arch
         self.model_series = getattr(data, "series", None)
         self._require_memory(arch, data, training=True)
+        settings = self.settings()
+        if settings.validation.needs_held_out_cases and data.held_out is None:
+            raise cmd.error("KEEP BEST = YES and EARLY STOP need cases held out for validation: "
+                            "VALIDATION CASES First Last before TRAIN")
         if self.check_only:
             return None
         device = self._resolve_device(cmd)
@@ -333,13 +343,13 @@ class Session:
         self._log_parameters(device)
         from .train.trainer import train
         progress = self._progress()
-        settings = self.settings()
         entry = self.record.begin("TRAIN", cmd, arch, settings.phrases(), device,
                                   self._used_threads(device))
         try:
             with self.interrupt.phase():
                 result = train(self.model, data, settings.training, self.log, self.interrupt,
-                               self.rng, progress=self.record.observer(entry, also=progress))
+                               self.rng, progress=self.record.observer(entry, also=progress),
+                               validation=settings.validation)
         finally:
             if progress is not None:
                 progress.close()
@@ -552,6 +562,7 @@ class Session:
         "READ SERIES": _read_series,
         "CLEAR": _clear,
         "KEEP CASES": _keep_cases,
+        "VALIDATION CASES": _validation_cases,
         "TRAIN": _train,
         "TEST": _test,
         "PRINT WEIGHTS": _print_weights,

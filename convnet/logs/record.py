@@ -178,7 +178,8 @@ class SessionRecord:
         """A TRAIN finished: its full results replace what was gathered on the way."""
         run.update(train_entry(result.phases, result.final_criterion, result.nll,
                                result.confusion.tolist(), result.misclassification,
-                               result.n_cases, result.seconds, result.n_criterion_evals))
+                               result.n_cases, result.seconds, result.n_criterion_evals,
+                               result.validation, result.validation_summary))
         run.update({"status": "interrupted" if result.interrupted else "done",
                     "finished": _now()})
         if result.warnings:
@@ -228,6 +229,11 @@ class _PhaseObserver:
         self._open({"name": phase.name, "title": phase.title, "unit": phase.unit,
                     "chart": phase.chart, "limit": phase.limit,
                     "trace": [[int(s), c] for s, c in phase.start_trace()]})
+
+    def validated(self, check):
+        """A validation check of the TRAIN (its results entry) is made."""
+        self.run.setdefault("validation", []).append(check)
+        self.record.write(force=False)
 
     def _open(self, entry):
         self.entry = dict(entry, criterion=None, steps=0)

@@ -16,13 +16,19 @@ from ..errors import ConvnetError
 from .html import SORT_SCRIPT, cell, esc, number, page, relative_link, status_badge, write_page
 from .run_page import REPORT_NAME
 
-# (key, heading, number format or None for text) of the table's columns, after the file
+# (key, heading, number format or None for text) of the table's columns, after the file; those
+# in OPTIONAL_COLUMNS only when a row has a value there
 COLUMNS = (("status", "status", None), ("weights", "weights", "d"),
            ("annealing_criterion", "annealing criterion", ".6g"),
            ("final_criterion", "final criterion", ".6g"),
            ("train_misclassification", "train error %", ".4f"),
            ("test_misclassification", "test error %", ".4f"),
+           ("best_validation", "best validation error %", ".4f"),
+           ("final_validation", "final validation error %", ".4f"),
+           ("target_seconds", "seconds to target", ".2f"),
+           ("target_evaluations", "evaluations to target", "d"),
            ("seconds", "seconds", ".2f"), ("device", "device", None))
+OPTIONAL_COLUMNS = ("best_validation", "final_validation", "target_seconds", "target_evaluations")
 
 
 def last_phase(folder):
@@ -65,8 +71,10 @@ def batch_page(rows, out):
     """The page's HTML for batch rows (convnet.batch.BatchRow) whose runs lie under ``out``."""
     rows = [r for r in rows if r is not None]
     best, measure = best_and_measure(rows)
+    columns = [c for c in COLUMNS if c[0] not in OPTIONAL_COLUMNS
+               or any(getattr(r, c[0]) is not None for r in rows)]
     head = "".join(f'<th data-key="{key}" data-type="{"text" if spec is None else "number"}">'
-                   f"{esc(title)}</th>" for key, title, spec in COLUMNS)
+                   f"{esc(title)}</th>" for key, title, spec in columns)
     lines = ['<table class="sortable" id="batch"><thead><tr>'
              '<th data-key="file" data-type="text">control file</th>' + head + "</tr></thead>",
              "<tbody>"]
@@ -78,7 +86,7 @@ def batch_page(rows, out):
         if i == best:
             name += ' <span class="best-mark">(best)</span>'
         cells = [f'<td data-key="file" data-value="{esc(row.file)}">{name}</td>']
-        for key, _, spec in COLUMNS:
+        for key, _, spec in columns:
             value = getattr(row, key)
             if key == "status":
                 cells.append(f'<td data-key="status" data-value="{esc(value)}">'
