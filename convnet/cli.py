@@ -56,16 +56,23 @@ def main():
 @click.option("--gpus", default=None, metavar="0,1,...|all", callback=_gpu_list,
               help="GPUs that share every evaluation of a CUDA run (wins over CUDA DEVICES; "
                    "default GPU 0).")
-def run(files, out, overwrite, device, threads, seed, quiet, gpus):
+@click.option("--sweep-run", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Run combination N of a sweep file (SWEEP lines); `convnet batch` runs them "
+                   "all.")
+def run(files, out, overwrite, device, threads, seed, quiet, gpus, sweep_run):
     """Execute control FILES in order, as one session.
 
     Each run writes to a folder of its own (runs/<name>-<n> unless --out says where); an --out
     holding an earlier run's results is refused unless --overwrite.
     """
-    from .runfolder import choose_out
+    from .runfolder import check_control_files, choose_out
     from .session import Session
     from .summary import summary_lines
+    from .sweep import check_sweep_run
     try:
+        check_control_files(list(files))
+        for path in files:          # a sweep file without --sweep-run writes nothing
+            check_sweep_run(path, sweep_run)
         out, chosen = choose_out(out, list(files), overwrite)
         if chosen and not quiet:
             click.echo(f"convnet: results go to {out}{os.sep}")
@@ -78,7 +85,7 @@ def run(files, out, overwrite, device, threads, seed, quiet, gpus):
         sys.exit(130)
     try:
         with _compile_notice(quiet):
-            session.run(list(files))
+            session.run(list(files), sweep_run)
     except ConvnetError as e:
         _last_words(session, f"ERROR: {e}")
         fail(e)
@@ -127,18 +134,20 @@ def _last_words(session, line):
 @click.argument("files", nargs=-1, required=True)
 @click.option("--session", "as_session", is_flag=True,
               help="Check the files as one session, the way `convnet run` executes them.")
-def check(files, as_session):
+@click.option("--allow-large-sweep", is_flag=True,
+              help="Accept a sweep of more than 10,000 runs.")
+def check(files, as_session, allow_large_sweep):
     """Validate control FILES without training: syntax, data headers, architectures.
 
     Each file is checked on its own (a line per file: OK or its error); with --session they are
-    checked in order as one session. The exit status is 2 when any check failed.
+    checked in order as one session. A sweep file (SWEEP lines) says how many runs it makes and
+    has every combination checked. The exit status is 2 when any check failed.
     """
-    from .session import check as check_files
     groups = [list(files)] if as_session else [[f] for f in files]
     failed = 0
     for group in groups:
         try:
-            check_files(group, echo=click.echo)
+            note = _check_group(group, allow_large_sweep)
         except ConvnetError as e:
             failed += 1
             click.echo(f"convnet: error: {e}", err=True)
@@ -146,9 +155,26 @@ def check(files, as_session):
         except Interrupted as e:
             click.echo(f"convnet: {e}", err=True)
             sys.exit(e.exit_status)
-        click.echo(f"convnet: {' '.join(group)}: OK")
+        click.echo(f"convnet: {' '.join(group)}: OK{note}")
     if failed:
         sys.exit(2)
+
+
+def _check_group(group, allow_large):
+    """Check a group of files (every combination of a sweep file in it); returns what the OK line
+    adds: the runs a sweep makes."""
+    from .session import check as check_files
+    from .sweep import sweep_of
+    sweeps = [s for s in (sweep_of(f, allow_large=allow_large) for f in group) if s is not None]
+    if not sweeps:
+        check_files(group, echo=click.echo)
+        return ""
+    combinations = max(s.combinations for s in sweeps)
+    for number in range(1, combinations + 1):    # the first combination's lines are shown
+        check_files(group, echo=click.echo if number == 1 else (lambda *a, **k: None),
+                    sweep_run=number)
+    return " (" + "; ".join(f"{s.name}: {s.describe()}, every combination checked"
+                            for s in sweeps) + ")"
 
 
 @main.command()
