@@ -194,30 +194,36 @@ def _check_group(group, allow_large):
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
               help="Run each file as a task on this Dask cluster (the 'cluster' extra).")
 @click.option("--overwrite", is_flag=True,
-              help="Let the batch replace an earlier batch's results in --out.")
-def batch(files, out, jobs, device, threads, seed, gpus, scheduler, overwrite):
-    """Run each control FILE as an independent session in OUT/<file stem>/, JOBS at a time.
+              help="Let the batch replace another batch's results in --out, and rerun every "
+                   "run of this one.")
+@click.option("--retry", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Run a failing session again up to this many times.")
+@click.option("--allow-large-sweep", is_flag=True,
+              help="Accept a sweep of more than 10,000 runs.")
+def batch(files, out, jobs, device, threads, seed, gpus, scheduler, overwrite, retry,
+          allow_large_sweep):
+    """Run each control FILE as an independent session in OUT/<file stem>/, JOBS at a time; a
+    sweep file (SWEEP lines) once per combination and seed, in OUT/<stem>/<values>_seed=<s>/.
 
-    Writes OUT/summary.csv and OUT/report.html and prints the table. One failing file does not
-    stop the others; the exit status is 0 when every file ran without error, else 2.
+    Writes OUT/summary.csv (OUT/groups.csv for sweeps) and OUT/report.html and prints the table.
+    The same batch again into OUT resumes it: runs finished with the same inputs are reused,
+    the others run; another batch's OUT is refused unless --overwrite. One failing file does
+    not stop the others; the exit status is 0 when every run ended without error, else 2.
     """
     from .batch import run_batch, summary_table
     from .display.progress import BatchProgress
     if scheduler is not None and (jobs is not None or gpus is not None):
         fail("--jobs and --gpus are for a batch on this machine; on a cluster each worker runs "
              "as many sessions as it has threads, and GPU workers have --resources GPU=1")
-    if not overwrite and os.path.isfile(os.path.join(out, "summary.csv")):
-        fail(f"'{out}' holds an earlier batch's results (summary.csv); give another --out, or "
-             "add --overwrite to replace them")
     progress = BatchProgress(len(files), click.get_text_stream("stderr"))
+    options = dict(device=device, threads=threads, seed=seed, progress=progress,
+                   overwrite=overwrite, retry=retry, allow_large=allow_large_sweep)
     try:
         if scheduler is not None:
             from .cluster import run_cluster_batch
-            rows = run_cluster_batch(list(files), out, scheduler, device=device, threads=threads,
-                                     seed=seed, progress=progress)
+            rows = run_cluster_batch(list(files), out, scheduler, **options)
         else:
-            rows = run_batch(list(files), out, jobs=jobs, device=device, threads=threads,
-                             seed=seed, gpus=gpus, progress=progress)
+            rows = run_batch(list(files), out, jobs=jobs, gpus=gpus, **options)
     except ConvnetError as e:
         progress.close()
         fail(e)
@@ -229,7 +235,10 @@ def batch(files, out, jobs, device, threads, seed, gpus, scheduler, overwrite):
     for line in summary_table(rows):
         click.echo(line)
     failed = [r for r in rows if not r.ok]
-    click.echo(f"convnet: {len(rows) - len(failed)} of {len(rows)} files ran without error; "
+    reused = sum(r.reused for r in rows)
+    click.echo(f"convnet: {len(rows) - len(failed)} of {len(rows)} "
+               f"{'runs' if len(rows) != len(files) else 'files'} ran without error"
+               f"{f' ({reused} reused from an earlier start)' if reused else ''}; "
                f"summary in {out}/summary.csv")
     if failed:
         sys.exit(2)
