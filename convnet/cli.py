@@ -147,7 +147,7 @@ def check(files, as_session, allow_large_sweep):
     failed = 0
     for group in groups:
         try:
-            note = _check_group(group, allow_large_sweep)
+            _check_group(group, allow_large_sweep)
         except ConvnetError as e:
             failed += 1
             click.echo(f"convnet: error: {e}", err=True)
@@ -155,26 +155,26 @@ def check(files, as_session, allow_large_sweep):
         except Interrupted as e:
             click.echo(f"convnet: {e}", err=True)
             sys.exit(e.exit_status)
-        click.echo(f"convnet: {' '.join(group)}: OK{note}")
+        click.echo(f"convnet: {' '.join(group)}: OK")
     if failed:
         sys.exit(2)
 
 
 def _check_group(group, allow_large):
-    """Check a group of files (every combination of a sweep file in it); returns what the OK line
-    adds: the runs a sweep makes."""
+    """Check a group of files (every combination of a sweep file in it, after a line that says
+    how many runs it makes)."""
     from .session import check as check_files
     from .sweep import sweep_of
     sweeps = [s for s in (sweep_of(f, allow_large=allow_large) for f in group) if s is not None]
     if not sweeps:
         check_files(group, echo=click.echo)
-        return ""
+        return
+    for sweep in sweeps:
+        click.echo(f"convnet: {sweep.name}: {sweep.describe()}; every combination is checked")
     combinations = max(s.combinations for s in sweeps)
     for number in range(1, combinations + 1):    # the first combination's lines are shown
         check_files(group, echo=click.echo if number == 1 else (lambda *a, **k: None),
                     sweep_run=number)
-    return " (" + "; ".join(f"{s.name}: {s.describe()}, every combination checked"
-                            for s in sweeps) + ")"
 
 
 @main.command()

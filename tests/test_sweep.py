@@ -108,8 +108,8 @@ def test_check_counts_the_runs_and_checks_every_combination(tmp_path):
     path = _write(tmp_path, "grid.ctl", GRID)
     result = CliRunner().invoke(main, ["check", path])
     assert result.exit_code == 0, result.output
-    assert f"{path}: 6 combinations x 3 seeds = 18 runs, every combination checked" in \
-        result.output
+    assert f"convnet: {path}: 6 combinations x 3 seeds = 18 runs; every combination is " \
+        "checked" in result.output and result.output.endswith(f"convnet: {path}: OK\n")
     # a value that only one combination makes wrong is found
     bad = _write(tmp_path, "bad.ctl", GRID.replace("16, 32", "16, 0"))
     result = CliRunner().invoke(main, ["check", bad])
