@@ -16,7 +16,7 @@ import numpy as np
 
 from ._version import __version__
 from .architecture import Architecture
-from .control import parse_file
+from .sweep import parse_control, values_text
 from .errors import ConvnetError, Interrupted
 from .logs.writer import LogWriter
 from .runlock import RunLock
@@ -109,11 +109,12 @@ class Session:
         return record
 
     # ------------------------------------------------------------------ running files
-    def run(self, paths):
-        """Parse every file first (a syntax error stops the run before any work), then execute.
-        results.json ends with the session's status: done, interrupted or error."""
+    def run(self, paths, sweep_run=None):
+        """Parse every file first (a syntax error stops the run before any work), then execute
+        (a sweep file: its combination ``sweep_run``). results.json ends with the session's
+        status: done, interrupted or error."""
         try:
-            self._run(paths)
+            self._run(paths, sweep_run)
         except ConvnetError as e:
             self.record.finish("error", e)
             raise
@@ -126,12 +127,18 @@ class Session:
         self.record.finish("done")
         return self
 
-    def _run(self, paths):
-        parsed = []
+    def _run(self, paths, sweep_run=None):
+        parsed, swept = [], []
         for path in paths:
-            commands, lines = parse_file(path, display_name=path)
+            commands, lines, sweep = parse_control(path, display_name=path, sweep_run=sweep_run)
             parsed.append((path, commands, lines))
+            if sweep is not None:
+                swept.append((path, sweep))
         self.log.write(f"Session: convnet {__version__}; control files: {' '.join(paths)}")
+        for path, (sweep, values) in swept:
+            self.log.write(f"Sweep run of {path}: {values_text(values)} (combination "
+                           f"{sweep_run} of {sweep.combinations}), seed {self.seed}")
+            self.record.sweep_run(path, sweep_run, sweep.combinations, values)
         self.log.write(f"Random seed = {self.seed}{'' if self.seed_given else ' (chosen at random)'}")
         self.record.start(paths)
         with signals(self.interrupt):
@@ -587,7 +594,7 @@ def _as_user_error(error, cmd):
 
 
 def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True, report=True,
-        gpus=None):
+        gpus=None, sweep_run=None):
     """Run control files like ``convnet run`` and return the finished Session (``report`` False:
     no report.html)."""
     if isinstance(paths, (str, os.PathLike)):
@@ -596,7 +603,7 @@ def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True, repo
     session = Session(out=out, device=device, threads=threads, seed=seed, quiet=quiet,
                       report=report, gpus=gpus)
     try:
-        session.run(paths)
+        session.run(paths, sweep_run)
     except ConvnetError as e:
         try:
             session.log.write(f"ERROR: {e}")
@@ -608,11 +615,12 @@ def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True, repo
     return session
 
 
-def check(paths, echo=print):
-    """Validate control files without training (``convnet check``); returns the Session."""
+def check(paths, echo=print, sweep_run=None):
+    """Validate control files without training (``convnet check``; a sweep file: its combination
+    ``sweep_run``); returns the Session."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     session = Session(check_only=True, echo=echo)
-    session.run([os.fspath(p) for p in paths])
+    session.run([os.fspath(p) for p in paths], sweep_run)
     return session
 

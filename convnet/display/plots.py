@@ -273,3 +273,35 @@ def criterion_curve(result, path):
     named = [f"{p.name} {p.criterion:.6g}" for p in result.phases[:-1]]
     title = "TRAIN: " + ", ".join(named + [f"final {result.final_criterion:.6g}"])
     return save_png(criterion_figure(result.phases, title=title), path)
+
+
+# ------------------------------------------------------------------- a sweep's measures
+def errorbar_figure(ticks, series, title, xlabel, ylabel, size=(520, 340)):
+    """Means with error bars against the values of one swept name: ``ticks`` the values (drawn
+    evenly, in order), ``series`` a list of (label, [(mean or None, half-width or None)] per
+    tick), one line per combination of the other swept names."""
+    fig = figure(*size)
+    ax = fig.subplots()
+    positions = list(range(len(ticks)))
+    drawn = 0
+    for k, (label, points) in enumerate(series):
+        xs = [x + 0.04 * (k - (len(series) - 1) / 2) for x, (m, _) in zip(positions, points)
+              if m is not None and math.isfinite(m)]
+        kept = [(m, h) for m, h in points if m is not None and math.isfinite(m)]
+        if not kept:
+            continue
+        drawn += 1
+        ax.errorbar(xs, [m for m, _ in kept], yerr=[h or 0.0 for _, h in kept], marker="o",
+                    capsize=4, linewidth=1.5, label=label or None)
+    if not drawn:
+        _empty(ax, "no values recorded")
+    ax.set_xticks(positions)
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, color="#e1e1e1")
+    if 1 < drawn <= 8:
+        ax.legend(loc="best", fontsize="small")
+    ax.set_title(title, fontsize="medium")
+    fig.subplots_adjust(left=0.16, right=0.97, bottom=0.15, top=0.88)
+    return fig

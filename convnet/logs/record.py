@@ -128,6 +128,12 @@ class SessionRecord:
         self.data["session"]["control_files"] = list(control_files)
         self.write()
 
+    def sweep_run(self, control_file, combination, combinations, values):
+        """The session runs one combination of a sweep file: which, and its values."""
+        self.data["session"]["sweep"] = {"control_file": control_file,
+                                         "combination": combination,
+                                         "combinations": combinations, "values": dict(values)}
+
     def finish(self, status, error=None):
         """The session ended: 'done', 'interrupted' or 'error' (``error`` an exception, whose
         ``file`` and ``line`` are kept when it has them). Runs still running take the status."""

@@ -15,6 +15,7 @@ from ..logs.results import load_results
 from ..errors import ConvnetError
 from .html import SORT_SCRIPT, cell, esc, number, page, relative_link, status_badge, write_page
 from .run_page import REPORT_NAME
+from .sweep_section import sweep_section
 
 # (key, heading, number format or None for text) of the table's columns, after the file; those
 # in OPTIONAL_COLUMNS only when a row has a value there
@@ -80,7 +81,7 @@ def batch_page(rows, out):
              "<tbody>"]
     for i, row in enumerate(rows):
         report = os.path.join(row.out, REPORT_NAME)
-        name = esc(row.file)
+        name = esc(row.name or row.file) + (" (reused)" if row.reused else "")
         if os.path.isfile(report):
             name = f'<a href="{esc(relative_link(report, out))}">{name}</a>'
         if i == best:
@@ -112,9 +113,11 @@ def batch_page(rows, out):
                  f"{number(rows[best].test_misclassification, '.4f')} %, final criterion "
                  f"{number(rows[best].final_criterion)})")
     body = [f"<h1>convnet batch: {esc(os.path.abspath(out))}</h1>",
-            f"<p>{len(rows)} control files, {len(rows) - failed} without error; "
+            f"<p>{len(rows)} {'runs' if any(r.combination for r in rows) else 'control files'}, "
+            f"{len(rows) - failed} without error"
+            f"{f' ({sum(r.reused for r in rows)} reused)' if any(r.reused for r in rows) else ''}; "
             f'<span id="best">{esc(best_text)}</span>. Click a column heading to sort by it.</p>',
-            "\n".join(lines), f"<h2>{esc(title)} of every run</h2>",
+            "\n".join(lines), sweep_section(rows), f"<h2>{esc(title)} of every run</h2>",
             f"<figure>{chart}<figcaption>The criterion of each run's last TRAIN against the "
             f"{esc(unit)} of its last phase; the best run is drawn thick.</figcaption></figure>"]
     return page(f"convnet batch: {os.path.basename(os.path.abspath(out))}", "\n".join(body),
