@@ -22,6 +22,8 @@ COMMAND_CASES = [
     ("CLEAR", "CLEAR", {}),
     ("KEEP CASES 1 2000", "KEEP CASES", {"first": 1, "last": 2000}),
     ("VALIDATION CASES 1801 2000", "VALIDATION CASES", {"first": 1801, "last": 2000}),
+    ("SWEEP SEEDS = 3", "SWEEP SEEDS", {"count": 3}),
+    ("SWEEP WPEN = 0, 0.1", "SWEEP", {"name": "WPEN", "values": ["0", "0.1"], "parameter": True}),
     ("SERIES RAWDATA", "SERIES TRANSFORM", {"transform": "RAWDATA"}),
     ("SERIES RAWLOG", "SERIES TRANSFORM", {"transform": "RAWLOG"}),
     ("SERIES DIFFDATA", "SERIES TRANSFORM", {"transform": "DIFFDATA"}),
