@@ -21,6 +21,7 @@ host path (float64) to about 1e-6 in every probability on the nets the tests try
 """
 
 import json
+import os
 
 import numpy as np
 
@@ -105,7 +106,26 @@ def export_onnx(path, arch, weights, class_names=None):
     return model
 
 
-def class_names_of(source):
-    """The class names a model file or data set holds, or None where it holds none."""
-    names = getattr(source, "class_names", None)
-    return list(names) if names else None
+def export_model_file(model_path, out_path=None, overwrite=False):
+    """``convnet export``: the model file ``model_path`` (SAVE MODEL's) as an ONNX file,
+    ``out_path`` or the model file's name with .onnx; an existing file is replaced only with
+    ``overwrite``, and the model file never. Returns the path written."""
+    if out_path is None:
+        out_path = os.path.splitext(model_path)[0] + ".onnx"
+    if _same_file(model_path, out_path):
+        raise ConvnetError("the ONNX file would replace the model file itself", file=out_path)
+    if os.path.lexists(out_path) and not overwrite:
+        raise ConvnetError("the file exists already (--overwrite replaces it)", file=out_path)
+    require_onnx()
+    from ..modelfile import read_model
+    saved = read_model(model_path)
+    # the model file's class names, where its format holds them
+    export_onnx(out_path, saved.arch, saved.weights, getattr(saved, "class_names", None))
+    return out_path
+
+
+def _same_file(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:                     # either one missing: not the same existing file
+        return os.path.abspath(a) == os.path.abspath(b)
