@@ -4,6 +4,7 @@ nets of every layer kind; `convnet export`, `EXPORT ONNX`, the metadata and the 
 Needs the `onnx` extra (onnx and onnxruntime); without it these tests are skipped."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -227,7 +228,7 @@ def test_control_command_after_train_and_after_load(tmp_path):
      'EXPORT ONNX "CONVNET.LOG/m.onnx"\n', 6, "cannot write the ONNX file"),
     ('MAKE IMAGE 6 6 1 3 30\nFULLY CONNECTED LAYER 2\nANNEAL ITERS = 1\nMAXITERS = 1\nTRAIN\n'
      'EXPORT ONNX "."\n', 6, "cannot write the ONNX file: it exists and is not a regular file"),
-])
+], ids=["no-model", "unwritable-folder", "a-folder"])
 def test_control_command_errors(tmp_path, text, line, message):
     ctl = tmp_path / "bad.ctl"
     ctl.write_text(text)
@@ -246,3 +247,29 @@ def test_check_says_when_the_onnx_extra_is_missing(tmp_path, monkeypatch):
     assert result.exit_code == 2
     assert (f"convnet: error: {ctl}:8: ONNX export needs the onnx package: "
             "pip install 'convnet-trainer[onnx]'") in result.output
+
+
+def test_readme_example_runs_as_written(tmp_path, monkeypatch):
+    """The README's ONNX Runtime example, on an exported model of its image size."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text.split("\n## Export to ONNX\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"^```python\n(.*?)^```$", section, flags=re.M | re.S)
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 2 1 1 1 1 2 2"], 28, 28, 1, 10)
+    model = onnx_model(arch, np.random.default_rng(3).normal(0, 0.1, arch.n_weights))
+    (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    assert namespace["probabilities"].shape == (5, 10)
+    np.testing.assert_allclose(namespace["probabilities"].sum(axis=1), 1.0, atol=1e-6)
+
+
+def test_the_onnx_extra_installs_what_the_export_needs():
+    import configparser
+    from pathlib import Path
+    setup = configparser.ConfigParser()
+    setup.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    extra = setup["options.extras_require"]["onnx"].split()
+    assert {re.split(r"[<>=]", r)[0] for r in extra} == {"onnx", "onnxruntime"}
