@@ -1,4 +1,4 @@
-"""The command line: ``convnet run | check | batch | log | report | devices``."""
+"""The command line: ``convnet run | check | batch | log | report | export | devices``."""
 
 import os
 import signal
@@ -324,6 +324,22 @@ def report(paths):
         fail(e)
     for path in written:
         click.echo(f"convnet: wrote {path}")
+
+
+@main.command("export")
+@click.argument("model")
+@click.option("-o", "--output", default=None,
+              help="The ONNX file to write (default: MODEL's name with .onnx).")
+@click.option("--overwrite", is_flag=True, help="Replace the ONNX file if it exists.")
+def export(model, output, overwrite):
+    """Write MODEL (a file written by SAVE MODEL) as an ONNX model giving the class
+    probabilities of N x bands x rows x columns float32 images scaled to -1..1."""
+    from .export.onnx import export_model_file
+    try:
+        written = export_model_file(model, output, overwrite)
+    except ConvnetError as e:
+        fail(e)
+    click.echo(f"convnet: wrote {written}")
 
 
 @main.command()

@@ -272,6 +272,8 @@ COMMANDS: List[CommandSpec] = [
     CommandSpec("PRINT WEIGHTS", (), "write every weight of the model to CONVNET.LOG"),
     CommandSpec("SAVE MODEL", (_file(),), "save the trained model"),
     CommandSpec("LOAD MODEL", (_file(),), "load a saved model"),
+    CommandSpec("EXPORT ONNX", (_file(),),
+                "write the current model as an ONNX model giving the class probabilities"),
     CommandSpec("DISPLAY TRAINING IMAGES",
                 (*_DISPLAY_GRID, _file("File.png")),
                 "a grid of training images as a PNG"),
@@ -571,7 +573,7 @@ def parse_lines(lines, path, display_name=None):
     for number, text in enumerate(lines, start=1):
         cmd = parse_line(text, name, number)
         if cmd is not None:
-            if "filename" in cmd.args and cmd.name not in ("SAVE MODEL",):
+            if "filename" in cmd.args and cmd.name not in ("SAVE MODEL", "EXPORT ONNX"):
                 cmd.args["path"] = resolve_input(cmd.args["filename"], path)
             commands.append(cmd)
     return commands

@@ -60,6 +60,7 @@ class Session:
         self.model_device = None                 # 'cpu' or 'cuda': where self.model computes
         self.model_arch = None                   # its architecture (also set in check mode)
         self.model_series = None                 # series scaling kept with the model
+        self.model_class_names = None            # class names kept with the model, if any
         self.results = []                        # TrainResult / TestResult objects in order
         self.interrupt = Interrupt()
         self.device_note_written = False
@@ -336,6 +337,7 @@ class Session:
                 self.echo(line)
         self.model_arch = arch
         self.model_series = getattr(data, "series", None)
+        self.model_class_names = getattr(data, "class_names", None)
         self._require_memory(arch, data, training=True)
         settings = self.settings()
         if settings.validation.needs_held_out_cases and data.held_out is None:
@@ -504,6 +506,7 @@ class Session:
             raise cmd.error(f"model file '{model}': {e.message}") from None
         self.model_arch = loaded.arch
         self.model_series = loaded.series
+        self.model_class_names = getattr(loaded, "class_names", None)
         self.layers_closed = True
         self.log.write(f"   Model loaded from {path} ({where})")
         self.log.write(loaded.arch.report())
@@ -513,6 +516,20 @@ class Session:
         self.model = self._make_model(loaded.arch, self.model_device)
         self.model.weights = loaded.weights
         self.record.artifact(Artifact(path, "loaded", MODEL, loaded.arch), cmd, self.out)
+
+    def _export_onnx(self, cmd):
+        self._need_model(cmd)
+        from .export.onnx import export_onnx, require_onnx
+        path = self._output_path(cmd.args["filename"])
+        try:
+            require_onnx()                      # a check says so too when the extra is missing
+            if not self.check_only:
+                export_onnx(path, self.model.arch, self.model.weights, self.model_class_names)
+        except ConvnetError as e:               # one naming the file: it could not be written
+            raise cmd.error(f"{path}: {e.message}" if e.file else e.message) from None
+        if not self.check_only:
+            self.log.write(f"   Model exported to ONNX: {path}")
+            self._record_made(Artifact(path, "exported to ONNX", MODEL, self.model.arch), cmd)
 
     def _model_to_load(self, cmd):
         """Where LOAD MODEL finds its file and which place that is (modelfile.model_location)."""
@@ -575,6 +592,7 @@ class Session:
         "PRINT WEIGHTS": _print_weights,
         "SAVE MODEL": _save_model,
         "LOAD MODEL": _load_model,
+        "EXPORT ONNX": _export_onnx,
         "DISPLAY TRAINING IMAGES": _display_training_images,
         "DISPLAY FILTER IMAGES": _display_filter_images,
         "DISPLAY ACTIVATION IMAGES": _display_activation_images,

@@ -40,6 +40,7 @@ COMMAND_CASES = [
     ("PRINT WEIGHTS", "PRINT WEIGHTS", {}),
     ('SAVE MODEL "m.cnm"', "SAVE MODEL", {"filename": "m.cnm"}),
     ('LOAD MODEL "m.cnm"', "LOAD MODEL", {"filename": "m.cnm"}),
+    ('EXPORT ONNX "m.onnx"', "EXPORT ONNX", {"filename": "m.onnx"}),
     ('DISPLAY TRAINING IMAGES 1 2 3 "t.png"', "DISPLAY TRAINING IMAGES",
      {"first": 1, "rows": 2, "columns": 3, "file": "t.png"}),
     ('DISPLAY FILTER IMAGES 1 2 4 "f.png"', "DISPLAY FILTER IMAGES",
