@@ -2,6 +2,14 @@
 
     python benchmarks/gpu.py --out DIR                 # every net, validated, then timed
     python benchmarks/gpu.py --nets lenet-mnist --repeat 20 --no-host
+    python benchmarks/gpu.py --suite --out DIR         # the suite table (see below)
+
+--suite times the three benchmark nets and the eight suite nets (benchmarks/suite/*.ctl, copies
+of ../shared/bench with their data paths into data/ here, since the GPU machine sees only the
+checkout): ours, the best PyTorch in strict float32 (TF32 off) and with TF32 allowed, the floor,
+each ratio, and the geometric mean of ours over the best PyTorch. The PyTorch side
+(benchmarks/torch_anchor.py) warms torch.compile up until nothing recompiles and reports graph
+breaks, skipped CUDA graphs and fallbacks; a compiled step slower than eager is warned about.
 
 For each net of the benchmark control files (the data and layers up to the first TRAIN):
   1. validate: the device criterion and gradient against the host path (float64, the book's
