@@ -57,26 +57,30 @@ def torch_model(arch, weights, dtype, device):
         # the host order is per neuron [weights..., bias]; grads are reassembled by host_grad
         return params
 
+    # what forward reads, as strings and integers only: torch.compile traces them as constants
+    # (comparing the layer-kind objects themselves broke its graph in two places)
+    steps = [(_tag(kind, L, CONV, FC, LOCAL, POOLAVG, POOLMAX), _geometry(L), p)
+             for kind, L, p in layers]
+
     def forward(x):
         a = x
-        for kind, L, p in layers:
-            s = L.spec
-            if kind == POOLMAX:
-                a = F.max_pool2d(a, (s.width_v, s.width_h), (s.stride_v, s.stride_h))
-            elif kind == POOLAVG:
-                a = F.avg_pool2d(a, (s.width_v, s.width_h), (s.stride_v, s.stride_h))
-            elif kind == CONV:
-                a = torch.tanh(F.conv2d(a, p[0], p[1], stride=(s.stride_v, s.stride_h),
-                                        padding=(s.pad_v, s.pad_h)))
-            elif kind == LOCAL:
-                cols = F.unfold(a, (s.filter_v, s.filter_h), padding=(s.pad_v, s.pad_h),
-                                stride=(s.stride_v, s.stride_h))            # (n, K, H*W)
-                wt = p[0].reshape(L.depth, L.height * L.width, -1)           # (D, P, K)
-                z = torch.einsum("nkp,dpk->ndp", cols, wt).reshape(-1, L.depth, L.height, L.width)
+        for tag, g, p in steps:
+            if tag == "max":
+                a = F.max_pool2d(a, (g["wv"], g["wh"]), (g["sv"], g["sh"]))
+            elif tag == "avg":
+                a = F.avg_pool2d(a, (g["wv"], g["wh"]), (g["sv"], g["sh"]))
+            elif tag == "conv":
+                a = torch.tanh(F.conv2d(a, p[0], p[1], stride=(g["sv"], g["sh"]),
+                                        padding=(g["pv"], g["ph"])))
+            elif tag == "local":
+                cols = F.unfold(a, (g["fv"], g["fh"]), padding=(g["pv"], g["ph"]),
+                                stride=(g["sv"], g["sh"]))                  # (n, K, H*W)
+                wt = p[0].reshape(g["d"], g["h"] * g["w"], -1)              # (D, P, K)
+                z = torch.einsum("nkp,dpk->ndp", cols, wt).reshape(-1, g["d"], g["h"], g["w"])
                 a = torch.tanh(z + p[1])
             else:
                 z = F.linear(a.reshape(a.shape[0], -1), p[0], p[1])
-                a = z if L.is_output else torch.tanh(z)
+                a = z if tag == "output" else torch.tanh(z)
         return a
 
     def loss_fn(x, y, wpen):
@@ -115,6 +119,22 @@ def torch_reference(arch, w, x, c, wpen):
     return float(loss), host_grad(grads).cpu().numpy()
 
 
+
+
+def _tag(kind, L, CONV, FC, LOCAL, POOLAVG, POOLMAX):
+    if L.is_output:
+        return "output"
+    return {POOLMAX: "max", POOLAVG: "avg", CONV: "conv", LOCAL: "local", FC: "fc"}[kind]
+
+
+def _geometry(L):
+    """A layer's windows, strides, padding and shape as plain integers."""
+    s = L.spec
+    names = {"wv": "width_v", "wh": "width_h", "fv": "filter_v", "fh": "filter_h",
+             "sv": "stride_v", "sh": "stride_h", "pv": "pad_v", "ph": "pad_h"}
+    g = {k: int(getattr(s, a)) for k, a in names.items() if hasattr(s, a)}
+    g.update(d=int(L.depth), h=int(L.height), w=int(L.width))
+    return g
 
 
 TORCH_MODES = ("eager", "graph", "compile")

@@ -204,11 +204,13 @@ def forward_variants(shape, smem_limit=SMEM_BYTES):
     fewer, leaving room for more blocks per multiprocessor); where the device lets a block opt in
     to more shared memory (smem_limit), each of these also with a filter row of taps per stage."""
     out = []
-    # a layer whose one case does not fit without opting in (a large layer: its output is staged
-    # in shared memory too) takes the tiles in the shared memory a block may opt in to
+    # a layer that no tile fits without opting in (a large layer: one case's output, staged in
+    # shared memory, is over 48 KB) takes the tiles in the shared memory a block may opt in to;
+    # a layer that some tile fits keeps the variants it had
     limit = SMEM_BYTES
-    if smem_limit > SMEM_BYTES and not any(ForwardVariant(1, tm, tn, 1).fits(shape)
-                                           for tm, tn in THREAD_TILES):
+    if smem_limit > SMEM_BYTES and not any(
+            ForwardVariant(cases, tm, tn, 1).fits(shape) for tm, tn in THREAD_TILES
+            if tm <= shape.H * shape.W for cases in range(1, 17)):
         limit = min(smem_limit, SMEM_SHARE)
     for tm, tn in THREAD_TILES:
         if tm > shape.H * shape.W:
