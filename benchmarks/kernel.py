@@ -62,10 +62,6 @@ SHAPES = {
                "FULLY CONNECTED LAYER 24"], 10, 10, 1, 5, 96),
     "strided": (["CONVOLUTIONAL LAYER 16 1 1 0 0 1 1", "CONVOLUTIONAL LAYER 30 1 2 1 1 2 3",
                  "FULLY CONNECTED LAYER 20"], 13, 16, 1, 3, 300),
-    # a layer whose one case needs more than 48 KB of shared memory (forward and delta variants
-    # that opt in)
-    "large": (["CONVOLUTIONAL LAYER 32 1 1 1 1 1 1", "POOLED AVERAGE LAYER 2 2 2 2",
-               "CONVOLUTIONAL LAYER 64 1 1 1 1 1 1", "FULLY CONNECTED LAYER 10"], 28, 28, 1, 5, 64),
     "lenet": (["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                "FULLY CONNECTED LAYER 500"], 28, 28, 1, 10, 256),

@@ -726,30 +726,6 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
     assert any(ct.bwd for ct in be.conv_tiled.values()) == (spec in (TILED_ARCHS[0], TILED_ARCHS[3]))
 
 
-# a layer whose one case needs more than 48 KB of shared memory (its 14 x 14 x 64 outputs, and
-# the deltas it backpropagates): its forward and delta variants opt in
-LARGE_ARCH = (["CONVOLUTIONAL LAYER 32 1 1 1 1 1 1", "POOLED AVERAGE LAYER 2 2 2 2",
-               "CONVOLUTIONAL LAYER 64 1 1 1 1 1 1", "FULLY CONNECTED LAYER 5"], 28, 28, 1, 3)
-
-
-def test_emulated_tiled_convolution_of_a_large_layer(fake_runtime, monkeypatch):
-    """A layer that no tile fits in 48 KB gets forward and delta variants in the shared memory a
-    block may opt in to, and each, forced, gives the float64 model's results."""
-    arch, x, c, w, crit_ref, grad_ref, _ = _problem(*LARGE_ARCH, n=5, seed=4)
-    be = dbe.DeviceBackend(arch)
-    ct = be.conv_tiled[2]
-    assert ct.fwd and ct.bwd
-    assert all(v.smem(ct.shape) > 48 * 1024 for v in [*ct.fwd.values(), *ct.bwd.values()])
-    gather_first = tuning.nn_candidates
-    for tile in sorted({*ct.fwd, *ct.bwd}):
-        monkeypatch.setattr(tuning, "nn_candidates",
-                            lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather_first(M, N)[:1])
-        ev = dbe.DeviceBackend(arch).evaluator(x, c, 0.01)
-        crit, grad = ev.gradient(w)
-        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5, tile
-    assert {ct.function(t, k) for k in ("fwd", "bwd") for t in getattr(ct, k)} <= set(fake_runtime.shared_allowed)
-
-
 # a tiled CONV layer followed by max pooling whose windows tile it: (lines, rows, cols, bands,
 # classes, the pooling layers computed in the CONV layer's epilogue)
 POOL_EPILOGUE_ARCHS = [

@@ -192,9 +192,6 @@ def delta_variants(shape, has_delta, smem_limit=SMEM_BYTES):
                 v = DeltaVariant(cases, True, tps)
                 if v.fits(shape, min(smem_limit, SMEM_SHARE)) and v not in out:
                     out.append(v)
-        if not out:         # a large prior layer: one case's deltas per block
-            out = [v for v in (DeltaVariant(1, True, 1), DeltaVariant(1, True, shape.FH))
-                   if v.fits(shape, min(smem_limit, SMEM_SHARE))]
     return out
 
 
@@ -204,21 +201,13 @@ def forward_variants(shape, smem_limit=SMEM_BYTES):
     fewer, leaving room for more blocks per multiprocessor); where the device lets a block opt in
     to more shared memory (smem_limit), each of these also with a filter row of taps per stage."""
     out = []
-    # a layer that no tile fits without opting in (a large layer: one case's output, staged in
-    # shared memory, is over 48 KB) takes the tiles in the shared memory a block may opt in to;
-    # a layer that some tile fits keeps the variants it had
-    limit = SMEM_BYTES
-    if smem_limit > SMEM_BYTES and not any(
-            ForwardVariant(cases, tm, tn, 1).fits(shape) for tm, tn in THREAD_TILES
-            if tm <= shape.H * shape.W for cases in range(1, 17)):
-        limit = min(smem_limit, SMEM_SHARE)
     for tm, tn in THREAD_TILES:
         if tm > shape.H * shape.W:
             continue
         fitting = []
         for cases in range(1, 17):
             v = ForwardVariant(cases, tm, tn, 1)
-            if v.fits(shape, limit):
+            if v.fits(shape):
                 fitting.append(cases)
         if not fitting:
             continue
