@@ -1,7 +1,8 @@
 """READ IMAGES and the images CLASSIFY reads: PNG, JPEG, BMP and GIF files through Pillow.
 
 A folder of training images holds one subfolder per class; the class names are the subfolder
-names, sorted (class 1 is the first). The number of bands comes from the first image read: a grey
+names, sorted (class 1 is the first). The number of bands comes from the first image (the first
+file, by name, of the first class): a grey
 image ('L', '1', 16-bit grey, a palette of greys) gives 1 band, anything else 3 (RGB). Every other
 image is converted to those bands (a colour image to grey by luminance, a grey image to three equal
 planes). Transparent parts are laid over black. Pixels map linearly to -1..1 (0 -> -1, 255 -> +1),
@@ -177,7 +178,7 @@ def read_folder(folder, size=None):
     classes, skipped = class_folders(folder)
     order = spread_order([len(files) for _, files in classes])
     paths = [classes[c][1][k] for c, k in order]
-    first = paths[0]
+    first = classes[0][1][0]                    # the first file of the first class
     with _opened(first) as image:
         bands = image_bands(image)
     rows, cols = size if size is not None else image_size(first)
