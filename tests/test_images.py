@@ -337,3 +337,48 @@ def test_a_cluster_ships_every_image_of_a_folder_and_a_pattern(digits, tmp_path)
     shipped = {path for path, _, _ in cluster.control_inputs(str(ctl))}
     assert shipped == {os.path.abspath(p) for p in input_files(str(digits[0]))}
     assert len(shipped) == 3 * PER_CLASS                       # notes.txt stays at home
+
+
+@pytest.mark.slow
+def test_an_image_folder_on_a_real_cluster(digits, tmp_path):
+    """A worker that never reads the client's files gets the folder's images and the pattern's;
+    the run's predictions and most wrong pictures come back."""
+    pytest.importorskip("distributed")
+    from test_cluster import Cluster
+    shutil.copytree(digits[0], tmp_path / "digits")
+    _control(tmp_path, TRAIN_TEST_CLASSIFY.replace("MAXITERS = 40", "MAXITERS = 5"))
+    (tmp_path / "dask").mkdir()
+    c = Cluster(tmp_path / "dask")
+    try:
+        c.worker("copying", copy_inputs=True)
+        c.wait_for(1)
+        result = CliRunner().invoke(main, ["batch", str(tmp_path / "run.ctl"), "--out",
+                                           str(tmp_path / "out"), "--scheduler", c.address,
+                                           "--device", "cpu", "--threads", "1"])
+    finally:
+        c.close()
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "out" / "run"
+    assert len(_csv(out / "all.csv")) == 1 + 3 * PER_CLASS
+    assert _csv(out / "sevens.csv")[1][0].startswith("digits/seven/")
+    worst = json.loads((out / "results.json").read_text())["runs"][1]["most_wrong"]
+    assert all((out / w["file"]).is_file() for w in worst)
+
+
+def test_most_wrong_cases_in_the_browser(trained, tmp_path):
+    """The report's most wrong cases as Chromium shows them: 16 pictures that decode."""
+    from test_report_browser import BROWSER, Cells, dom
+    if BROWSER is None:
+        pytest.skip("no Chromium found (install the distribution's chromium package)")
+    out, data = trained
+    page = Cells(dom(out / "report.html"))
+    cases = [a for t, a in page.elements if t == "figure" and a.get("class") == "case"]
+    assert [int(a["data-case"]) for a in cases] == [w["case"] for w in data["runs"][1]["most_wrong"]]
+    pictures = [a["src"] for t, a in page.elements
+                if t == "img" and a.get("alt", "").startswith("case ")]
+    assert len(pictures) == 16
+    import base64
+    import io
+    for src in pictures:
+        with Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))) as picture:
+            assert picture.size == (28, 28)
