@@ -252,7 +252,7 @@ def test_a_run_ends_with_a_summary_and_quiet_keeps_to_errors(tmp_path):
     assert re.fullmatch(rf"TEST at {re.escape(str(ctl))}:6: criterion [0-9.e-]+, [0-9.]+ % "
                         r"misclassified, [0-9.]+ s", lines[1]), lines
     assert lines[2] == (f"Wrote in {out}: CONVNET.LOG, results.json, report.html, criterion.png, "
-                        "m.cnm")
+                        "most_wrong, m.cnm")
     assert lines[3] == f"Wrote also: {elsewhere}"
     assert lines[4] == f"Open the report in a browser: {out / 'report.html'}"
     assert len(lines) == 5
