@@ -373,7 +373,8 @@ def test_most_wrong_cases_in_the_browser(trained, tmp_path):
     out, data = trained
     page = Cells(dom(out / "report.html"))
     cases = [a for t, a in page.elements if t == "figure" and a.get("class") == "case"]
-    assert [int(a["data-case"]) for a in cases] == [w["case"] for w in data["runs"][1]["most_wrong"]]
+    worst = data["runs"][1]["most_wrong"]
+    assert [int(a["data-case"]) for a in cases] == [w["case"] for w in worst]
     pictures = [a["src"] for t, a in page.elements
                 if t == "img" and a.get("alt", "").startswith("case ")]
     assert len(pictures) == 16
