@@ -64,6 +64,7 @@ class Session(DataCommands, ImageCommands):
         self.model_device = None                 # 'cpu' or 'cuda': where self.model computes
         self.model_arch = None                   # its architecture (also set in check mode)
         self.model_series = None                 # series scaling kept with the model
+        self.model_class_names = None            # its class names (None: numbers only)
         self.results = []                        # TrainResult / TestResult objects in order
         self.interrupt = Interrupt()
         self.device_note_written = False

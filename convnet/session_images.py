@@ -31,8 +31,6 @@ def class_names_phrase(names):
 class ImageCommands:
     """READ IMAGES, CLASSIFY, and the class names of the model (see the module notes)."""
 
-    model_class_names = None             # the model's class names, or None (numbers only)
-
     def _image_size(self, cmd):
         """(rows, cols) of IMAGE ROWS and IMAGE COLUMNS, or None when neither is set."""
         try:
