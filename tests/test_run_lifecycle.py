@@ -189,7 +189,7 @@ def test_sigterm_during_save_model_leaves_the_previous_file_whole(tmp_path, monk
     kept = modelfile.load_model(str(out / "m.cnm"))
     assert np.array_equal(kept.weights, saved[0])
     assert sorted(p.name for p in out.iterdir()) == ["CONVNET.LOG", "criterion.png", "m.cnm",
-                                                     "report.html", "results.json"]
+                                                     "most_wrong", "report.html", "results.json"]
     assert json.loads((out / "results.json").read_text())["status"] == "interrupted"
     assert (out / "CONVNET.LOG").read_text().splitlines()[-1] == \
         "Run ended by SIGTERM; the log is complete up to here"
