@@ -6,11 +6,9 @@ data set and write their log lines, as the session's own handlers do. It imports
 it.
 """
 
-import os
-
 from . import memory
 from .errors import ConvnetError
-from .session_images import class_names_phrase, shown_path
+from .session_images import class_names_phrase, shown_message, shown_path
 
 
 class DataCommands:
@@ -94,8 +92,7 @@ class DataCommands:
         try:
             dataset, skipped = read_folder(cmd.args["path"], self._image_size(cmd))
         except ConvnetError as e:           # name the files as the control line names them
-            raise cmd.error(e.message.replace(cmd.args["path"], os.path.normpath(written))) \
-                from None
+            raise cmd.error(shown_message(e.message, cmd, written)) from None
         self.dataset = _renamed_cases(dataset, [shown_path(p, cmd, written)
                                                 for p in dataset.case_names])
         self._data_note(cmd)

@@ -23,6 +23,13 @@ def shown_path(path, cmd, written):
     return os.path.relpath(path, os.path.dirname(os.path.abspath(cmd.file)))
 
 
+def shown_message(message, cmd, written):
+    """A reader's message with the files named as shown_path names them."""
+    if os.path.isabs(written) or cmd.file is None:
+        return message
+    return message.replace(os.path.dirname(os.path.abspath(cmd.file)) + os.sep, "")
+
+
 def class_names_phrase(names):
     """``1 = cat, 2 = dog``."""
     return ", ".join(f"{n + 1} = {name}" for n, name in enumerate(names))
@@ -61,7 +68,7 @@ class ImageCommands:
                 return
             outputs = classify(self.model, paths, resize=size is not None)
         except ConvnetError as e:
-            raise cmd.error(e.message.replace(cmd.args["path"], written)) from None
+            raise cmd.error(shown_message(e.message, cmd, written)) from None
         target = self._output_path(cmd.args["predictions"])
         made = write_predictions(target, [shown_path(p, cmd, written) for p in paths], outputs,
                                  self.model_class_names, arch.n_classes)

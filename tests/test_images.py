@@ -130,6 +130,23 @@ def test_grey_first_image_makes_one_band_and_colour_images_turn_grey(tmp_path):
     assert data.bands == 1 and np.allclose(data.inputs, 1, atol=0.02)
 
 
+def test_sixteen_bit_grey_and_a_turned_photo(tmp_path):
+    for name in ("deep", "photo"):
+        (tmp_path / name).mkdir()
+    deep = np.array([[0], [65535], [32768]], np.uint16)                 # 3 x 1
+    Image.fromarray(deep).save(tmp_path / "deep" / "a.png")
+    photo = Image.fromarray(np.array([[0, 0, 255, 255, 255, 255]], np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = 6                                      # stored 1 x 6, stands 6 x 1
+    photo.save(tmp_path / "photo" / "b.jpg", exif=exif, quality=100)
+    with pytest.raises(ConvnetError, match="b.jpg: the image is 6 x 1"):
+        read_folder(str(tmp_path))
+    data, _ = read_folder(str(tmp_path), size=(3, 1))
+    assert (data.bands, data.rows, data.cols) == (1, 3, 1)
+    grey = data.inputs[data.case_names.index(str(tmp_path / "deep" / "a.png"))].ravel()
+    assert np.allclose(grey, [-1, 1, 32768 / 65535 * 2 - 1], atol=1e-6)
+
+
 # ------------------------------------------------------------------------------ errors
 def _error_line(tmp_path, text, command="check"):
     ctl = _control(tmp_path, text)
@@ -383,3 +400,22 @@ def test_most_wrong_cases_in_the_browser(trained, tmp_path):
     for src in pictures:
         with Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))) as picture:
             assert picture.size == (28, 28)
+
+
+@pytest.mark.parametrize("text,line,message", [
+    ('CLASSIFY "digits" "p.csv"\n', 1, "CLASSIFY needs a model: TRAIN or LOAD MODEL first"),
+    ('READ IMAGES "digits"\nFULLY CONNECTED LAYER 2\nTRAIN\nCLASSIFY "none/*.png" "p.csv"\n', 4,
+     "'none/*.png': no image files there"),
+    ('READ IMAGES "digits"\nFULLY CONNECTED LAYER 2\nTRAIN\nIMAGE ROWS = 20\nIMAGE COLUMNS = 20\n'
+     'CLASSIFY "digits" "p.csv"\n', 6, "IMAGE ROWS and IMAGE COLUMNS (20 x 20) differ from the "
+     "model's images (28 x 28)"),
+    ('READ IMAGES "digits"\nFULLY CONNECTED LAYER 2\nTRAIN\nCLASSIFY "odd/*.png" "p.csv"\n', 4,
+     "odd/x.png: the image is 5 x 5 (rows x columns), the model's images are 28 x 28"),
+])
+def test_classify_errors_at_their_line(tmp_path, digits, text, line, message):
+    shutil.copytree(digits[0], tmp_path / "digits")
+    (tmp_path / "odd").mkdir()
+    Image.new("L", (5, 5)).save(tmp_path / "odd" / "x.png")
+    ctl, shown = _error_line(tmp_path, text)
+    assert shown == f"convnet: error: {ctl}:{line}: {message}" or \
+        shown.startswith(f"convnet: error: {ctl}:{line}: {message}"), shown

@@ -8,7 +8,8 @@ image is converted to those bands (a colour image to grey by luminance, a grey i
 planes). Transparent parts are laid over black. Pixels map linearly to -1..1 (0 -> -1, 255 -> +1),
 as the MNIST and CIFAR-10 readers do.
 
-Every image must have the size of the first unless a size is given (IMAGE ROWS and IMAGE
+A photo's EXIF orientation is applied (the picture as it stands). Every image must have the size
+of the first unless a size is given (IMAGE ROWS and IMAGE
 COLUMNS), to which every image is resized (bilinear). Files whose names do not end in an image
 suffix are skipped (and counted), as are names starting with a dot; a file with an image suffix
 that cannot be read is an error naming it.
@@ -25,7 +26,7 @@ import glob
 import os
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import ConvnetError
 from ..memory import images_bytes, require
@@ -34,6 +35,8 @@ from .dataset import Dataset
 
 SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 GREY_MODES = ("1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L")
+ORIENTATION_TAG = 0x0112                   # EXIF: how a camera held the picture
+TURNED_A_QUARTER = (5, 6, 7, 8)            # orientations whose rows are the picture's columns
 PATTERN_CHARACTERS = "*?["
 
 
@@ -84,6 +87,7 @@ def read_image(path, bands=None, size=None):
     try:
         with Image.open(path) as image:
             image.load()
+            image = ImageOps.exif_transpose(image)      # a photo as its camera meant it
             bands = bands or image_bands(image)
             if size is not None and (image.height, image.width) != tuple(size):
                 image = _flattened(image).resize((size[1], size[0]), Image.Resampling.BILINEAR)
@@ -103,9 +107,11 @@ def _reason(error):
 
 
 def image_size(path):
-    """(rows, cols) of an image file from its header."""
+    """(rows, cols) of an image file from its header, as the picture stands (EXIF orientation)."""
     try:
         with Image.open(path) as image:
+            if image.getexif().get(ORIENTATION_TAG) in TURNED_A_QUARTER:
+                return image.width, image.height
             return image.height, image.width
     except FileNotFoundError:
         raise ConvnetError(f"{path}: no such image file") from None
