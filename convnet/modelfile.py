@@ -129,19 +129,26 @@ def save_model(path, model, series_info=None, extra=None, class_names=None):
     results); class_names: the name of each class, or None. Raises ConvnetError naming the file when
     it cannot be written.
     """
-    data = encode_model(model.arch, model.weights, series_info, extra, class_names)
+    write_atomically(path, encode_model(model.arch, model.weights, series_info, extra,
+                                         class_names))
+
+
+def write_atomically(path, data, what="model file"):
+    """Write the bytes ``data`` to ``path`` through a temporary file beside it, flushed to disk and
+    renamed over ``path``. Raises ConvnetError naming the file (``what`` says what it is) when it
+    cannot be written."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.lexists(path) and not os.path.isfile(path):
         # renaming over it would replace a folder's entry such as a device (/dev/null) or a link
-        raise ConvnetError("cannot write the model file: it exists and is not a regular file",
+        raise ConvnetError(f"cannot write the {what}: it exists and is not a regular file",
                            file=path)
     tmp = None
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
                                    dir=folder)
-        # mkstemp makes the file private (0600); a model file gets the mode any new file gets
+        # mkstemp makes the file private (0600); the file gets the mode any new file gets
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -150,7 +157,7 @@ def save_model(path, model, series_info=None, extra=None, class_names=None):
         os.replace(tmp, path)
         tmp = None
     except OSError as e:
-        raise ConvnetError(f"cannot write the model file: {e.strerror or e}", file=path) from None
+        raise ConvnetError(f"cannot write the {what}: {e.strerror or e}", file=path) from None
     finally:
         if tmp is not None:
             try:

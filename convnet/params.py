@@ -20,7 +20,8 @@ class ParamDef:
     ``default_note``) and its meaning in words for the keyword reference."""
 
     phrase: str
-    group: str                       # "training", "device", "series", "images" or "" (Params)
+    group: str                       # "training", "device", "series", "validation", "images"
+                                     # or "" (the Params itself)
     attr: str
     value_type: str                  # "int", "float", "choice" or "devices"
     meaning: str
@@ -29,6 +30,7 @@ class ParamDef:
     minimum: Any = None
     maximum: Any = None
     exclusive_min: bool = False
+    exclusive_max: bool = False
     choices: Optional[Tuple[str, ...]] = None
     aliases: Tuple[str, ...] = ()
 
@@ -72,6 +74,24 @@ PARAMETER_DEFS = (
              "Refinement also ends at MAXITERS iterations, when the gradient vanishes, or when the "
              "negative gradient gives no lower point", 0.00005, minimum=0.0, exclusive_min=True),
     ParamDef("WPEN", "training", "wpen", "float", "weight penalty", 0.0, minimum=0.0),
+    ParamDef("VALIDATION INTERVAL", "validation", "interval", "int",
+             "steps between validation checks during TRAIN: every n refinement iterations (or "
+             "epochs of a method that counts epochs), and at the end of every phase; used when "
+             "VALIDATION CASES holds cases out or TARGET ERROR is set", 1, minimum=1,
+             maximum=MAX_COUNT),
+    ParamDef("KEEP BEST", "validation", "keep_best", "choice",
+             "YES: at the end of TRAIN restore the weights of the validation check with the "
+             "lowest validation misclassification (needs VALIDATION CASES)", "NO",
+             choices=("YES", "NO")),
+    ParamDef("EARLY STOP", "validation", "early_stop", "int",
+             "end TRAIN after this many validation checks in a row without a lower validation "
+             "misclassification; 0: never (needs VALIDATION CASES when not 0)", 0, minimum=0,
+             maximum=MAX_COUNT),
+    ParamDef("TARGET ERROR", "validation", "target_error", "float",
+             "a misclassification percent: TRAIN records the seconds and evaluations until the "
+             "validation misclassification (the training one without VALIDATION CASES) first "
+             "reached it", default_note="none", minimum=0.0, maximum=100.0, exclusive_min=True,
+             exclusive_max=True),
     ParamDef("CUDA", "", "cuda", "choice", "use the GPU: YES, NO or AUTO", "AUTO",
              choices=("YES", "NO", "AUTO")),
     ParamDef("CUDA DEVICES", "device", "cuda_devices", "devices",
@@ -185,6 +205,25 @@ class SeriesParams(_Group):
 
 
 @dataclass(frozen=True)
+class ValidationParams(_Group):
+    """What TRAIN's validation checks read (train/validation.py): VALIDATION INTERVAL, KEEP
+    BEST, EARLY STOP and TARGET ERROR (None: no target). The held-out cases themselves are the
+    data's (VALIDATION CASES)."""
+
+    GROUP = "validation"
+
+    interval: int = _default("VALIDATION INTERVAL")
+    keep_best: str = _default("KEEP BEST")
+    early_stop: int = _default("EARLY STOP")
+    target_error: Optional[float] = _default("TARGET ERROR")
+
+    @property
+    def needs_held_out_cases(self):
+        """Whether a setting in force means nothing without validation cases."""
+        return self.keep_best == "YES" or self.early_stop > 0
+
+
+@dataclass(frozen=True)
 class ImageParams(_Group):
     """The size READ IMAGES and CLASSIFY resize images to (None: as read)."""
 
@@ -205,7 +244,7 @@ class ImageParams(_Group):
 
 
 _GROUPS = {"training": TrainingParams, "device": DeviceParams, "series": SeriesParams,
-           "images": ImageParams}
+           "validation": ValidationParams, "images": ImageParams}
 
 
 @dataclass(frozen=True)
@@ -215,6 +254,7 @@ class Params:
     training: TrainingParams = field(default_factory=TrainingParams)
     device: DeviceParams = field(default_factory=DeviceParams)
     series: SeriesParams = field(default_factory=SeriesParams)
+    validation: ValidationParams = field(default_factory=ValidationParams)
     images: ImageParams = field(default_factory=ImageParams)
     cuda: str = _default("CUDA")
     threads: Optional[int] = _default("THREADS")

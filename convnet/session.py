@@ -16,7 +16,7 @@ import numpy as np
 
 from ._version import __version__
 from .architecture import Architecture
-from .control import parse_file
+from .sweep import parse_control, values_text
 from .errors import ConvnetError, Interrupted
 from .logs.writer import LogWriter
 from .runlock import RunLock
@@ -114,11 +114,12 @@ class Session(DataCommands, ImageCommands):
         return record
 
     # ------------------------------------------------------------------ running files
-    def run(self, paths):
-        """Parse every file first (a syntax error stops the run before any work), then execute.
-        results.json ends with the session's status: done, interrupted or error."""
+    def run(self, paths, sweep_run=None):
+        """Parse every file first (a syntax error stops the run before any work), then execute
+        (a sweep file: its combination ``sweep_run``). results.json ends with the session's
+        status: done, interrupted or error."""
         try:
-            self._run(paths)
+            self._run(paths, sweep_run)
         except ConvnetError as e:
             self.record.finish("error", e)
             raise
@@ -131,12 +132,18 @@ class Session(DataCommands, ImageCommands):
         self.record.finish("done")
         return self
 
-    def _run(self, paths):
-        parsed = []
+    def _run(self, paths, sweep_run=None):
+        parsed, swept = [], []
         for path in paths:
-            commands, lines = parse_file(path, display_name=path)
+            commands, lines, sweep = parse_control(path, display_name=path, sweep_run=sweep_run)
             parsed.append((path, commands, lines))
+            if sweep is not None:
+                swept.append((path, sweep))
         self.log.write(f"Session: convnet {__version__}; control files: {' '.join(paths)}")
+        for path, (sweep, values) in swept:
+            self.log.write(f"Sweep run of {path}: {values_text(values)} (combination "
+                           f"{sweep_run} of {sweep.combinations}), seed {self.seed}")
+            self.record.sweep_run(path, sweep_run, sweep.combinations, values)
         self.log.write(f"Random seed = {self.seed}{'' if self.seed_given else ' (chosen at random)'}")
         self.record.start(paths)
         with signals(self.interrupt):
@@ -258,6 +265,10 @@ class Session(DataCommands, ImageCommands):
         self.model_series = getattr(data, "series", None)
         self.model_class_names = data.class_names
         self._require_memory(arch, data, training=True)
+        settings = self.settings()
+        if settings.validation.needs_held_out_cases and data.held_out is None:
+            raise cmd.error("KEEP BEST = YES and EARLY STOP need cases held out for validation: "
+                            "VALIDATION CASES First Last before TRAIN")
         if self.check_only:
             return None
         device = self._resolve_device(cmd)
@@ -267,13 +278,13 @@ class Session(DataCommands, ImageCommands):
         self._log_parameters(device)
         from .train.trainer import train
         progress = self._progress()
-        settings = self.settings()
         entry = self.record.begin("TRAIN", cmd, arch, settings.phrases(), device,
                                   self._used_threads(device), data.class_names)
         try:
             with self.interrupt.phase():
                 result = train(self.model, data, settings.training, self.log, self.interrupt,
-                               self.rng, progress=self.record.observer(entry, also=progress))
+                               self.rng, progress=self.record.observer(entry, also=progress),
+                               validation=settings.validation)
         finally:
             if progress is not None:
                 progress.close()
@@ -438,6 +449,20 @@ class Session(DataCommands, ImageCommands):
         self.model.weights = loaded.weights
         self.record.artifact(Artifact(path, "loaded", MODEL, loaded.arch), cmd, self.out)
 
+    def _export_onnx(self, cmd):
+        self._need_model(cmd)
+        from .export.onnx import export_onnx, require_onnx
+        path = self._output_path(cmd.args["filename"])
+        try:
+            require_onnx()                      # a check says so too when the extra is missing
+            if not self.check_only:
+                export_onnx(path, self.model.arch, self.model.weights, self.model_class_names)
+        except ConvnetError as e:               # one naming the file: it could not be written
+            raise cmd.error(f"{path}: {e.message}" if e.file else e.message) from None
+        if not self.check_only:
+            self.log.write(f"   Model exported to ONNX: {path}")
+            self._record_made(Artifact(path, "exported to ONNX", MODEL, self.model.arch), cmd)
+
     def _model_to_load(self, cmd):
         """Where LOAD MODEL finds its file and which place that is (modelfile.model_location)."""
         from .modelfile import model_location
@@ -494,12 +519,14 @@ class Session(DataCommands, ImageCommands):
         "READ IMAGES": DataCommands._read_images,
         "CLEAR": DataCommands._clear,
         "KEEP CASES": DataCommands._keep_cases,
+        "VALIDATION CASES": DataCommands._validation_cases,
         "TRAIN": _train,
         "TEST": _test,
         "PRINT WEIGHTS": _print_weights,
         "SAVE MODEL": _save_model,
         "LOAD MODEL": _load_model,
         "CLASSIFY": ImageCommands._classify,
+        "EXPORT ONNX": _export_onnx,
         "DISPLAY TRAINING IMAGES": _display_training_images,
         "DISPLAY FILTER IMAGES": _display_filter_images,
         "DISPLAY ACTIVATION IMAGES": _display_activation_images,
@@ -519,7 +546,7 @@ def _as_user_error(error, cmd):
 
 
 def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True, report=True,
-        gpus=None):
+        gpus=None, sweep_run=None):
     """Run control files like ``convnet run`` and return the finished Session (``report`` False:
     no report.html)."""
     if isinstance(paths, (str, os.PathLike)):
@@ -528,7 +555,7 @@ def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True, repo
     session = Session(out=out, device=device, threads=threads, seed=seed, quiet=quiet,
                       report=report, gpus=gpus)
     try:
-        session.run(paths)
+        session.run(paths, sweep_run)
     except ConvnetError as e:
         try:
             session.log.write(f"ERROR: {e}")
@@ -540,11 +567,12 @@ def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True, repo
     return session
 
 
-def check(paths, echo=print):
-    """Validate control files without training (``convnet check``); returns the Session."""
+def check(paths, echo=print, sweep_run=None):
+    """Validate control files without training (``convnet check``; a sweep file: its combination
+    ``sweep_run``); returns the Session."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     session = Session(check_only=True, echo=echo)
-    session.run([os.fspath(p) for p in paths])
+    session.run([os.fspath(p) for p in paths], sweep_run)
     return session
 

@@ -72,6 +72,12 @@ class DataCommands:
         self.dataset = self.dataset.keep_cases(cmd.args["first"], cmd.args["last"])
         self._data_note(cmd)
 
+    def _validation_cases(self, cmd):
+        self.dataset = self._need_data(cmd).hold_out(cmd.args["first"], cmd.args["last"])
+        first, last = self.dataset.held_out
+        self.log.write(f"   Validation: cases {first}-{last} held out of training, "
+                       f"{self.dataset.n_cases - (last - first + 1)} left to train on")
+
     def _data_note(self, cmd):
         data = self.dataset
         labels = "" if data.classes is not None else " (labels not read yet)"

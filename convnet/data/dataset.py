@@ -64,6 +64,9 @@ class Dataset:
         known by their numbers alone (shown 1..n_classes in the logs).
     case_names : tuple of str, or None
         Where each case came from (an image folder's files), or None.
+
+    ``held_out`` is (first, last), 1-based and inclusive, of the cases VALIDATION CASES holds out
+    of training, or None; every operation that makes a new data set ends the hold-out.
     """
 
     def __init__(self, inputs, classes, n_classes, source, series=None, series_cases=None,
@@ -91,6 +94,7 @@ class Dataset:
         self.series_cases = series_cases
         self.class_names = _names(class_names, n_classes, "class_names")
         self.case_names = _names(case_names, inputs.shape[0], "case_names")
+        self.held_out = None
 
     # ------------------------------------------------------------------ shape
     @property
@@ -152,6 +156,39 @@ class Dataset:
         cases = None if self.case_names is None else self.case_names[first - 1:last]
         return Dataset(self.inputs[first - 1:last].copy(), classes, self.n_classes, self.source,
                        self.series, None, self.class_names, cases)
+
+    def hold_out(self, first, last):
+        """A data set of these same cases with cases ``first``..``last`` (1-based, inclusive)
+        held out for validation: at least one case must remain to train on."""
+        first, last = int(first), int(last)
+        if first < 1 or last < first or last > self.n_cases:
+            raise ConvnetError(
+                f"VALIDATION CASES {first} {last}: the data has {_plural(self.n_cases, 'case')}, "
+                f"so the range must lie within 1..{self.n_cases} with First <= Last")
+        if last - first + 1 >= self.n_cases:
+            raise ConvnetError(f"VALIDATION CASES {first} {last} holds out all "
+                               f"{_plural(self.n_cases, 'case')}: none would be left to train on")
+        held = Dataset(self.inputs, self.classes, self.n_classes, self.source, self.series,
+                       self.series_cases, self.class_names, self.case_names)
+        held.held_out = (first, last)
+        return held
+
+    def split_held_out(self):
+        """(training cases, validation cases) as two data sets: the cases outside ``held_out``
+        and those inside it, each in its order (validation None when nothing is held out)."""
+        if self.held_out is None:
+            return self, None
+        first, last = self.held_out
+        inside = np.zeros(self.n_cases, dtype=bool)
+        inside[first - 1:last] = True
+        return self._cases(~inside), self._cases(inside)
+
+    def _cases(self, mask):
+        classes = None if self.classes is None else self.classes[mask]
+        cases = None if self.case_names is None else \
+            tuple(name for name, kept in zip(self.case_names, mask) if kept)
+        return Dataset(self.inputs[mask], classes, self.n_classes, self.source, self.series, None,
+                       self.class_names, cases)
 
     def check_matches(self, rows, cols, bands, n_classes):
         """Raise ConvnetError unless these images fit a model made for the given shape and classes.

@@ -142,6 +142,39 @@ def _phase_panel(ax, title, unit, chart, trace, result):
     ax.set_title(title)
 
 
+def validation_figure(checks, target=None, cases="validation", size=(1040, 360)):
+    """A TRAIN's validation checks (results data: phase, step, seconds, error): the
+    misclassification against seconds since TRAIN began, and against each phase's steps; a
+    dashed line at the ``target`` error when there is one. ``cases``: what was checked
+    ("validation" or "training")."""
+    fig = figure(*size)
+    by_time, by_step = fig.subplots(1, 2, squeeze=False)[0]
+    points = [c for c in checks if c.get("error") is not None]
+    if not points:
+        _empty(by_time, "no checks yet")
+        _empty(by_step, "no checks yet")
+        return fig
+    label = f"{cases} error %"
+    by_time.plot([c["seconds"] for c in points], [c["error"] for c in points], color=LINE_COLOUR,
+                 marker="o", markersize=3, linewidth=2)
+    by_time.set_xlabel("seconds since TRAIN began")
+    phases = list(dict.fromkeys(c["phase"] for c in points))
+    for phase in phases:
+        mine = [c for c in points if c["phase"] == phase]
+        by_step.plot([c["step"] for c in mine], [c["error"] for c in mine], marker="o",
+                     markersize=3, linewidth=2, label=phase)
+    by_step.set_xlabel("step of its phase")
+    by_step.xaxis.set_major_locator(MaxNLocator(integer=True))
+    by_step.legend(loc="upper right", fontsize="small")
+    for ax in (by_time, by_step):
+        if target is not None:
+            ax.axhline(target, color=SCATTER_COLOUR, linestyle="--", linewidth=1)
+        ax.set_ylabel(label)
+        ax.grid(True, color="#e1e1e1")
+    fig.subplots_adjust(left=0.08, right=0.97, bottom=0.15, top=0.93, wspace=0.25)
+    return fig
+
+
 def confusion_figure(matrix, title=None, class_names=None):
     """The confusion matrix as a heat map: the colour is the row percent (so classes of different
     sizes compare), each cell shows its count. Rows are true classes, columns predicted, from 1,
@@ -246,3 +279,35 @@ def criterion_curve(result, path):
     named = [f"{p.name} {p.criterion:.6g}" for p in result.phases[:-1]]
     title = "TRAIN: " + ", ".join(named + [f"final {result.final_criterion:.6g}"])
     return save_png(criterion_figure(result.phases, title=title), path)
+
+
+# ------------------------------------------------------------------- a sweep's measures
+def errorbar_figure(ticks, series, title, xlabel, ylabel, size=(520, 340)):
+    """Means with error bars against the values of one swept name: ``ticks`` the values (drawn
+    evenly, in order), ``series`` a list of (label, [(mean or None, half-width or None)] per
+    tick), one line per combination of the other swept names."""
+    fig = figure(*size)
+    ax = fig.subplots()
+    positions = list(range(len(ticks)))
+    drawn = 0
+    for k, (label, points) in enumerate(series):
+        xs = [x + 0.04 * (k - (len(series) - 1) / 2) for x, (m, _) in zip(positions, points)
+              if m is not None and math.isfinite(m)]
+        kept = [(m, h) for m, h in points if m is not None and math.isfinite(m)]
+        if not kept:
+            continue
+        drawn += 1
+        ax.errorbar(xs, [m for m, _ in kept], yerr=[h or 0.0 for _, h in kept], marker="o",
+                    capsize=4, linewidth=1.5, label=label or None)
+    if not drawn:
+        _empty(ax, "no values recorded")
+    ax.set_xticks(positions)
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, color="#e1e1e1")
+    if 1 < drawn <= 8:
+        ax.legend(loc="best", fontsize="small")
+    ax.set_title(title, fontsize="medium")
+    fig.subplots_adjust(left=0.16, right=0.97, bottom=0.15, top=0.88)
+    return fig

@@ -129,6 +129,12 @@ class SessionRecord:
         self.data["session"]["control_files"] = list(control_files)
         self.write()
 
+    def sweep_run(self, control_file, combination, combinations, values):
+        """The session runs one combination of a sweep file: which, and its values."""
+        self.data["session"]["sweep"] = {"control_file": control_file,
+                                         "combination": combination,
+                                         "combinations": combinations, "values": dict(values)}
+
     def finish(self, status, error=None):
         """The session ended: 'done', 'interrupted' or 'error' (``error`` an exception, whose
         ``file`` and ``line`` are kept when it has them). Runs still running take the status."""
@@ -182,7 +188,8 @@ class SessionRecord:
         """A TRAIN finished: its full results replace what was gathered on the way."""
         run.update(train_entry(result.phases, result.final_criterion, result.nll,
                                result.confusion.tolist(), result.misclassification,
-                               result.n_cases, result.seconds, result.n_criterion_evals))
+                               result.n_cases, result.seconds, result.n_criterion_evals,
+                               result.validation, result.validation_summary))
         run.update({"status": "interrupted" if result.interrupted else "done",
                     "finished": _now()})
         if result.warnings:
@@ -239,6 +246,11 @@ class _PhaseObserver:
         self._open({"name": phase.name, "title": phase.title, "unit": phase.unit,
                     "chart": phase.chart, "limit": phase.limit,
                     "trace": [[int(s), c] for s, c in phase.start_trace()]})
+
+    def validated(self, check):
+        """A validation check of the TRAIN (its results entry) is made."""
+        self.run.setdefault("validation", []).append(check)
+        self.record.write(force=False)
 
     def _open(self, entry):
         self.entry = dict(entry, criterion=None, steps=0)

@@ -14,6 +14,7 @@ import glob
 import os
 
 from ..display import plots
+from ..logs.results import target_words
 from ..params import DEFAULTS
 from .html import (REFRESH_SECONDS, cell, data_uri, esc, number, page, status_badge, table)
 
@@ -148,6 +149,8 @@ def run_section(run, cache, seed=None, folder="."):
         words = ", ".join(f"{p.get('title') or p['name']} ({p.get('unit') or 'step'}s)"
                           for p in phases) or "No phase started"
         out.append(_figure(svg, words + ("" if done else " so far")))
+    if run.get("validation"):
+        out.append(validation_section(run, cache, key, done))
     if run.get("confusion"):
         svg = cache.get(("confusion", key) if key else None, lambda: plots.confusion_figure(
             run["confusion"], title=f"{run['command']} {run['index']}: "
@@ -199,6 +202,30 @@ def predictions_section(data):
              f"{p.get('control_file') or '-'}:{p.get('line') or '-'}"] for p in made]
     return '<section id="predictions"><h2>Predictions</h2>' + table(
         ["file", "what", "where"], rows) + "</section>"
+
+
+def validation_section(run, cache, key, done):
+    """A TRAIN's validation checks: their curves and what they came to."""
+    summary = run.get("validation_summary") or {}
+    cases = summary.get("cases") or "validation"
+    target = (summary.get("target") or {}).get("error")
+    svg = cache.get(("validation", key) if key else None, lambda: plots.validation_figure(
+        run["validation"], target, cases))
+    out = ["<h3>Validation</h3>", _figure(svg, f"Misclassification of the {cases} cases at each "
+                                          "check" + ("" if done else " so far"))]
+    best = summary.get("best")
+    facts = []
+    if best:
+        facts.append(["lowest error %", f"{number(best['error'], '.4f')} ({best['phase']} "
+                                        f"{best['step']})"])
+    if summary.get("kept_best"):
+        facts.append(["weights kept", "the lowest error's"])
+    words = target_words(summary)
+    if words:
+        facts.append(["time to accuracy", words])
+    if facts:
+        out.append(table(["", ""], facts).replace("<thead><tr><th></th><th></th></tr></thead>", ""))
+    return "\n".join(out)
 
 
 def _pictures(data, folder):

@@ -27,6 +27,16 @@ def confusion_matrix(outputs, classes, n_classes):
     return matrix
 
 
+def mean_nll(outputs, classes):
+    """The likelihood part of the criterion from SoftMax outputs (Equation 1-13): the mean
+    negative log likelihood per case and class."""
+    n, k = outputs.shape
+    if n == 0:
+        return 0.0
+    p = outputs[np.arange(n), classes]
+    return float(-np.sum(np.log(p + 1e-30)) / (n * k))
+
+
 def misclassification(matrix):
     """Percent of cases off the diagonal (0.0 for an empty matrix)."""
     matrix = np.asarray(matrix)
