@@ -97,6 +97,9 @@ def test_read_folder_gives_class_names_spread_cases_and_the_mnist_tones(digits):
         assert np.array_equal(data.inputs[n], reference.inputs[where[path]])
     kept = data.keep_cases(11, 20)
     assert kept.class_names == data.class_names and kept.case_names == data.case_names[10:20]
+    training, validation = data.hold_out(1, 30).split_held_out()       # VALIDATION CASES
+    assert validation.case_names == data.case_names[:30] and training.n_cases == 270
+    assert training.class_names == validation.class_names == data.class_names
 
 
 def test_spread_order_keeps_class_shares_in_any_range():
@@ -419,3 +422,21 @@ def test_classify_errors_at_their_line(tmp_path, digits, text, line, message):
     ctl, shown = _error_line(tmp_path, text)
     assert shown == f"convnet: error: {ctl}:{line}: {message}" or \
         shown.startswith(f"convnet: error: {ctl}:{line}: {message}"), shown
+
+
+def test_an_exported_model_names_the_folder_classes(trained, digits, tmp_path):
+    """ONNX export reads the class names from the model file; ONNX Runtime agrees with CLASSIFY."""
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    out, _ = trained
+    result = _invoke("export", out / "digits.model", "-o", tmp_path / "digits.onnx")
+    assert result.exit_code == 0, result.output
+    session = ort.InferenceSession(str(tmp_path / "digits.onnx"))
+    meta = session.get_modelmeta().custom_metadata_map
+    assert json.loads(meta["class_names"]) == ["one", "seven", "zero"]
+    rows = _csv(out / "sevens.csv")[1:5]
+    base = digits[0].parent                          # the control file's folder
+    images = np.stack([np.asarray(Image.open(base / r[0]), np.float32)[None] / 127.5 - 1
+                       for r in rows]).astype(np.float32)
+    (probabilities,) = session.run(None, {session.get_inputs()[0].name: images})
+    assert np.allclose(probabilities, [[float(v) for v in r[2:]] for r in rows], atol=1e-5)
