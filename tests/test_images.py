@@ -440,3 +440,14 @@ def test_an_exported_model_names_the_folder_classes(trained, digits, tmp_path):
                        for r in rows]).astype(np.float32)
     (probabilities,) = session.run(None, {session.get_inputs()[0].name: images})
     assert np.allclose(probabilities, [[float(v) for v in r[2:]] for r in rows], atol=1e-5)
+
+
+def test_a_resumed_batch_sees_new_images_of_a_pattern(tmp_path):
+    """A batch run again reuses a finished run only with the same inputs: a CLASSIFY pattern's
+    images are inputs too."""
+    from convnet.resume import content_digest
+    Image.new("L", (2, 2)).save(tmp_path / "a.png")
+    before = content_digest(str(tmp_path / "*.png"))
+    assert before is not None and content_digest(str(tmp_path / "*.jpg")) is None
+    Image.new("L", (2, 2), 255).save(tmp_path / "b.png")
+    assert content_digest(str(tmp_path / "*.png")) != before
