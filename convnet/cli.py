@@ -1,4 +1,5 @@
-"""The command line: ``convnet run | check | batch | log | report | export | devices``."""
+"""The command line: ``convnet run | check | batch | log | report | classify | export |
+devices``."""
 
 import os
 import signal
@@ -340,6 +341,39 @@ def export(model, output, overwrite):
     except ConvnetError as e:
         fail(e)
     click.echo(f"convnet: wrote {written}")
+
+
+@main.command()
+@click.argument("model")
+@click.argument("images", nargs=-1, required=True)
+@click.option("-o", "--output", required=True,
+              help="The predictions CSV to write (path, predicted class, each class's "
+                   "probability).")
+@click.option("--resize", is_flag=True,
+              help="Resize images of another size to the model's (else they are refused).")
+@click.option("--overwrite", is_flag=True, help="Let the CSV replace an existing file.")
+@click.option("--threads", type=THREADS, default=None, help="Host threads (default: all cores).")
+def classify(model, images, output, resize, overwrite, threads):
+    """The class of every image with a saved MODEL (SAVE MODEL's file).
+
+    IMAGES are image files (PNG, JPEG, BMP, GIF), folders (every image beneath them) or quoted
+    file patterns such as "digits/*.png".
+    """
+    from .model import Model
+    from .modelfile import read_model
+    from .predict import classify as classify_paths, image_paths, write_predictions
+    if os.path.exists(output) and not overwrite:
+        fail(f"'{output}' exists; give another -o, or add --overwrite to replace it")
+    try:
+        saved = read_model(model)
+        paths = image_paths(list(images))
+        net = Model(saved.arch, device="cpu", threads=threads)
+        net.weights = saved.weights
+        made = write_predictions(output, paths, classify_paths(net, paths, resize),
+                                 saved.class_names, saved.arch.n_classes)
+    except ConvnetError as e:
+        fail(e)
+    click.echo(f"convnet: wrote {output} ({made.what})")
 
 
 @main.command()

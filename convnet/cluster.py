@@ -52,20 +52,26 @@ POLL_S = 0.5
 # ------------------------------------------------------------------ files
 def control_inputs(path, sweep_run=None):
     """The files a control file (a sweep file: its combination ``sweep_run``) reads that exist
-    here: [(absolute path, sha256, size)]. A file that does not parse reads nothing (the session
-    reports its error on the worker)."""
+    here: [(absolute path, sha256, size)]; an image folder or file pattern gives each of its image
+    files. A file that does not parse reads nothing (the session reports its error on the
+    worker)."""
     try:
         commands, _, _ = parse_control(path, sweep_run=sweep_run)
     except ConvnetError:
         return []
+    from .data.images import input_files
     seen, out = set(), []
     for cmd in commands:
         input_path = cmd.args.get("path")
-        if input_path is None or input_path in seen or not os.path.isfile(input_path):
+        if input_path is None:
             continue
-        seen.add(input_path)
-        out.append((os.path.abspath(input_path), file_digest(input_path),
-                    os.path.getsize(input_path)))
+        # an image folder or a CLASSIFY pattern: every image file it gives travels
+        found = input_files(input_path) if cmd.name in ("READ IMAGES", "CLASSIFY") \
+            else [input_path] if os.path.isfile(input_path) else []
+        for file in found:
+            if file not in seen:
+                seen.add(file)
+                out.append((os.path.abspath(file), file_digest(file), os.path.getsize(file)))
     return out
 
 

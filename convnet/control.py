@@ -9,6 +9,7 @@ comment, blank lines ignored, file names in double quotes, ``NAME = value`` with
 """
 
 import difflib
+import glob
 import os
 import re
 from dataclasses import dataclass, field
@@ -233,6 +234,8 @@ COMMANDS: List[CommandSpec] = [
     CommandSpec("READ MNIST LABELS", (_file(),), "the MNIST (IDX) label file for the images just read"),
     CommandSpec("READ C10 IMAGE", (_file(),), "a CIFAR-10 binary batch; repeat to concatenate"),
     CommandSpec("READ SERIES", (_file(),), "a time series turned into images by a moving window"),
+    CommandSpec("READ IMAGES", (_file("Folder"),),
+                "PNG, JPEG, BMP or GIF images, one subfolder per class named after it"),
     CommandSpec("CLEAR", (), "erase the data, keep the trained model"),
     CommandSpec("KEEP CASES", (_int("First", 1, MAX_COUNT), _int("Last", 1, MAX_COUNT)),
                 "keep cases First..Last (1-based, inclusive) of the current data"),
@@ -272,6 +275,9 @@ COMMANDS: List[CommandSpec] = [
     CommandSpec("PRINT WEIGHTS", (), "write every weight of the model to CONVNET.LOG"),
     CommandSpec("SAVE MODEL", (_file(),), "save the trained model"),
     CommandSpec("LOAD MODEL", (_file(),), "load a saved model"),
+    CommandSpec("CLASSIFY", (_file("Images"), _file("Predictions.csv")),
+                "the model's class and class probabilities for every image of a folder or file "
+                "pattern (* ? [), one CSV row per image"),
     CommandSpec("EXPORT ONNX", (_file(),),
                 "write the current model as an ONNX model giving the class probabilities"),
     CommandSpec("DISPLAY TRAINING IMAGES",
@@ -510,7 +516,7 @@ def _parse_args(spec, tokens, file, line, text):
         raise err(f"{spec.phrase} takes no arguments, got '{shown(' '.join(t.text for t in tokens))}'")
     for arg, tok in zip(spec.args, tokens):
         try:
-            args[arg.name.lower().replace(".png", "")] = arg.convert(tok, spec.phrase)
+            args[_arg_key(arg.name)] = arg.convert(tok, spec.phrase)
         except ValueError as e:
             raise err(str(e)) from None
     if spec.command_name == "LAYER":
@@ -520,6 +526,13 @@ def _parse_args(spec, tokens, file, line, text):
     elif spec.phrase in ("KEEP CASES", "VALIDATION CASES") and args["last"] < args["first"]:
         raise err(f"{spec.phrase}: Last ({args['last']}) is before First ({args['first']})")
     return Command(spec.command_name, args, file, line, text)
+
+
+def _arg_key(name):
+    """The key of an argument in Command.args: its name in lower case, without a file suffix
+    (``File.png`` -> ``file``); a folder is read like a file (``filename``)."""
+    key = name.lower().split(".")[0]
+    return "filename" if key == "folder" else key
 
 
 def parse_layer_line(text, file=None, line=None):
@@ -541,7 +554,8 @@ def resolve_input(path, control_path):
         root = os.environ.get(INPUT_ROOT_ENV)
         if root and os.path.isabs(path):
             mirrored = os.path.join(root, path.lstrip(os.sep))
-            if os.path.lexists(mirrored):
+            if os.path.lexists(mirrored) or (any(c in path for c in "*?[")
+                                             and glob.glob(mirrored)):   # CLASSIFY's patterns
                 return mirrored
         return path
     return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(control_path)), path))
@@ -575,6 +589,8 @@ def parse_lines(lines, path, display_name=None):
         if cmd is not None:
             if "filename" in cmd.args and cmd.name not in ("SAVE MODEL", "EXPORT ONNX"):
                 cmd.args["path"] = resolve_input(cmd.args["filename"], path)
+            elif "images" in cmd.args:              # CLASSIFY: a folder or a file pattern
+                cmd.args["path"] = resolve_input(cmd.args["images"], path)
             commands.append(cmd)
     return commands
 

@@ -20,8 +20,8 @@ class ParamDef:
     ``default_note``) and its meaning in words for the keyword reference."""
 
     phrase: str
-    group: str                       # "training", "device", "series", "validation" or ""
-                                     # (the Params itself)
+    group: str                       # "training", "device", "series", "validation", "images"
+                                     # or "" (the Params itself)
     attr: str
     value_type: str                  # "int", "float", "choice" or "devices"
     meaning: str
@@ -111,6 +111,14 @@ PARAMETER_DEFS = (
              maximum=MAX_COUNT),
     ParamDef("SERIES FRAC FULL", "series", "frac_full", "float",
              "fraction of windows scaled to full height", 0.2, minimum=0.0, maximum=1.0),
+    ParamDef("IMAGE ROWS", "images", "rows", "int",
+             "READ IMAGES and CLASSIFY resize every image to this many rows (set IMAGE COLUMNS "
+             "too)", default_note="images keep their size, which must be one for all",
+             minimum=1, maximum=MAX_SIDE),
+    ParamDef("IMAGE COLUMNS", "images", "cols", "int",
+             "READ IMAGES and CLASSIFY resize every image to this many columns (set IMAGE ROWS "
+             "too)", default_note="images keep their size, which must be one for all",
+             minimum=1, maximum=MAX_SIDE),
 )
 
 # Every parameter's value before a control file sets it (None: decided at run time).
@@ -215,8 +223,28 @@ class ValidationParams(_Group):
         return self.keep_best == "YES" or self.early_stop > 0
 
 
+@dataclass(frozen=True)
+class ImageParams(_Group):
+    """The size READ IMAGES and CLASSIFY resize images to (None: as read)."""
+
+    GROUP = "images"
+
+    rows: Optional[int] = _default("IMAGE ROWS")
+    cols: Optional[int] = _default("IMAGE COLUMNS")
+
+    @property
+    def size(self):
+        """(rows, cols) to resize to, or None when neither is set."""
+        if self.rows is None and self.cols is None:
+            return None
+        if self.rows is None or self.cols is None:
+            raise ValueError("set both IMAGE ROWS and IMAGE COLUMNS to resize images (only "
+                             f"IMAGE {'ROWS' if self.rows else 'COLUMNS'} is set)")
+        return self.rows, self.cols
+
+
 _GROUPS = {"training": TrainingParams, "device": DeviceParams, "series": SeriesParams,
-           "validation": ValidationParams}
+           "validation": ValidationParams, "images": ImageParams}
 
 
 @dataclass(frozen=True)
@@ -227,6 +255,7 @@ class Params:
     device: DeviceParams = field(default_factory=DeviceParams)
     series: SeriesParams = field(default_factory=SeriesParams)
     validation: ValidationParams = field(default_factory=ValidationParams)
+    images: ImageParams = field(default_factory=ImageParams)
     cuda: str = _default("CUDA")
     threads: Optional[int] = _default("THREADS")
     seed: Optional[int] = _default("RANDOM SEED")

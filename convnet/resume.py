@@ -100,18 +100,30 @@ def file_digest(path):
 
 
 def content_digest(path):
-    """sha256 of a file, or of a folder's files (their relative names and contents); None when
-    there is nothing to read."""
+    """sha256 of a file, or of a folder's files or a file pattern's matches (CLASSIFY's) (their
+    names and contents); None when there is nothing to read."""
     if os.path.isfile(path):
         return file_digest(path)
     if not os.path.isdir(path):
-        return None
+        return _matches_digest(path)
     digest = hashlib.sha256()
     for top, dirs, names in sorted(os.walk(path)):
         dirs.sort()
         for name in sorted(names):
             full = os.path.join(top, name)
             digest.update(f"{os.path.relpath(full, path)}\0{file_digest(full)}\n".encode())
+    return digest.hexdigest()
+
+
+def _matches_digest(pattern):
+    """sha256 of the image files a pattern such as "new/*.png" matches; None when none does."""
+    from .data.images import PATTERN_CHARACTERS, input_files
+    files = input_files(pattern) if any(c in pattern for c in PATTERN_CHARACTERS) else []
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for full in files:
+        digest.update(f"{full}\0{file_digest(full)}\n".encode())
     return digest.hexdigest()
 
 

@@ -24,6 +24,8 @@ from .interrupt import Interrupt, signals
 from .display import commands as display_commands
 from .logs.record import MODEL, Artifact
 from .params import DEFAULTS, Params
+from .session_data import DataCommands
+from .session_images import ImageCommands, class_names_phrase
 from . import memory
 
 # The parameters that every TRAIN and TEST writes to CONVNET.LOG, in the book's dialog order.
@@ -31,8 +33,10 @@ LOGGED_PARAMETERS = ("MAX BATCH", "MAX HID GRAD", "MAX MEM GRAD", "ANNEAL ITERS"
                      "ANNEAL SCALE", "MAXITERS", "TOL", "WPEN")
 
 
-class Session:
-    """Executes commands; holds the data, the layer list, the parameters and the model."""
+class Session(DataCommands, ImageCommands):
+    """Executes commands; holds the data, the layer list, the parameters and the model (the data
+    commands: session_data.DataCommands; CLASSIFY, class names and a TEST's most wrong cases:
+    session_images.ImageCommands)."""
 
     def __init__(self, out=".", device="auto", threads=None, seed=None, quiet=False,
                  check_only=False, echo=None, log_name="CONVNET.LOG", report=True,
@@ -60,7 +64,7 @@ class Session:
         self.model_device = None                 # 'cpu' or 'cuda': where self.model computes
         self.model_arch = None                   # its architecture (also set in check mode)
         self.model_series = None                 # series scaling kept with the model
-        self.model_class_names = None            # class names kept with the model, if any
+        self.model_class_names = None            # its class names (None: numbers only)
         self.results = []                        # TrainResult / TestResult objects in order
         self.interrupt = Interrupt()
         self.device_note_written = False
@@ -199,84 +203,6 @@ class Session:
             self.rng = np.random.default_rng(value)
         return None
 
-    # ------------------------------------------------------------------ data
-    def _need_no_data(self, cmd):
-        if self.dataset is not None:
-            raise cmd.error(f"{cmd.name}: data is already present (use CLEAR first)")
-
-    def _make_image(self, cmd):
-        from .data.synthetic import make_image
-        self._need_no_data(cmd)
-        args = cmd.args
-        memory.require(memory.images_bytes(args["cases"], args["bands"], args["rows"],
-                                           args["columns"]),
-                       f"MAKE IMAGE's {args['cases']} images of {args['rows']} x "
-                       f"{args['columns']} x {args['bands']} bands")
-        self.dataset = make_image(args["rows"], args["columns"], args["bands"], args["classes"],
-                                  args["cases"], self.rng)
-        self._data_note(cmd)
-
-    def _read_mnist_image(self, cmd):
-        from .data import mnist
-        self._need_no_data(cmd)
-        self.dataset = mnist.read_images(cmd.args["path"])
-        self._data_note(cmd)
-
-    def _read_mnist_labels(self, cmd):
-        from .data import mnist
-        if self.dataset is None or self.dataset.source != "MNIST":
-            raise cmd.error("READ MNIST LABELS must follow READ MNIST IMAGE")
-        if self.dataset.classes is not None:
-            raise cmd.error("MNIST labels were already read for these images (use CLEAR first)")
-        self.dataset = mnist.read_labels(cmd.args["path"], self.dataset)
-        self._data_note(cmd)
-
-    def _read_c10_image(self, cmd):
-        from .data import cifar
-        if self.dataset is not None and self.dataset.source != "C10":
-            raise cmd.error("READ C10 IMAGE: other data is already present (use CLEAR first)")
-        self.dataset = cifar.read_c10(cmd.args["path"], existing=self.dataset)
-        self._data_note(cmd)
-
-    def _read_series(self, cmd):
-        from .data import series
-        self._need_no_data(cmd)
-        imaging = self.settings().series
-        settings = series.SeriesSettings(
-            column=imaging.column, window=imaging.window, resolution=imaging.resolution,
-            shift=imaging.shift, frac_full=imaging.frac_full, **self.series_settings)
-        self.dataset = series.read_series(cmd.args["path"], settings, scaling=self.model_series)
-        self._data_note(cmd)
-        if self.model_series is not None:
-            self.log.write("   (imaged and classed with the trained model's series scale and thresholds)")
-
-    def _clear(self, cmd):
-        self.dataset = None
-
-    def _keep_cases(self, cmd):
-        self._need_data(cmd, labels=False)
-        self.dataset = self.dataset.keep_cases(cmd.args["first"], cmd.args["last"])
-        self._data_note(cmd)
-
-    def _validation_cases(self, cmd):
-        self.dataset = self._need_data(cmd).hold_out(cmd.args["first"], cmd.args["last"])
-        first, last = self.dataset.held_out
-        self.log.write(f"   Validation: cases {first}-{last} held out of training, "
-                       f"{self.dataset.n_cases - (last - first + 1)} left to train on")
-
-    def _data_note(self, cmd):
-        data = self.dataset
-        labels = "" if data.classes is not None else " (labels not read yet)"
-        self.log.write(f"   Data: {data.n_cases} cases of {data.rows} rows, {data.cols} columns and "
-                       f"{data.bands} bands, {data.n_classes} classes{labels}")
-
-    def _need_data(self, cmd, labels=True):
-        if self.dataset is None:
-            raise cmd.error(f"{cmd.name} needs data: read or make data first")
-        if labels and self.dataset.classes is None:
-            raise cmd.error(f"{cmd.name}: the MNIST labels have not been read (READ MNIST LABELS)")
-        return self.dataset
-
     # ------------------------------------------------------------------ model
     def _need_model(self, cmd):
         if self.model_arch is None:
@@ -337,7 +263,7 @@ class Session:
                 self.echo(line)
         self.model_arch = arch
         self.model_series = getattr(data, "series", None)
-        self.model_class_names = getattr(data, "class_names", None)
+        self.model_class_names = data.class_names
         self._require_memory(arch, data, training=True)
         settings = self.settings()
         if settings.validation.needs_held_out_cases and data.held_out is None:
@@ -353,7 +279,7 @@ class Session:
         from .train.trainer import train
         progress = self._progress()
         entry = self.record.begin("TRAIN", cmd, arch, settings.phrases(), device,
-                                  self._used_threads(device))
+                                  self._used_threads(device), data.class_names)
         try:
             with self.interrupt.phase():
                 result = train(self.model, data, settings.training, self.log, self.interrupt,
@@ -432,6 +358,7 @@ class Session:
         self._need_model(cmd)
         data.check_matches(self.model_arch.rows, self.model_arch.cols, self.model_arch.bands,
                            self.model_arch.n_classes)
+        self._check_class_names(cmd, data)
         self._require_memory(self.model_arch, data, training=False)
         if self.check_only:
             return None
@@ -447,13 +374,14 @@ class Session:
             self.cuda_uploads_before = self.model.backend.weight_uploads
         from .train.trainer import test
         entry = self.record.begin("TEST", cmd, self.model_arch, self.settings().phrases(), device,
-                                  self._used_threads(device))
+                                  self._used_threads(device),
+                                  data.class_names or self.model_class_names)
         result = test(self.model, data, self.log)
         if device == "cuda":
             self._add_cuda_log(cmd)
         self.results.append(result)
         self.outcomes.append((cmd, result))
-        self.record.end_test(entry, result)
+        self.record.end_test(entry, result, self._most_wrong(result, data, entry))
         return result
 
     def _print_weights(self, cmd):
@@ -470,12 +398,14 @@ class Session:
         self._need_model(cmd)
         if self.check_only:                     # a later LOAD MODEL of this file will find it
             where = os.path.abspath(self._output_path(cmd.args["filename"]))
-            self.pending_saves[where] = (self.model_arch, self.model_series)
+            self.pending_saves[where] = (self.model_arch, self.model_series,
+                                         self.model_class_names)
             return
         from .modelfile import save_model
         path = self._output_path(cmd.args["filename"])
         try:
-            save_model(path, self.model, series_info=self.model_series)
+            save_model(path, self.model, series_info=self.model_series,
+                       class_names=self.model_class_names)
         except ConvnetError as e:        # it names the model file; the place is the control line
             raise cmd.error(f"{path}: {e.message}") from None
         self._wrote(path)
@@ -483,13 +413,13 @@ class Session:
         self.record.artifact(Artifact(path, "saved", MODEL, self.model.arch), cmd, self.out)
 
     def _load_model(self, cmd):
-        from .modelfile import load_model
+        from .modelfile import read_model
         path, where = self._model_to_load(cmd)
         if self.check_only:
             for candidate in (cmd.args["path"], self._output_path(cmd.args["filename"])):
                 pending = self.pending_saves.get(os.path.abspath(candidate))
                 if pending is not None:         # saved earlier in this run: it will exist then
-                    self.model_arch, self.model_series = pending
+                    self.model_arch, self.model_series, self.model_class_names = pending
                     self.layers_closed = True
                     self.log.write(f"   Model to be loaded from {candidate} (saved earlier in this "
                                    "run)")
@@ -500,16 +430,18 @@ class Session:
             size = 0
         memory.require(2 * size, f"the model file '{path}' ({size:,} bytes, read and decoded)")
         try:
-            loaded = load_model(path)
+            loaded = read_model(path)
         except ConvnetError as e:               # it names the model file; the place is the control line
             model = e.file if e.file is not None else path
             raise cmd.error(f"model file '{model}': {e.message}") from None
         self.model_arch = loaded.arch
         self.model_series = loaded.series
-        self.model_class_names = getattr(loaded, "class_names", None)
+        self.model_class_names = loaded.class_names
         self.layers_closed = True
         self.log.write(f"   Model loaded from {path} ({where})")
         self.log.write(loaded.arch.report())
+        if loaded.class_names:
+            self.log.write(f"   Classes: {class_names_phrase(loaded.class_names)}")
         if self.check_only:
             return
         self.model_device = self._resolve_device(cmd)
@@ -579,19 +511,21 @@ class Session:
         "SERIES CLASS": _series_flag,
         "SERIES HEADER": _series_flag,
         "LAYER": _layer,
-        "MAKE IMAGE": _make_image,
-        "READ MNIST IMAGE": _read_mnist_image,
-        "READ MNIST LABELS": _read_mnist_labels,
-        "READ C10 IMAGE": _read_c10_image,
-        "READ SERIES": _read_series,
-        "CLEAR": _clear,
-        "KEEP CASES": _keep_cases,
-        "VALIDATION CASES": _validation_cases,
+        "MAKE IMAGE": DataCommands._make_image,
+        "READ MNIST IMAGE": DataCommands._read_mnist_image,
+        "READ MNIST LABELS": DataCommands._read_mnist_labels,
+        "READ C10 IMAGE": DataCommands._read_c10_image,
+        "READ SERIES": DataCommands._read_series,
+        "READ IMAGES": DataCommands._read_images,
+        "CLEAR": DataCommands._clear,
+        "KEEP CASES": DataCommands._keep_cases,
+        "VALIDATION CASES": DataCommands._validation_cases,
         "TRAIN": _train,
         "TEST": _test,
         "PRINT WEIGHTS": _print_weights,
         "SAVE MODEL": _save_model,
         "LOAD MODEL": _load_model,
+        "CLASSIFY": ImageCommands._classify,
         "EXPORT ONNX": _export_onnx,
         "DISPLAY TRAINING IMAGES": _display_training_images,
         "DISPLAY FILTER IMAGES": _display_filter_images,

@@ -19,6 +19,8 @@ COMMAND_CASES = [
     ('read mnist labels "l.gz"', "READ MNIST LABELS", {"filename": "l.gz"}),
     ('READ C10 IMAGE "d.bin"', "READ C10 IMAGE", {"filename": "d.bin"}),
     ('Read Series "s.csv"', "READ SERIES", {"filename": "s.csv"}),
+    ('READ IMAGES "pictures"', "READ IMAGES", {"filename": "pictures"}),
+    ('classify "new/*.png" "p.csv"', "CLASSIFY", {"images": "new/*.png", "predictions": "p.csv"}),
     ("CLEAR", "CLEAR", {}),
     ("KEEP CASES 1 2000", "KEEP CASES", {"first": 1, "last": 2000}),
     ("VALIDATION CASES 1801 2000", "VALIDATION CASES", {"first": 1801, "last": 2000}),
@@ -161,6 +163,8 @@ PARAMETER_CASES = [
     ("SERIES SHIFT = 3", "SERIES SHIFT", 3),
     ("SERIES FRAC FULL = 0", "SERIES FRAC FULL", 0.0),
     ("SERIES FRAC FULL = 1", "SERIES FRAC FULL", 1.0),
+    ("IMAGE ROWS = 28", "IMAGE ROWS", 28),
+    ("image columns=32", "IMAGE COLUMNS", 32),
 ]
 
 
@@ -199,6 +203,7 @@ def test_every_parameter(text, name, value):
     ("ANNEAL RANGE = 0", "ANNEAL RANGE must be greater than 0.0"),
     ("SERIES FRAC FULL = 1.5", "SERIES FRAC FULL must be at most 1.0"),
     ("SERIES FRAC FULL = -0.2", "SERIES FRAC FULL must be at least 0.0"),
+    ("IMAGE ROWS = 0", "IMAGE ROWS must be at least 1"),
     ("MAX HID GRAD = 70000", "at most 65535"),
     ("MAX MEM GRAD = 4000", "at most 2047"),
     ("MAX BATCH = 0", "MAX BATCH must be at least 1"),

@@ -134,7 +134,8 @@ def test_run_report_in_the_browser_shows_the_numbers_of_results_json(finished_ru
         assert int(row["weights"]) == result["architecture"]["total_weights"]
     assert page.meta_refresh() == []                       # a finished run does not refresh
     images = [a["src"] for t, a in page.elements if t == "img"]
-    assert len(images) == 2 and all(s.startswith("data:image/png;base64,") for s in images)
+    assert len(images) == 2 + len(data["runs"][1]["most_wrong"])    # pictures, most wrong cases
+    assert all(s.startswith("data:image/png;base64,") for s in images)
     # self-contained: nothing is fetched from anywhere
     fetched = [a.get("src") or a.get("href") for t, a in page.elements
                if t in ("img", "script", "link", "iframe") and (a.get("src") or a.get("href"))]

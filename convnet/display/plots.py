@@ -175,13 +175,17 @@ def validation_figure(checks, target=None, cases="validation", size=(1040, 360))
     return fig
 
 
-def confusion_figure(matrix, title=None):
+def confusion_figure(matrix, title=None, class_names=None):
     """The confusion matrix as a heat map: the colour is the row percent (so classes of different
-    sizes compare), each cell shows its count. Rows are true classes, columns predicted, from 1."""
+    sizes compare), each cell shows its count. Rows are true classes, columns predicted, from 1,
+    or by their names when ``class_names`` are given."""
     matrix = np.asarray(matrix, dtype=np.int64)
     n_classes = matrix.shape[0]
     side = int(min(800, max(220, 40 * n_classes + 60)))               # the square of cells, pixels
     left, bottom, top, bar, gap, label = 60, 50, 35, 16, 14, 70
+    if class_names:                      # room for the names beside and below the cells
+        longest = min(30, max(len(str(name)) for name in class_names))
+        left, bottom = left + 6 * longest, bottom + 5 * longest
     width, height = left + side + gap + bar + label, bottom + side + top
     fig = figure(width, height)
     ax = fig.add_axes([left / width, bottom / height, side / width, side / height])
@@ -193,8 +197,10 @@ def confusion_figure(matrix, title=None):
     fig.colorbar(image, cax=bar_ax, label="percent of the true class")
     ticks = (list(range(n_classes)) if n_classes <= MAX_ANNOTATED_CLASSES
              else list(range(0, n_classes, max(1, n_classes // 10))))
-    ax.set_xticks(ticks, [str(t + 1) for t in ticks])
-    ax.set_yticks(ticks, [str(t + 1) for t in ticks])
+    labels = [class_names[t] if class_names else str(t + 1) for t in ticks]
+    ax.set_xticks(ticks, labels, rotation=45 if class_names else 0,
+                  ha="right" if class_names else "center")
+    ax.set_yticks(ticks, labels)
     ax.set_xlabel("predicted class")
     ax.set_ylabel("true class")
     if n_classes <= MAX_ANNOTATED_CLASSES:

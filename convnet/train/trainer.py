@@ -32,7 +32,8 @@ import numpy as np
 
 from ..host.threads import single_threaded_blas
 from .anneal import AnnealingPhase
-from .confusion import confusion_matrix, format_confusion, mean_nll, misclassification
+from .confusion import (confusion_matrix, format_confusion, mean_nll, misclassification,
+                        most_wrong)
 from .conjgrad import RefinementPhase
 from .phase import PhaseResult, format_criterion, run_steps
 from .validation import Validation, split_cases
@@ -81,7 +82,8 @@ class TrainResult:
 @dataclass
 class TestResult:
     """What one TEST produced: criterion (mean negative log likelihood per case and class, no
-    penalty), misclassification percent, confusion counts [true, predicted], cases, seconds."""
+    penalty), misclassification percent, confusion counts [true, predicted], cases, seconds, and
+    the cases it got most wrong (confusion.most_wrong)."""
 
     __test__ = False             # not a test class, whatever pytest thinks of the name
 
@@ -91,6 +93,7 @@ class TestResult:
     n_cases: int
     seconds: float = 0.0
     command: str = "TEST"
+    worst: List[dict] = field(default_factory=list)
 
     @property
     def final_criterion(self):
@@ -234,7 +237,7 @@ def _final(context, dataset, wpen, phases, t_all):
     matrix = confusion_matrix(outputs, classes, context.arch.n_classes)
     seconds["confusion"] = time.perf_counter() - t0
     log.blank()
-    log.write(format_confusion(matrix))
+    log.write(format_confusion(matrix, getattr(dataset, "class_names", None)))
     warnings = chance_level_warnings(nll, classes, context.arch.n_classes)
     for warning in warnings:
         log.write(f"WARNING... {warning}")
@@ -284,16 +287,18 @@ def test(model, dataset, log):
     w = model.weights.copy()
     crit = float(ev.criterion(w))
     outputs = ev.outputs(w)
-    matrix = confusion_matrix(outputs, np.asarray(dataset.classes, dtype=np.int64),
-                              model.arch.n_classes)
+    classes = np.asarray(dataset.classes, dtype=np.int64)
+    matrix = confusion_matrix(outputs, classes, model.arch.n_classes)
+    worst = most_wrong(outputs, classes)
     seconds = time.perf_counter() - t0
     log.write(f"Test of {int(matrix.sum())} cases: mean negative log likelihood = "
               f"{format_criterion(crit)}")
     log.blank()
-    log.write(format_confusion(matrix))
+    log.write(format_confusion(matrix, getattr(dataset, "class_names", None)))
     log.write(f"Elapsed time: test {seconds:.2f} s")
     log.blank()
-    return TestResult(crit, misclassification(matrix), matrix, int(matrix.sum()), seconds)
+    return TestResult(crit, misclassification(matrix), matrix, int(matrix.sum()), seconds,
+                      worst=worst)
 
 
 test.__test__ = False                # a TEST command, not a pytest test
