@@ -2,6 +2,14 @@
 
     python benchmarks/gpu.py --out DIR                 # every net, validated, then timed
     python benchmarks/gpu.py --nets lenet-mnist --repeat 20 --no-host
+    python benchmarks/gpu.py --suite --out DIR         # the suite table (see below)
+
+--suite times the three benchmark nets and the eight suite nets (benchmarks/suite/*.ctl, copies
+of ../shared/bench with their data paths into data/ here, since the GPU machine sees only the
+checkout): ours, the best PyTorch in strict float32 (TF32 off) and with TF32 allowed, the floor,
+each ratio, and the geometric mean of ours over the best PyTorch. The PyTorch side
+(benchmarks/torch_anchor.py) warms torch.compile up until nothing recompiles and reports graph
+breaks, skipped CUDA graphs and fallbacks; a compiled step slower than eager is warned about.
 
 For each net of the benchmark control files (the data and layers up to the first TRAIN):
   1. validate: the device criterion and gradient against the host path (float64, the book's
@@ -36,8 +44,16 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from torch_anchor import (TORCH_MODES, best_ms, ceilings, have_torch,  # noqa: E402,F401
+                          torch_model, torch_reference, torch_time)
+from torch_anchor import compile_warnings as torch_anchor_warnings  # noqa: E402,F401
 
 NETS = ["log-example", "lenet-mnist", "local-rgb", "mnist-small", "lenet-mnist-split", "series-sp500"]
+SUITE = ["cifar-conv", "strided-rgb", "local-mnist", "vgg-mnist", "avgpool-deep", "inexact",
+         "wide-fc", "lenet-60k", "log-example", "lenet-mnist", "local-rgb"]
+SUITE_DIR = ROOT / "benchmarks" / "suite"      # the benchmark and suite nets, paths to data/ here
 
 
 def bench_dir_default():
@@ -56,6 +72,12 @@ def parse_args(argv=None):
     ap.add_argument("--no-host", action="store_true", help="skip timing the host path")
     ap.add_argument("--host-repeat", type=int, default=2)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--suite", action="store_true",
+                    help="the three benchmark nets and the suite's eight (benchmarks/suite), "
+                         "PyTorch strict float32 and with TF32, the geometric mean")
+    ap.add_argument("--tf32", action="store_true", help="also time PyTorch with TF32 allowed")
+    ap.add_argument("--torch-modes", default=",".join(TORCH_MODES),
+                    help="PyTorch ways to time (eager, graph, compile)")
     ap.add_argument("--params", default="", help='device parameters, e.g. "MAX BATCH=512"')
     ap.add_argument("--no-tiled", action="store_true",
                     help="convolutional layers with the gather product alone (no conv_tiled.cu)")
@@ -65,7 +87,15 @@ def parse_args(argv=None):
                     help="per activity: CUDA-event time against a synchronized host clock")
     ap.add_argument("--diagnose", metavar="NET",
                     help="compare max-pooling winners and per-layer gradients with the host path")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    args.torch_modes = tuple(m for m in args.torch_modes.split(",") if m)
+    if args.suite:
+        args.tf32 = args.no_host = True
+        if args.bench_dir == bench_dir_default():
+            args.bench_dir = SUITE_DIR
+        if args.nets == ",".join(NETS):
+            args.nets = ",".join(SUITE)
+    return args
 
 
 # ------------------------------------------------------------------------------ data
@@ -101,214 +131,6 @@ def multiply_adds(plan):
         if lp.bwd is not None:
             bwd += int(lp.bwd.desc[:, 2].sum()) * lp.bwd.n_cols
     return fwd, bwd, fwd
-
-
-# ------------------------------------------------------------------------------ PyTorch model
-def torch_model(arch, weights, dtype, device):
-    """The net in PyTorch with parameters taken from host-order weights. Returns (params, loss_fn)
-    where loss_fn(x, y, wpen) gives the criterion; the parameters' gradients concatenated in
-    order are the host-order gradient."""
-    import torch
-    import torch.nn.functional as F
-    from convnet.architecture import CONV, FC, LOCAL, POOLAVG, POOLMAX
-
-    w = torch.as_tensor(np.asarray(weights), dtype=dtype, device=device)
-    params, layers = [], []
-    for L in arch.all_layers:
-        kind = FC if L.is_output else L.kind
-        if kind in (POOLAVG, POOLMAX):
-            layers.append((kind, L, None))
-            continue
-        block = w[L.weight_offset:L.weight_offset + L.n_weights]
-        npw = L.n_prior_weights
-        if kind == FC:
-            m = block.view(L.depth, npw)
-            wt, b = m[:, :-1].clone(), m[:, -1].clone()
-        elif kind == CONV:
-            m = block.view(L.depth, npw)
-            fv, fh = L.spec.filter_v, L.spec.filter_h
-            wt = m[:, :-1].reshape(L.depth, L.prior_depth, fv, fh).clone()
-            b = m[:, -1].clone()
-        else:
-            m = block.view(L.depth, L.height, L.width, npw)
-            wt, b = m[..., :-1].clone(), m[..., -1].clone()
-        wt.requires_grad_(True)
-        b.requires_grad_(True)
-        params += [wt, b]
-        layers.append((kind, L, (wt, b)))
-    n_weights = arch.n_weights
-
-    def weight_views():
-        # the host order is per neuron [weights..., bias]; grads are reassembled by host_grad
-        return params
-
-    def forward(x):
-        a = x
-        for kind, L, p in layers:
-            s = L.spec
-            if kind == POOLMAX:
-                a = F.max_pool2d(a, (s.width_v, s.width_h), (s.stride_v, s.stride_h))
-            elif kind == POOLAVG:
-                a = F.avg_pool2d(a, (s.width_v, s.width_h), (s.stride_v, s.stride_h))
-            elif kind == CONV:
-                a = torch.tanh(F.conv2d(a, p[0], p[1], stride=(s.stride_v, s.stride_h),
-                                        padding=(s.pad_v, s.pad_h)))
-            elif kind == LOCAL:
-                cols = F.unfold(a, (s.filter_v, s.filter_h), padding=(s.pad_v, s.pad_h),
-                                stride=(s.stride_v, s.stride_h))            # (n, K, H*W)
-                wt = p[0].reshape(L.depth, L.height * L.width, -1)           # (D, P, K)
-                z = torch.einsum("nkp,dpk->ndp", cols, wt).reshape(-1, L.depth, L.height, L.width)
-                a = torch.tanh(z + p[1])
-            else:
-                z = F.linear(a.reshape(a.shape[0], -1), p[0], p[1])
-                a = z if L.is_output else torch.tanh(z)
-        return a
-
-    def loss_fn(x, y, wpen):
-        logits = forward(x)
-        ll = F.cross_entropy(logits, y, reduction="sum")
-        n, ncls = logits.shape
-        pen = sum((p[0] ** 2).sum() for _, _, p in layers if p is not None)
-        return ll / (n * ncls) + wpen / n_weights * pen
-
-    def host_grad(grads):
-        out = []
-        gi = iter(grads)
-        for kind, L, p in layers:
-            if p is None:
-                continue
-            gw, gb = next(gi), next(gi)
-            if kind == LOCAL:
-                m = torch.cat([gw.reshape(L.depth, L.height, L.width, -1), gb[..., None]], dim=-1)
-            else:
-                m = torch.cat([gw.reshape(L.depth, -1), gb[:, None]], dim=1)
-            out.append(m.reshape(-1))
-        return torch.cat(out)
-
-    return weight_views(), loss_fn, host_grad
-
-
-def torch_reference(arch, w, x, c, wpen):
-    """(criterion, host-order gradient) in float64 on the GPU through PyTorch."""
-    import torch
-    dev = torch.device("cuda")
-    params, loss_fn, host_grad = torch_model(arch, w, torch.float64, dev)
-    xt = torch.as_tensor(x, dtype=torch.float64, device=dev)
-    yt = torch.as_tensor(c, dtype=torch.int64, device=dev)
-    loss = loss_fn(xt, yt, wpen)
-    grads = torch.autograd.grad(loss, params)
-    return float(loss), host_grad(grads).cpu().numpy()
-
-
-TORCH_MODES = ("eager", "graph", "compile")
-
-
-def torch_time(arch, w, x, c, wpen, repeat, modes=TORCH_MODES):
-    """Median ms of one full-batch gradient (forward + backward) in PyTorch float32, TF32 off,
-    data on the GPU, timed with CUDA events, three ways:
-      eager    the step as written;
-      graph    the whole step captured once in a CUDA graph and replayed;
-      compile  torch.compile(mode="reduce-overhead") of the criterion (Inductor's fused kernels,
-               CUDA graphs for forward and backward), then backward().
-    Returns {mode: ms} (a mode that fails is left out, with the reason under "<mode>_error")."""
-    import torch
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
-    dev = torch.device("cuda")
-    params, loss_fn, _ = torch_model(arch, w, torch.float32, dev)
-    xt = torch.as_tensor(x, dtype=torch.float32, device=dev)
-    yt = torch.as_tensor(c, dtype=torch.int64, device=dev)
-
-    def eager_step():
-        loss = loss_fn(xt, yt, wpen)
-        return torch.autograd.grad(loss, params)
-
-    def timed(step):
-        for _ in range(5):
-            step()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(repeat):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            step()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
-        return statistics.median(times)
-
-    def graph_step():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                eager_step()
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            eager_step()
-        return g.replay
-
-    def compile_step():
-        torch._logging.set_logs(perf_hints=True)        # says so when it skips CUDA graphs
-        compiled = torch.compile(lambda a, b: loss_fn(a, b, wpen), mode="reduce-overhead")
-
-        def step():
-            torch.compiler.cudagraph_mark_step_begin()
-            for p in params:
-                p.grad = None
-            compiled(xt, yt).backward()
-        return step
-
-    out = {}
-    for mode in modes:
-        try:
-            step = {"eager": lambda: eager_step, "graph": graph_step, "compile": compile_step}[mode]()
-            out[mode] = timed(step)
-        except Exception as e:          # a mode this PyTorch cannot do: say why, time the others
-            out[f"{mode}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-    return out
-
-
-def ceilings():
-    """(float32 multiply-add rate in MAC/s, copy bandwidth in B/s) measured with PyTorch."""
-    import torch
-    torch.backends.cuda.matmul.allow_tf32 = False
-    n = 8192
-    a = torch.randn(n, n, device="cuda")
-    b = torch.randn(n, n, device="cuda")
-    for _ in range(2):
-        a @ b
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(5):
-        a @ b
-    e1.record()
-    e1.synchronize()
-    mac_rate = 5 * n ** 3 / (e0.elapsed_time(e1) / 1000)
-    src = torch.empty(2 ** 29, dtype=torch.float32, device="cuda").uniform_()
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    e0.record()
-    for _ in range(5):
-        dst.copy_(src)
-    e1.record()
-    e1.synchronize()
-    bw = 5 * 2 * src.numel() * 4 / (e0.elapsed_time(e1) / 1000)
-    del a, b, src, dst
-    torch.cuda.empty_cache()
-    return mac_rate, bw
-
-
-def have_torch():
-    try:
-        import torch
-        return torch.cuda.is_available()
-    except Exception:
-        return False
 
 
 def median_ms(fn, repeat):
@@ -436,6 +258,109 @@ def candidate_lines(name, choice, tile_ms, most=8):
     return out
 
 
+def validate(args, arch, x, c, wpen, be, ev, w0, use_torch):
+    """The device criterion and gradient at w0 against PyTorch float64 (or the numpy model) and
+    the host path, overall and per layer."""
+    from convnet.device.plan import ModelPlan, simulate
+    from convnet.model import Model
+    crit, grad = ev.gradient(w0)
+    n = x.shape[0]
+    info = {"cases": n, "weights": arch.n_weights, "criterion": crit}
+    if use_torch:
+        rc, rg = torch_reference(arch, w0, x, c, wpen)
+        info["layer_err_float64"] = [rel(grad[L.weight_slice], rg[L.weight_slice])
+                                     for L in arch.all_layers if L.n_weights]
+    else:
+        k = min(n, 300)
+        rc, rg, _, _ = simulate(ModelPlan(arch), w0, x[:k], c[:k], wpen)
+        crit_k, grad_k = be.evaluator(x[:k], c[:k], wpen).gradient(w0)
+        crit, grad = crit_k, grad_k
+    info["vs_float64"] = (abs(crit - rc) / abs(rc), rel(grad, rg))
+    host = Model(arch, "cpu")
+    hev = host.evaluator(x, c, wpen)
+    crit, grad = ev.gradient(w0)
+    hc, hg = hev.gradient(w0)
+    info["vs_host"] = (abs(crit - hc) / abs(hc), rel(grad, hg))
+    info["layer_err_host"] = [rel(grad[L.weight_slice], hg[L.weight_slice])
+                              for L in arch.all_layers if L.n_weights]
+    return info, host, hev
+
+
+def time_device(args, name, arch, params, be, ev, ws, info):
+    """Our gradient (timer on and off), criterion and line-search evaluation, CUDA.LOG, and the
+    tuner's steady-state time of every candidate."""
+    from convnet.device.cuda_log import write_cuda_log
+    from convnet.device.timers import TIMED_FIRST
+    from convnet.params import Params
+    for i in range(3):
+        ev.gradient(ws[i % 2])
+    be.reset_timings()
+    for i in range(TIMED_FIRST):        # the evaluations the timer times in full (CUDA.LOG)
+        ev.gradient(ws[i % 2])
+    ev_seconds = be.timer.total_seconds / max(be.timer.evaluations, 1)
+    if args.out:
+        write_cuda_log(str(args.out / f"CUDA-{name}.LOG"), be, arch,
+                       Params(device=params).replace(WPEN=info["wpen"]))
+    # as in training: the timer on, timing one evaluation in TIMED_EVERY from here
+    g_ms = median_ms(lambda i: ev.gradient(ws[i % 2]), args.repeat)
+    c_ms = median_ms(lambda i: ev.criterion(ws[i % 2]), args.repeat)
+    be.timer.enabled = False
+    g_ms_quiet = median_ms(lambda i: ev.gradient(ws[i % 2]), args.repeat)
+    be.timer.enabled = True
+    # the gradient as the refinement's line search takes it: the weights formed on the device
+    # (x + t * d), the gradient and its slope along d left there, three numbers fetched; like
+    # PyTorch's step, no weights or gradient cross the bus
+    line = ev.line(ws[0], ws[1] - ws[0])
+    line.evaluate(0.5)
+    l_ms = median_ms(lambda i: line.evaluate(0.25 + 0.5 * (i % 2)), args.repeat)
+    info.update(gradient_ms=g_ms, gradient_ms_untimed=g_ms_quiet, criterion_ms=c_ms,
+                line_ms=l_ms, event_ms=1000 * ev_seconds)
+    info["tiles"] = {" ".join(map(str, k)): v for k, v in ev.tuner.choice.items()}
+    info["graphs"] = len(ev.graphs)
+    with be.rt.active():
+        steady = ev.tuner.measure()
+    info["tile_ms"] = {" ".join(map(str, k)): {t: round(ms, 4) for t, ms in v.items()}
+                       for k, v in steady.items()}
+
+
+def bench_net(args, name, params, use_torch, mac_rate, bw):
+    """Everything measured for one net: validation, our times, the host's, PyTorch's (float32
+    strict, and with TF32 allowed under --tf32), and the floor."""
+    from convnet.device.backend import DeviceBackend
+    from convnet.device.options import DeviceOptions
+    arch, x, c, wpen = load_net(args.bench_dir, name)
+    rng = np.random.default_rng(7)
+    w0 = rng.uniform(-0.1, 0.1, arch.n_weights)
+    w1 = w0 + rng.normal(0, 1e-3, arch.n_weights)
+    be = DeviceBackend(arch, params, DeviceOptions(tiled=not args.no_tiled))
+    ev = be.evaluator(x, c, wpen)
+    info, host, hev = validate(args, arch, x, c, wpen, be, ev, w0, use_torch)
+    info["wpen"] = wpen
+    time_device(args, name, arch, params, be, ev, (w0, w1), info)
+    if not args.no_host:
+        info["host_ms"] = median_ms(lambda i: hev.gradient((w0, w1)[i % 2]), args.host_repeat)
+        info["host_threads"] = host.threads
+    if use_torch:
+        info["torch"] = torch_time(arch, w0, x, c, wpen, args.repeat, modes=args.torch_modes)
+        info["torch_ms"] = best_ms(info["torch"])
+        if args.tf32:
+            info["torch_tf32"] = torch_time(arch, w0, x, c, wpen, args.repeat, tf32=True,
+                                            modes=args.torch_modes)
+            info["torch_tf32_ms"] = best_ms(info["torch_tf32"])
+    fwd, bwd, grd = multiply_adds(be.plan)
+    macs = (fwd + bwd + grd) * x.shape[0]
+    info["gflop"] = 2 * macs / 1e9
+    if mac_rate:
+        bytes_min = 4 * x[0].size * x.shape[0] + 8 * arch.n_weights * 2
+        info["floor_ms"] = 1000 * max(macs / mac_rate, bytes_min / bw)
+    return info
+
+
+def geometric_mean(values):
+    values = [v for v in values if v]
+    return float(np.exp(np.mean(np.log(values)))) if values else None
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.profile:
@@ -444,12 +369,7 @@ def main(argv=None):
         return sync_check(args)
     if args.diagnose:
         return diagnose(args)
-    from convnet.device.backend import DeviceBackend, device_report
-    from convnet.device.options import DeviceOptions
-    from convnet.params import Params
-    from convnet.device.cuda_log import write_cuda_log
-    from convnet.device.plan import ModelPlan, simulate
-
+    from convnet.device.backend import device_report
     use_torch = not args.no_torch and have_torch()
     print("\n".join(device_report()))
     if args.out:
@@ -462,90 +382,29 @@ def main(argv=None):
               f"copy {bw / 1e12:.2f} TB/s; PyTorch {torch.__version__}, cuDNN "
               f"{torch.backends.cudnn.version()}")
     params = parse_params(args.params)
-    rows = []
     record = {}
     for name in [n for n in args.nets.split(",") if n]:
-        arch, x, c, wpen = load_net(args.bench_dir, name)
-        n = x.shape[0]
-        rng = np.random.default_rng(7)
-        w0 = rng.uniform(-0.1, 0.1, arch.n_weights)
-        w1 = w0 + rng.normal(0, 1e-3, arch.n_weights)
-        be = DeviceBackend(arch, params, DeviceOptions(tiled=not args.no_tiled))
-        ev = be.evaluator(x, c, wpen)
-        crit, grad = ev.gradient(w0)
-        info = {"cases": n, "weights": arch.n_weights, "criterion": crit}
-        # ---- validation
-        if use_torch:
-            rc, rg = torch_reference(arch, w0, x, c, wpen)
-            info["vs_float64"] = (abs(crit - rc) / abs(rc), rel(grad, rg))
-        else:
-            k = min(n, 300)
-            rc, rg, _, _ = simulate(ModelPlan(arch), w0, x[:k], c[:k], wpen)
-            sc, sg = be.evaluator(x[:k], c[:k], wpen).gradient(w0)
-            info["vs_float64"] = (abs(sc - rc) / abs(rc), rel(sg, rg))
-        from convnet.model import Model
-        host = Model(arch, "cpu")
-        hev = host.evaluator(x, c, wpen)
-        hc, hg = hev.gradient(w0)
-        info["vs_host"] = (abs(crit - hc) / abs(hc), rel(grad, hg))
-        info["layer_err_host"] = [rel(grad[L.weight_slice], hg[L.weight_slice])
-                                  for L in arch.all_layers if L.n_weights]
-        if use_torch:
-            info["layer_err_float64"] = [rel(grad[L.weight_slice], rg[L.weight_slice])
-                                         for L in arch.all_layers if L.n_weights]
-        # ---- timing
-        ws = (w0, w1)
-        from convnet.device.timers import TIMED_FIRST
-        for i in range(3):
-            ev.gradient(ws[i % 2])
-        be.reset_timings()
-        for i in range(TIMED_FIRST):        # the evaluations the timer times in full (CUDA.LOG)
-            ev.gradient(ws[i % 2])
-        ev_seconds = be.timer.total_seconds / max(be.timer.evaluations, 1)
+        try:
+            record[name] = bench_net(args, name, params, use_torch, mac_rate, bw)
+        except Exception as e:      # one net that fails does not cost the others' figures
+            record[name] = {"error": f"{type(e).__name__}: {e}"}
+        print(f"{name}: {json.dumps(record[name])}", flush=True)
         if args.out:
-            write_cuda_log(str(args.out / f"CUDA-{name}.LOG"), be, arch,
-                           Params(device=params).replace(WPEN=wpen))
-        # as in training: the timer on, timing one evaluation in TIMED_EVERY from here
-        g_ms = median_ms(lambda i: ev.gradient(ws[i % 2]), args.repeat)
-        c_ms = median_ms(lambda i: ev.criterion(ws[i % 2]), args.repeat)
-        be.timer.enabled = False
-        g_ms_quiet = median_ms(lambda i: ev.gradient(ws[i % 2]), args.repeat)
-        be.timer.enabled = True
-        # the gradient as the refinement's line search takes it: the weights formed on the device
-        # (x + t * d), the gradient and its slope along d left there, three numbers fetched; like
-        # PyTorch's step above, no weights or gradient cross the bus
-        line = ev.line(w0, w1 - w0)
-        line.evaluate(0.5)
-        l_ms = median_ms(lambda i: line.evaluate(0.25 + 0.5 * (i % 2)), args.repeat)
-        info.update(gradient_ms=g_ms, gradient_ms_untimed=g_ms_quiet, criterion_ms=c_ms,
-                    line_ms=l_ms, event_ms=1000 * ev_seconds)
-        info["tiles"] = {" ".join(map(str, k)): v for k, v in ev.tuner.choice.items()}
-        info["graphs"] = len(ev.graphs)
-        with be.rt.active():
-            steady = ev.tuner.measure()
-        info["tile_ms"] = {" ".join(map(str, k)): {t: round(ms, 4) for t, ms in v.items()}
-                           for k, v in steady.items()}
-        if not args.no_host:
-            info["host_ms"] = median_ms(lambda i: hev.gradient(ws[i % 2]), args.host_repeat)
-            info["host_threads"] = host.threads
-        if use_torch:
-            info["torch"] = torch_time(arch, w0, x, c, wpen, args.repeat)
-            best = [info["torch"][m] for m in TORCH_MODES if m in info["torch"]]
-            if best:
-                info["torch_ms"] = min(best)
-        fwd, bwd, grd = multiply_adds(be.plan)
-        macs = (fwd + bwd + grd) * n
-        info["gflop"] = 2 * macs / 1e9
-        if mac_rate:
-            bytes_min = 4 * x[0].size * n + 8 * arch.n_weights * 2
-            info["floor_ms"] = 1000 * max(macs / mac_rate, bytes_min / bw)
-        record[name] = info
-        rows.append((name, info))
-        print(f"{name}: {json.dumps(info)}", flush=True)
-        del ev, be
-    if args.out:
-        (args.out / "gpu_bench.json").write_text(json.dumps(record, indent=1))
+            (args.out / "gpu_bench.json").write_text(json.dumps(record, indent=1))
+    rows = [(name, info) for name, info in record.items() if "error" not in info]
     print()
+    print_suite(rows) if args.suite else print_table(rows)
+    for name, info in record.items():
+        if "error" in info:
+            print(f"{name}: FAILED: {info['error']}")
+    print()
+    print(f"{'net':<18}{'launch site':<24}candidates, steady-state ms (* the tuner's choice)")
+    for name, i in rows:
+        for line in candidate_lines(name, i["tiles"], i["tile_ms"]):
+            print(line)
+
+
+def print_table(rows):
     head = (f"{'net':<18}{'cases':>7}{'GFLOP':>7}{'grad ms':>9}{'untimed':>9}{'line ms':>9}"
             f"{'crit ms':>9}{'cases/s':>10}{'host ms':>9}{'x host':>7}{'pt eager':>9}{'pt graph':>9}"
             f"{'pt comp':>9}{'ours/best':>10}{'line/best':>10}{'floor ms':>9}{'err64':>9}"
@@ -570,11 +429,46 @@ def main(argv=None):
     print("ours/best, line/best: those times over the best of PyTorch eager, CUDA graph and "
           "torch.compile(reduce-overhead) (weights and gradient on the GPU), float32, TF32 off, "
           "same run")
-    print()
-    print(f"{'net':<18}{'launch site':<24}candidates, steady-state ms (* the tuner's choice)")
     for name, i in rows:
-        for line in candidate_lines(name, i["tiles"], i["tile_ms"]):
-            print(line)
+        for w in i.get("torch", {}).get("warnings", []):
+            print(f"WARNING {name}: PyTorch: {w}")
+
+
+def _mode_cells(times):
+    """'best ms (mode)' of one PyTorch precision."""
+    best = best_ms(times or {})
+    if best is None:
+        return "-"
+    mode = next(m for m in TORCH_MODES if times.get(m) == best)
+    return f"{best:.3f} {mode[:5]}"
+
+
+def print_suite(rows):
+    """The suite table: ours (the gradient from host weights), PyTorch's best strict float32 and
+    with TF32, the floor, the ratios, and the geometric means of ours over each."""
+    print(f"{'net':<16}{'cases':>7}{'GFLOP':>7}{'ours ms':>9}{'PyTorch f32':>15}{'PyTorch tf32':>15}"
+          f"{'floor ms':>9}{'/f32':>7}{'/tf32':>7}{'/floor':>7}{'err64':>9}")
+    strict, tf32 = [], []
+    for name, i in rows:
+        g = i["gradient_ms"]
+        t, t32 = i.get("torch_ms"), i.get("torch_tf32_ms")
+        strict.append(g / t if t else None)
+        tf32.append(g / t32 if t32 else None)
+        fl = i.get("floor_ms")
+        print(f"{name:<16}{i['cases']:>7}{i['gflop']:>7.1f}{g:>9.3f}{_mode_cells(i.get('torch')):>15}"
+              f"{_mode_cells(i.get('torch_tf32')):>15}{(f'{fl:.3f}' if fl else '-'):>9}"
+              f"{(f'{g / t:.2f}' if t else '-'):>7}{(f'{g / t32:.2f}' if t32 else '-'):>7}"
+              f"{(f'{g / fl:.1f}' if fl else '-'):>7}{i['vs_float64'][1]:>9.1e}")
+    gs, gt = geometric_mean(strict), geometric_mean(tf32)
+    print(f"geometric mean of ours / best PyTorch: float32 strict {gs:.3f}" if gs else "no PyTorch",
+          f", TF32 allowed {gt:.3f}" if gt else "")
+    print("ours: full-batch gradient from host weights (float64 in and out), timer on; PyTorch: "
+          "best of eager / CUDA graph / torch.compile(reduce-overhead), weights and gradient on "
+          "the GPU; floor: multiply-adds at the SGEMM rate measured here (TF32 off)")
+    for name, i in rows:
+        for key in ("torch", "torch_tf32"):
+            for w in (i.get(key) or {}).get("warnings", []):
+                print(f"WARNING {name} ({key}): {w}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
     python benchmarks/multi_gpu.py --gpus 0,1 --parts gradient --repeat 20
 
 Part "gradient": the LeNet net of controlfiles/lenet-mnist.ctl on the 10,000 real test digits and
-on 60,000 MAKE IMAGE cases (28 x 28, 10 classes). For one GPU (device 0 alone) and for every
+on 60,000 MAKE IMAGE cases (28 x 28, 10 classes), and the suite's CIFAR-sized net (cifar-conv:
+two padded 5x5 convolutions with max pooling) on 5,000 MAKE IMAGE cases. For one GPU (device 0 alone) and for every
 prefix of --gpus with two or more: the median wall time of a full-batch gradient through the
 public evaluator (weights alternate between two vectors, so every call copies the weights in and
 the host-order gradient out), the speed-up over one GPU, and how far the gradient is from one
@@ -42,16 +43,28 @@ DIGITS = f"""\
 READ MNIST IMAGE "{ROOT}/data/t10k-images-idx3-ubyte.gz"
 READ MNIST LABELS "{ROOT}/data/t10k-labels-idx1-ubyte.gz"
 """
-DATASETS = {"10,000 real digits": DIGITS, "60,000 MAKE IMAGE cases": "MAKE IMAGE 28 28 1 10 60000\n"}
+CIFAR_CONV = """\
+CONVOLUTIONAL LAYER 24 2 2 2 2 1 1
+POOLED MAX LAYER 2 2 2 2
+CONVOLUTIONAL LAYER 48 2 2 2 2 1 1
+POOLED MAX LAYER 2 2 2 2
+FULLY CONNECTED LAYER 96
+"""
+# (data lines, layer lines) of each net the gradient part times
+NETS = {
+    "lenet, 10,000 digits": (DIGITS, LENET),
+    "lenet, 60,000 cases": ("MAKE IMAGE 28 28 1 10 60000\n", LENET),
+    "cifar-conv, 5,000 cases": ("MAKE IMAGE 32 32 3 10 5000\n", CIFAR_CONV),
+}
 
 
-def load(data_lines):
-    """(architecture, inputs, classes) from data lines and the LeNet layers."""
+def load(data_lines, layer_lines=LENET):
+    """(architecture, inputs, classes) from data lines and layer lines."""
     from convnet.architecture import Architecture
     from convnet.control import parse_line
     from convnet.session import Session
     s = Session(check_only=True, seed=12345)
-    for i, text in enumerate((data_lines + LENET).splitlines(), start=1):
+    for i, text in enumerate((data_lines + layer_lines).splitlines(), start=1):
         cmd = parse_line(text, "bench", i)
         if cmd is not None:
             if "filename" in cmd.args:          # absolute names: nothing to resolve
@@ -64,13 +77,12 @@ def load(data_lines):
 def gradient_part(gpus, repeat):
     from convnet.device.multi import device_backend
     from convnet.params import DeviceParams
-    print("Full-batch gradient of LeNet (lenet-mnist layers), median of "
-          f"{repeat} calls after 3 warm-up calls")
-    print(f"{'data':<26}{'GPUs':>6}{'ms':>10}{'cases/s':>12}{'speed-up':>10}"
+    print(f"Full-batch gradient, median of {repeat} calls after 3 warm-up calls")
+    print(f"{'net, data':<26}{'GPUs':>6}{'ms':>10}{'cases/s':>12}{'speed-up':>10}"
           f"{'rel. to 1 GPU':>15}{'same bits':>11}")
     rng = np.random.default_rng(1)
-    for name, lines in DATASETS.items():
-        arch, x, c = load(lines)
+    for name, (data_lines, layer_lines) in NETS.items():
+        arch, x, c = load(data_lines, layer_lines)
         ws = [rng.normal(0, 0.1, arch.n_weights) for _ in range(2)]
         base = None
         for k in [1] + list(range(2, len(gpus) + 1)):

@@ -12,13 +12,30 @@ printed table (and ``DIR/report.html``, see convnet/report/batch_page.py):
     final_criterion          that TRAIN's criterion after refinement
     train_misclassification  percent misclassified on the training set (that TRAIN)
     test_misclassification   percent misclassified by the first TEST after it (empty: no TEST)
+    best_validation          that TRAIN's lowest validation misclassification (empty: no cases
+                             held out); final_validation: its last check's
+    target_seconds           seconds until the validation (else training) misclassification
+                             first reached TARGET ERROR; target_evaluations: evaluations until
+                             then (both empty: no target, or never reached)
     seconds                  wall-clock seconds of the whole session, start-up included
     device                   cpu or cuda (where that TRAIN computed)
     status                   ok, or "error: " and the error that ended the file's session
+    run                      the run's folder under DIR
+    combination              a sweep run's combination number (empty: not a sweep)
+    values                   a sweep run's values (``WPEN=0.001; WIDTH=16``)
+    seed                     the seed asked for (empty: chosen at random)
+    reused                   yes: an earlier start of this batch finished the run (see resume.py)
+
+A sweep file is one row per combination and seed; DIR/groups.csv and the printed table then
+give each combination's statistics (convnet/stats.py).
 
 With ``gpus`` (``--gpus 0,1`` or ``all``) every session gets one GPU of its own: a session starts
 on the GPU that has the fewest sessions running, the next one in the list on a tie (round robin),
 and ``jobs`` defaults to the number of GPUs, so each GPU runs one experiment at a time.
+
+Running the same batch again into DIR resumes it (convnet/resume.py): runs finished with the
+same inputs are reused, failed and interrupted ones run again. ``retry`` reruns a failing
+session up to that many more times.
 
 A file whose session fails keeps its row, with what its log shows up to the failure and the error
 as its status; the other files go on. Two files with the same stem get ``<stem>``, ``<stem>-2``, ...
@@ -34,13 +51,18 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Dict, Optional
 
 from .display.progress import NoProgress
 from .errors import ConvnetError
+from .resume import (finished_with, open_batch_folder, output_folders,  # noqa: F401 (re-exported)
+                     plan_runs, record_inputs, run_inputs)
 
 COLUMNS = ("file", "weights", "annealing_criterion", "final_criterion", "train_misclassification",
-           "test_misclassification", "seconds", "device", "status")
+           "test_misclassification", "best_validation", "final_validation", "target_seconds",
+           "target_evaluations", "seconds", "device", "status", "run", "combination",
+           "values", "seed", "reused")
+GROUPS_NAME = "groups.csv"
 
 ERROR_PREFIX = "convnet: error: "
 
@@ -56,11 +78,29 @@ class BatchRow:
     final_criterion: Optional[float] = None
     train_misclassification: Optional[float] = None
     test_misclassification: Optional[float] = None
+    best_validation: Optional[float] = None
+    final_validation: Optional[float] = None
+    target_seconds: Optional[float] = None
+    target_evaluations: Optional[int] = None
     seconds: Optional[float] = None
     device: Optional[str] = None
     status: str = "ok"
     returncode: Optional[int] = None
     stderr: str = field(default="", repr=False)
+    validation_misclassification: Optional[float] = None
+    run: str = ""
+    combination: Optional[int] = None
+    swept: Dict[str, str] = field(default_factory=dict)     # a sweep run's values
+    seed: Optional[int] = None
+    reused: bool = False
+    name: str = ""
+
+    @classmethod
+    def planned(cls, planned, out):
+        """The row of a planned run (resume.PlannedRun), before it runs."""
+        return cls(file=planned.file, out=planned.folder,
+                   run=os.path.relpath(planned.folder, out), combination=planned.sweep_run,
+                   swept=dict(planned.values), seed=planned.seed, name=planned.name)
 
     @property
     def ok(self):
@@ -73,19 +113,11 @@ class BatchRow:
         return [self.file, "" if self.weights is None else str(self.weights),
                 num(self.annealing_criterion, ".6g"), num(self.final_criterion, ".6g"),
                 num(self.train_misclassification, ".4f"), num(self.test_misclassification, ".4f"),
-                num(self.seconds, ".2f"), self.device or "", self.status]
-
-
-def output_folders(files, out):
-    """DIR/<stem> for every file; repeated stems get -2, -3, ..."""
-    seen = {}
-    folders = []
-    for f in files:
-        stem = os.path.splitext(os.path.basename(f))[0] or "run"
-        n = seen.get(stem, 0) + 1
-        seen[stem] = n
-        folders.append(os.path.join(out, stem if n == 1 else f"{stem}-{n}"))
-    return folders
+                num(self.best_validation, ".4f"), num(self.final_validation, ".4f"),
+                num(self.target_seconds, ".2f"), num(self.target_evaluations, "d"),
+                num(self.seconds, ".2f"), self.device or "", self.status, self.run,
+                num(self.combination, "d"), "; ".join(f"{k}={v}" for k, v in self.swept.items()),
+                num(self.seed, "d"), "yes" if self.reused else ""]
 
 
 def default_threads(jobs):
@@ -100,12 +132,14 @@ def _environment():
     return env
 
 
-def _command(path, folder, device, threads, seed, gpu=None):
+def _command(path, folder, device, threads, seed, gpu=None, sweep_run=None):
     # the batch owns its folder (the command line refused an earlier batch's without --overwrite)
     cmd = [sys.executable, "-m", "convnet", "run", path, "--out", folder, "--overwrite", "--quiet",
            "--device", device, "--threads", str(threads)]
     if seed is not None:
         cmd += ["--seed", str(seed)]
+    if sweep_run is not None:
+        cmd += ["--sweep-run", str(sweep_run)]
     if gpu is not None:
         cmd += ["--gpus", str(gpu)]
     return cmd
@@ -178,50 +212,100 @@ def fill_from_results(row, folder):
     row.final_criterion = train.get("final_criterion")
     row.train_misclassification = train.get("misclassification")
     row.device = train.get("device")
+    fill_validation(row, train.get("validation_summary") or {})
     later = [r for r in runs if r["command"] == "TEST" and r["index"] > train["index"]]
     if later:
         row.test_misclassification = later[0].get("misclassification")
+    row.validation_misclassification = _validation_error(train)
     return row
+
+
+def _validation_error(train):
+    """The validation checks' error of a TRAIN that has them (the kept best, else the last)."""
+    summary = train.get("validation_summary") or {}
+    entry = summary.get("best") if summary.get("kept_best") else summary.get("final")
+    return (entry or {}).get("error")
+
+
+def reused_row(row, data):
+    """A planned row whose run an earlier start of the batch finished (its results data)."""
+    fill_from_results(row, row.out)
+    row.reused, row.seconds = True, data.get("batch_seconds")
+    return row
+
+
+def with_attempts(row, attempts):
+    """The status of a run that took more than one attempt says how many."""
+    if attempts > 1:
+        row.status += f" (after {attempts} attempts)" if row.ok else f" ({attempts} attempts)"
+    return row
+
+
+def fill_validation(row, summary):
+    """The validation columns of a row from a TRAIN's validation summary (results data)."""
+    if summary.get("cases") == "validation":
+        row.best_validation = (summary.get("best") or {}).get("error")
+        row.final_validation = (summary.get("final") or {}).get("error")
+    target = summary.get("target") or {}
+    if target.get("reached"):
+        row.target_seconds, row.target_evaluations = target["seconds"], target["evaluations"]
 
 
 class _Runner:
     """Starts the sessions and remembers the processes, so an interruption can end them."""
 
-    def __init__(self, gpus=None, progress=None):
+    def __init__(self, out, device, threads, gpus=None, progress=None, retry=0):
+        self.out, self.device, self.threads, self.retry = out, device, threads, retry
         self.processes = {}
         self.stopping = False
         self.gpus = GpuShare(gpus) if gpus else None
         self.progress = progress if progress is not None else NoProgress()
 
-    def run_one(self, path, folder, device, threads, seed):
-        row = BatchRow(file=path, out=folder)
+    def run_one(self, planned, inputs):
+        """Run a planned run (again while it fails, up to ``retry`` times); its row."""
+        attempts = 0
+        while True:
+            attempts += 1
+            row = self._attempt(planned)
+            if row.ok or self.stopping or attempts > self.retry or row.status == "interrupted":
+                break
+        if row.ok:
+            record_inputs(planned.folder, inputs, row.seconds)
+        with_attempts(row, attempts)
+        self.progress.ended(row)
+        return row
+
+    def _attempt(self, planned):
+        row = BatchRow.planned(planned, self.out)
         if self.stopping:
             row.status = "not run (batch interrupted)"
             return row
-        os.makedirs(folder, exist_ok=True)
+        os.makedirs(planned.folder, exist_ok=True)
         start = time.monotonic()
         gpu = self.gpus.take() if self.gpus else None
-        self.progress.started(path, "" if gpu is None else f" on GPU {gpu}")
+        self.progress.started(planned.name, "" if gpu is None else f" on GPU {gpu}")
+        key = planned.folder
         try:
-            proc = subprocess.Popen(_command(path, folder, device, threads, seed, gpu),
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    stdin=subprocess.DEVNULL, env=_environment())
-            self.processes[path, folder] = proc
+            proc = subprocess.Popen(
+                _command(planned.file, planned.folder, self.device, self.threads, planned.seed,
+                         gpu, planned.sweep_run),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                stdin=subprocess.DEVNULL, env=_environment())
+            self.processes[key] = proc
             try:
                 _, stderr = proc.communicate()
             finally:
-                self.processes.pop((path, folder), None)
+                self.processes.pop(key, None)
         finally:
             if gpu is not None:
                 self.gpus.give_back(gpu)
         row.seconds = time.monotonic() - start
         row.returncode = proc.returncode
         row.stderr = stderr
-        fill_from_results(row, folder)
+        fill_from_results(row, planned.folder)
         if proc.returncode != 0:
             row.status = ("interrupted" if self.stopping
                           else "error: " + _error_from(stderr, proc.returncode))
-        self.progress.ended(row)
         return row
 
     def stop(self):
@@ -231,15 +315,41 @@ class _Runner:
                 proc.terminate()
 
 
+def prepare(files, out, seed, overwrite, allow_large, device, progress):
+    """Plan a batch's runs and open its folder; returns (planned runs, rows with the reused and
+    the refused ones filled in, {index: inputs} of the runs to start)."""
+    planned = plan_runs(files, out, seed, allow_large)
+    resuming = open_batch_folder(out, files, overwrite)
+    progress.planned(len(planned))
+    rows, to_run = [None] * len(planned), {}
+    for i, run in enumerate(planned):
+        row = BatchRow.planned(run, out)
+        if run.error is not None:
+            row.status = f"error: {run.error}"
+            rows[i] = row
+            progress.ended(row, was_started=False)
+            continue
+        inputs = run_inputs(run, device)
+        done = finished_with(run.folder, inputs) if resuming else None
+        if done is not None:
+            rows[i] = reused_row(row, done)
+            progress.reused(rows[i])
+        else:
+            to_run[i] = inputs
+    return planned, rows, to_run
+
+
 def run_batch(files, out, jobs=None, device="auto", threads=None, seed=None, gpus=None,
-              progress=None):
-    """Run every control file as its own session, ``jobs`` at a time; write DIR/summary.csv.
+              progress=None, overwrite=False, retry=0, allow_large=False):
+    """Run every control file (every combination and seed of a sweep file) as its own session,
+    ``jobs`` at a time; write DIR/summary.csv (and groups.csv for sweeps) and report.html.
 
     ``gpus``: '0,1' or 'all' gives each session one of those GPUs; ``jobs`` then defaults to their
     number (else to 1). ``progress`` (a display.progress.BatchProgress) hears of each session as
-    it starts and ends. Returns the rows in the order of ``files``. A file that does not exist is
-    a failed row, not an exception; only a bad ``jobs`` or ``gpus`` or an unwritable ``out``
-    raises ConvnetError.
+    it starts and ends. The same batch into the same ``out`` reuses its finished runs (see
+    resume.py); another batch's folder is refused unless ``overwrite``. Returns the rows in
+    order. A file that does not exist is a failed row, not an exception; a bad ``jobs``,
+    ``gpus`` or sweep, another batch's ``out`` or an unwritable one raises ConvnetError.
     """
     files = [os.fspath(f) for f in files]
     gpu_list = batch_gpus(gpus) if gpus is not None else None
@@ -247,23 +357,12 @@ def run_batch(files, out, jobs=None, device="auto", threads=None, seed=None, gpu
         jobs = len(gpu_list) if gpu_list else 1
     if jobs < 1:
         raise ConvnetError(f"--jobs must be at least 1, not {jobs}")
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        raise ConvnetError(f"cannot create the batch folder {out}: {e.strerror or e}") from None
-    folders = output_folders(files, out)
-    threads = threads or default_threads(jobs)
-    runner = _Runner(gpu_list, progress)
-    rows = [None] * len(files)
+    progress = progress if progress is not None else NoProgress()
+    planned, rows, to_run = prepare(files, out, seed, overwrite, allow_large, device, progress)
+    runner = _Runner(out, device, threads or default_threads(jobs), gpu_list, progress, retry)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {}
-        for i, (path, folder) in enumerate(zip(files, folders)):
-            if not os.path.isfile(path):
-                rows[i] = BatchRow(file=path, out=folder,
-                                   status=f"error: {path}: no such control file")
-                runner.progress.ended(rows[i], was_started=False)
-                continue
-            futures[i] = pool.submit(runner.run_one, path, folder, device, threads, seed)
+        futures = {i: pool.submit(runner.run_one, planned[i], inputs)
+                   for i, inputs in to_run.items()}
         try:
             for i, fut in futures.items():
                 rows[i] = fut.result()
@@ -271,12 +370,28 @@ def run_batch(files, out, jobs=None, device="auto", threads=None, seed=None, gpu
             runner.stop()
             for i, fut in futures.items():
                 rows[i] = fut.result()
-            write_summary(rows, os.path.join(out, "summary.csv"))
-            write_batch_report(rows, out)
+            write_batch(rows, out)
             raise
-    write_summary(rows, os.path.join(out, "summary.csv"))
-    write_batch_report(rows, out)
+    write_batch(rows, out)
     return rows
+
+
+def write_batch(rows, out):
+    """summary.csv, groups.csv (a sweep's combinations) and report.html of a batch."""
+    write_summary(rows, os.path.join(out, "summary.csv"))
+    write_groups(rows, os.path.join(out, GROUPS_NAME))
+    write_batch_report(rows, out)
+
+
+def write_groups(rows, path):
+    """groups.csv: each combination's statistics (none when no row belongs to a sweep)."""
+    from .stats import group_records, groups
+    found = groups(rows)
+    if not found:
+        return None
+    head, records = group_records(found)
+    _write_csv(path, head, records)
+    return path
 
 
 def write_batch_report(rows, out):
@@ -286,19 +401,37 @@ def write_batch_report(rows, out):
 
 
 def write_summary(rows, path):
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(COLUMNS)
-        for row in rows:
-            if row is not None:
-                w.writerow(row.values())
+    _write_csv(path, COLUMNS, [row.values() for row in rows if row is not None])
+
+
+def _write_csv(path, head, records):
+    """Replace a CSV file at once (never a half-written summary)."""
+    import io
+    from .logs.results import write_atomic
+    text = io.StringIO()
+    w = csv.writer(text, lineterminator="\r\n")
+    w.writerow(head)
+    w.writerows(records)
+    write_atomic(path, text.getvalue())
 
 
 def summary_table(rows):
-    """The printed table: aligned columns, the status last (not cut)."""
-    head = ["file", "weights", "anneal crit", "final crit", "train %", "test %", "seconds",
-            "device", "status"]
-    body = [[c if c else "-" for c in r.values()] for r in rows if r is not None]
+    """The printed table: aligned columns, the status last (not cut; "reused" for a run an
+    earlier start of the batch finished); the validation columns only where a row has a value
+    (as on the batch page); then a sweep's combinations."""
+    from .report.batch_page import OPTIONAL_COLUMNS
+    from .stats import groups, table_lines
+    head = ["file", "weights", "anneal crit", "final crit", "train %", "test %", "best valid %",
+            "final valid %", "target s", "target evals", "seconds", "device", "status"]
+    named = [r for r in rows if r is not None]
+    values = [r.values() for r in named]
+    shown = [j for j, name in enumerate(COLUMNS[:len(head)])
+             if name not in OPTIONAL_COLUMNS or any(v[j] for v in values)]
+    head = [head[j] for j in shown]
+    body = [[v[j] if v[j] else "-" for j in shown] for v in values]
+    for cells, row in zip(body, named):
+        cells[0] = row.name or row.file
+        cells[-1] += " (reused)" if row.reused else ""
     widths = [max(len(head[j]), *(len(b[j]) for b in body)) if body else len(head[j])
               for j in range(len(head) - 1)]
     lines = []
@@ -307,7 +440,8 @@ def summary_table(rows):
         left += [c.rjust(w) for c, w in zip(cells[1:-2], widths[1:-1])]
         left.append(cells[-2].ljust(widths[-1]))
         lines.append("  ".join(left + [cells[-1]]))
-    return lines
+    found = groups(rows)
+    return lines + ([""] + table_lines(found) if found else [])
 
 
 def read_summary(folder):
@@ -327,12 +461,24 @@ def read_summary(folder):
     files = [r.get("file", "") for r in records]
     rows = []
     for record, out in zip(records, output_folders(files, folder)):
+        values = dict(v.split("=", 1) for v in (record.get("values") or "").split("; ") if "=" in v)
         rows.append(BatchRow(
-            file=record.get("file", ""), out=out, weights=num(record.get("weights"), int),
+            file=record.get("file", ""), out=os.path.join(folder, record["run"])
+            if record.get("run") else out, weights=num(record.get("weights"), int),
             annealing_criterion=num(record.get("annealing_criterion")),
             final_criterion=num(record.get("final_criterion")),
             train_misclassification=num(record.get("train_misclassification")),
             test_misclassification=num(record.get("test_misclassification")),
+            best_validation=num(record.get("best_validation")),
+            final_validation=num(record.get("final_validation")),
+            target_seconds=num(record.get("target_seconds")),
+            target_evaluations=num(record.get("target_evaluations"), int),
             seconds=num(record.get("seconds")), device=record.get("device") or None,
-            status=record.get("status") or "unknown"))
+            status=record.get("status") or "unknown", run=record.get("run") or "",
+            combination=num(record.get("combination"), int), swept=values,
+            seed=num(record.get("seed"), int), reused=record.get("reused") == "yes"))
+    for row in rows:            # validation is in results.json only
+        if row.combination is not None:
+            read = fill_from_results(BatchRow(row.file, row.out), row.out)
+            row.validation_misclassification = read.validation_misclassification
     return rows

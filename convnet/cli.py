@@ -1,4 +1,5 @@
-"""The command line: ``convnet run | check | batch | log | report | devices``."""
+"""The command line: ``convnet run | check | batch | log | report | classify | export |
+devices``."""
 
 import os
 import signal
@@ -56,16 +57,23 @@ def main():
 @click.option("--gpus", default=None, metavar="0,1,...|all", callback=_gpu_list,
               help="GPUs that share every evaluation of a CUDA run (wins over CUDA DEVICES; "
                    "default GPU 0).")
-def run(files, out, overwrite, device, threads, seed, quiet, gpus):
+@click.option("--sweep-run", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Run combination N of a sweep file (SWEEP lines); `convnet batch` runs them "
+                   "all.")
+def run(files, out, overwrite, device, threads, seed, quiet, gpus, sweep_run):
     """Execute control FILES in order, as one session.
 
     Each run writes to a folder of its own (runs/<name>-<n> unless --out says where); an --out
     holding an earlier run's results is refused unless --overwrite.
     """
-    from .runfolder import choose_out
+    from .runfolder import check_control_files, choose_out
     from .session import Session
     from .summary import summary_lines
+    from .sweep import check_sweep_run
     try:
+        check_control_files(list(files))
+        for path in files:          # a sweep file without --sweep-run writes nothing
+            check_sweep_run(path, sweep_run)
         out, chosen = choose_out(out, list(files), overwrite)
         if chosen and not quiet:
             click.echo(f"convnet: results go to {out}{os.sep}")
@@ -78,7 +86,7 @@ def run(files, out, overwrite, device, threads, seed, quiet, gpus):
         sys.exit(130)
     try:
         with _compile_notice(quiet):
-            session.run(list(files))
+            session.run(list(files), sweep_run)
     except ConvnetError as e:
         _last_words(session, f"ERROR: {e}")
         fail(e)
@@ -127,18 +135,20 @@ def _last_words(session, line):
 @click.argument("files", nargs=-1, required=True)
 @click.option("--session", "as_session", is_flag=True,
               help="Check the files as one session, the way `convnet run` executes them.")
-def check(files, as_session):
+@click.option("--allow-large-sweep", is_flag=True,
+              help="Accept a sweep of more than 10,000 runs.")
+def check(files, as_session, allow_large_sweep):
     """Validate control FILES without training: syntax, data headers, architectures.
 
     Each file is checked on its own (a line per file: OK or its error); with --session they are
-    checked in order as one session. The exit status is 2 when any check failed.
+    checked in order as one session. A sweep file (SWEEP lines) says how many runs it makes and
+    has every combination checked. The exit status is 2 when any check failed.
     """
-    from .session import check as check_files
     groups = [list(files)] if as_session else [[f] for f in files]
     failed = 0
     for group in groups:
         try:
-            check_files(group, echo=click.echo)
+            _check_group(group, allow_large_sweep)
         except ConvnetError as e:
             failed += 1
             click.echo(f"convnet: error: {e}", err=True)
@@ -149,6 +159,23 @@ def check(files, as_session):
         click.echo(f"convnet: {' '.join(group)}: OK")
     if failed:
         sys.exit(2)
+
+
+def _check_group(group, allow_large):
+    """Check a group of files (every combination of a sweep file in it, after a line that says
+    how many runs it makes)."""
+    from .session import check as check_files
+    from .sweep import sweep_of
+    sweeps = [s for s in (sweep_of(f, allow_large=allow_large) for f in group) if s is not None]
+    if not sweeps:
+        check_files(group, echo=click.echo)
+        return
+    for sweep in sweeps:
+        click.echo(f"convnet: {sweep.name}: {sweep.describe()}; every combination is checked")
+    combinations = max(s.combinations for s in sweeps)
+    for number in range(1, combinations + 1):    # the first combination's lines are shown
+        check_files(group, echo=click.echo if number == 1 else (lambda *a, **k: None),
+                    sweep_run=number)
 
 
 @main.command()
@@ -168,30 +195,36 @@ def check(files, as_session):
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
               help="Run each file as a task on this Dask cluster (the 'cluster' extra).")
 @click.option("--overwrite", is_flag=True,
-              help="Let the batch replace an earlier batch's results in --out.")
-def batch(files, out, jobs, device, threads, seed, gpus, scheduler, overwrite):
-    """Run each control FILE as an independent session in OUT/<file stem>/, JOBS at a time.
+              help="Let the batch replace another batch's results in --out, and rerun every "
+                   "run of this one.")
+@click.option("--retry", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Run a failing session again up to this many times.")
+@click.option("--allow-large-sweep", is_flag=True,
+              help="Accept a sweep of more than 10,000 runs.")
+def batch(files, out, jobs, device, threads, seed, gpus, scheduler, overwrite, retry,
+          allow_large_sweep):
+    """Run each control FILE as an independent session in OUT/<file stem>/, JOBS at a time; a
+    sweep file (SWEEP lines) once per combination and seed, in OUT/<stem>/<values>_seed=<s>/.
 
-    Writes OUT/summary.csv and OUT/report.html and prints the table. One failing file does not
-    stop the others; the exit status is 0 when every file ran without error, else 2.
+    Writes OUT/summary.csv (OUT/groups.csv for sweeps) and OUT/report.html and prints the table.
+    The same batch again into OUT resumes it: runs finished with the same inputs are reused,
+    the others run; another batch's OUT is refused unless --overwrite. One failing file does
+    not stop the others; the exit status is 0 when every run ended without error, else 2.
     """
     from .batch import run_batch, summary_table
     from .display.progress import BatchProgress
     if scheduler is not None and (jobs is not None or gpus is not None):
         fail("--jobs and --gpus are for a batch on this machine; on a cluster each worker runs "
              "as many sessions as it has threads, and GPU workers have --resources GPU=1")
-    if not overwrite and os.path.isfile(os.path.join(out, "summary.csv")):
-        fail(f"'{out}' holds an earlier batch's results (summary.csv); give another --out, or "
-             "add --overwrite to replace them")
     progress = BatchProgress(len(files), click.get_text_stream("stderr"))
+    options = dict(device=device, threads=threads, seed=seed, progress=progress,
+                   overwrite=overwrite, retry=retry, allow_large=allow_large_sweep)
     try:
         if scheduler is not None:
             from .cluster import run_cluster_batch
-            rows = run_cluster_batch(list(files), out, scheduler, device=device, threads=threads,
-                                     seed=seed, progress=progress)
+            rows = run_cluster_batch(list(files), out, scheduler, **options)
         else:
-            rows = run_batch(list(files), out, jobs=jobs, device=device, threads=threads,
-                             seed=seed, gpus=gpus, progress=progress)
+            rows = run_batch(list(files), out, jobs=jobs, gpus=gpus, **options)
     except ConvnetError as e:
         progress.close()
         fail(e)
@@ -203,7 +236,10 @@ def batch(files, out, jobs, device, threads, seed, gpus, scheduler, overwrite):
     for line in summary_table(rows):
         click.echo(line)
     failed = [r for r in rows if not r.ok]
-    click.echo(f"convnet: {len(rows) - len(failed)} of {len(rows)} files ran without error; "
+    reused = sum(r.reused for r in rows)
+    click.echo(f"convnet: {len(rows) - len(failed)} of {len(rows)} "
+               f"{'runs' if len(rows) != len(files) else 'files'} ran without error"
+               f"{f' ({reused} reused from an earlier start)' if reused else ''}; "
                f"summary in {out}/summary.csv")
     if failed:
         sys.exit(2)
@@ -289,6 +325,55 @@ def report(paths):
         fail(e)
     for path in written:
         click.echo(f"convnet: wrote {path}")
+
+
+@main.command("export")
+@click.argument("model")
+@click.option("-o", "--output", default=None,
+              help="The ONNX file to write (default: MODEL's name with .onnx).")
+@click.option("--overwrite", is_flag=True, help="Replace the ONNX file if it exists.")
+def export(model, output, overwrite):
+    """Write MODEL (a file written by SAVE MODEL) as an ONNX model giving the class
+    probabilities of N x bands x rows x columns float32 images scaled to -1..1."""
+    from .export.onnx import export_model_file
+    try:
+        written = export_model_file(model, output, overwrite)
+    except ConvnetError as e:
+        fail(e)
+    click.echo(f"convnet: wrote {written}")
+
+
+@main.command()
+@click.argument("model")
+@click.argument("images", nargs=-1, required=True)
+@click.option("-o", "--output", required=True,
+              help="The predictions CSV to write (path, predicted class, each class's "
+                   "probability).")
+@click.option("--resize", is_flag=True,
+              help="Resize images of another size to the model's (else they are refused).")
+@click.option("--overwrite", is_flag=True, help="Let the CSV replace an existing file.")
+@click.option("--threads", type=THREADS, default=None, help="Host threads (default: all cores).")
+def classify(model, images, output, resize, overwrite, threads):
+    """The class of every image with a saved MODEL (SAVE MODEL's file).
+
+    IMAGES are image files (PNG, JPEG, BMP, GIF), folders (every image beneath them) or quoted
+    file patterns such as "digits/*.png".
+    """
+    from .model import Model
+    from .modelfile import read_model
+    from .predict import classify as classify_paths, image_paths, write_predictions
+    if os.path.exists(output) and not overwrite:
+        fail(f"'{output}' exists; give another -o, or add --overwrite to replace it")
+    try:
+        saved = read_model(model)
+        paths = image_paths(list(images))
+        net = Model(saved.arch, device="cpu", threads=threads)
+        net.weights = saved.weights
+        made = write_predictions(output, paths, classify_paths(net, paths, resize),
+                                 saved.class_names, saved.arch.n_classes)
+    except ConvnetError as e:
+        fail(e)
+    click.echo(f"convnet: wrote {output} ({made.what})")
 
 
 @main.command()

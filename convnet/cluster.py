@@ -23,7 +23,6 @@ mid-task has its task run again on another (Dask's own rescheduling); the row sa
 cancels what has not finished, stops the sessions running, and keeps the finished rows.
 """
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -33,11 +32,13 @@ import time
 import uuid
 
 from ._version import pip_install
-from .batch import (BatchRow, _environment, _error_from, fill_from_results, output_folders,
-                    write_batch_report, write_summary)
-from .control import INPUT_ROOT_ENV, parse_file
+from .batch import (BatchRow, _environment, _error_from, fill_from_results, prepare,
+                    with_attempts, write_batch)
+from .control import INPUT_ROOT_ENV
 from .display.progress import NoProgress
 from .errors import ConvnetError
+from .resume import file_digest, record_inputs  # noqa: F401 (file_digest: re-exported)
+from .sweep import parse_control
 
 CONNECT_TIMEOUT_S = 10
 CLOSE_TIMEOUT_S = 5
@@ -49,40 +50,38 @@ POLL_S = 0.5
 
 
 # ------------------------------------------------------------------ files
-def file_digest(path):
-    """SHA-256 of a file, hex."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def control_inputs(path):
-    """The files a control file reads that exist here: [(absolute path, sha256, size)].
-    A file that does not parse reads nothing (the session reports its error on the worker)."""
+def control_inputs(path, sweep_run=None):
+    """The files a control file (a sweep file: its combination ``sweep_run``) reads that exist
+    here: [(absolute path, sha256, size)]; an image folder or file pattern gives each of its image
+    files. A file that does not parse reads nothing (the session reports its error on the
+    worker)."""
     try:
-        commands, _ = parse_file(path)
+        commands, _, _ = parse_control(path, sweep_run=sweep_run)
     except ConvnetError:
         return []
+    from .data.images import input_files
     seen, out = set(), []
     for cmd in commands:
         input_path = cmd.args.get("path")
-        if input_path is None or input_path in seen or not os.path.isfile(input_path):
+        if input_path is None:
             continue
-        seen.add(input_path)
-        out.append((os.path.abspath(input_path), file_digest(input_path),
-                    os.path.getsize(input_path)))
+        # an image folder or a CLASSIFY pattern: every image file it gives travels
+        found = input_files(input_path) if cmd.name in ("READ IMAGES", "CLASSIFY") \
+            else [input_path] if os.path.isfile(input_path) else []
+        for file in found:
+            if file not in seen:
+                seen.add(file)
+                out.append((os.path.abspath(file), file_digest(file), os.path.getsize(file)))
     return out
 
 
-def wants_gpu(path, device):
+def wants_gpu(path, device, sweep_run=None):
     """Whether a session is a CUDA session: --device decides, else the file's CUDA = setting
     (None: AUTO, a GPU if the cluster has one)."""
     if device != "auto":
         return device == "cuda"
     try:
-        commands, _ = parse_file(path)
+        commands, _, _ = parse_control(path, sweep_run=sweep_run)
     except ConvnetError:
         return False
     values = {c.args["value"] for c in commands if c.name == "SET" and c.args["name"] == "CUDA"}
@@ -187,6 +186,8 @@ def _session_command(worker, spec, control, out_dir):
                "--device", spec["device"], "--threads", str(threads)]
     if spec["seed"] is not None:
         command += ["--seed", str(spec["seed"])]
+    if spec.get("sweep_run") is not None:
+        command += ["--sweep-run", str(spec["sweep_run"])]
     return command
 
 
@@ -239,7 +240,8 @@ def run_task(spec, blobs):
     options (see submit_batch); blobs: {sha256: bytes} of the inputs that travelled."""
     from distributed import Event, get_worker
     worker = get_worker()
-    worker.log_event(ATTEMPT_TOPIC, {"id": spec["id"], "worker": worker.address})
+    worker.log_event(ATTEMPT_TOPIC, {"id": spec["id"], "attempt": spec.get("attempt", 1),
+                                     "worker": worker.address})
     root = tempfile.mkdtemp(prefix="convnet-task-")
     out_dir = tempfile.mkdtemp(prefix="convnet-out-")
     try:
@@ -298,21 +300,19 @@ def _write_files(folder, files):
 
 
 def run_cluster_batch(files, out, scheduler, device="auto", threads=None, seed=None,
-                      progress=None):
-    """Like batch.run_batch, each file a task on the cluster at ``scheduler``. Returns the rows in
-    the order of ``files``; raises ConvnetError when the scheduler cannot be reached, and
+                      progress=None, overwrite=False, retry=0, allow_large=False):
+    """Like batch.run_batch, each run a task on the cluster at ``scheduler`` (the same batch
+    into the same ``out`` reuses its finished runs; ``retry`` resubmits a failing run). Returns
+    the rows in order; raises ConvnetError when the scheduler cannot be reached, and
     KeyboardInterrupt (after writing summary.csv) when interrupted. ``progress`` hears of each
-    file as its task is handed to the scheduler and as it ends."""
+    run as its task is handed to the scheduler and as it ends."""
     files = [os.fspath(f) for f in files]
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        raise ConvnetError(f"cannot create the batch folder {out}: {e.strerror or e}") from None
-    folders = output_folders(files, out)
+    progress = progress if progress is not None else NoProgress()
     client = connect(scheduler)
     try:
-        return _run(client, files, folders, out, scheduler, device, threads, seed,
-                    progress if progress is not None else NoProgress())
+        batch = prepare(files, out, seed, overwrite, allow_large, device, progress)
+        return _run(client, batch, out, scheduler, {"device": device, "threads": threads},
+                    progress, retry)
     finally:
         try:
             client.close(timeout=CLOSE_TIMEOUT_S)
@@ -320,23 +320,19 @@ def run_cluster_batch(files, out, scheduler, device="auto", threads=None, seed=N
             pass
 
 
-def _task_specs(files, folders, rows, batch, options, cancel, gpu_workers, progress):
-    """{index: task spec} of every control file that exists (a missing one gets its row now)."""
-    device = options["device"]
+def _task_specs(planned, to_run, batch, options, cancel, gpu_workers):
+    """{index: task spec} of every run to start."""
     specs = {}
-    for index, (path, folder) in enumerate(zip(files, folders)):
-        if not os.path.isfile(path):
-            rows[index] = BatchRow(file=path, out=folder,
-                                   status=f"error: {path}: no such control file")
-            progress.ended(rows[index], was_started=False)
-            continue
-        with open(path, "rb") as f:
+    for index in to_run:
+        run = planned[index]
+        with open(run.file, "rb") as f:
             text = f.read()
-        gpu = wants_gpu(path, device)
-        specs[index] = {"id": f"{batch}-{index}", "name": path, "abs": os.path.abspath(path),
-                        "cwd": os.getcwd(), "text": text, "inputs": control_inputs(path),
-                        "folder": folder, **options, "cancel": cancel.name,
-                        "gpu": bool(gpu_workers) and gpu is not False}
+        gpu = wants_gpu(run.file, options["device"], run.sweep_run)
+        specs[index] = {"id": f"{batch}-{index}", "name": run.file,
+                        "abs": os.path.abspath(run.file), "cwd": os.getcwd(), "text": text,
+                        "inputs": control_inputs(run.file, run.sweep_run), "folder": run.folder,
+                        **options, "seed": run.seed, "sweep_run": run.sweep_run,
+                        "cancel": cancel.name, "gpu": bool(gpu_workers) and gpu is not False}
     return specs
 
 
@@ -355,27 +351,19 @@ def _scatter_inputs(client, specs):
     return blobs
 
 
-def _submit(client, specs, blobs, cpu_workers, files, progress):
-    """{future: index}: every task submitted, a GPU session on a worker with a GPU."""
-    futures = {}
-    for index, spec in specs.items():
-        needed = {digest: blobs[digest] for _, digest, _ in spec["inputs"] if digest in blobs}
-        placement = ({"resources": {"GPU": 1}} if spec["gpu"] else
-                     {"workers": cpu_workers, "allow_other_workers": True} if cpu_workers else {})
-        future = client.submit(run_task, spec, needed, key=f"convnet-{spec['id']}", pure=False,
-                               **placement)
-        futures[future] = index
-        progress.started(files[index], " on the cluster", verb="queued")
-    return futures
+def _submit(client, spec, blobs, cpu_workers, attempt=1):
+    """Submit one run's task (a GPU session on a worker with a GPU); its future."""
+    needed = {digest: blobs[digest] for _, digest, _ in spec["inputs"] if digest in blobs}
+    spec = dict(spec, attempt=attempt)
+    placement = ({"resources": {"GPU": 1}} if spec["gpu"] else
+                 {"workers": cpu_workers, "allow_other_workers": True} if cpu_workers else {})
+    return client.submit(run_task, spec, needed, key=f"convnet-{spec['id']}-{attempt}",
+                         pure=False, **placement)
 
 
-def _write_batch(rows, out):
-    write_summary(rows, os.path.join(out, "summary.csv"))
-    write_batch_report(rows, out)
-
-
-def _run(client, files, folders, out, scheduler, device, threads, seed, progress):
+def _run(client, batch, out, scheduler, options, progress, retry):
     distributed = _distributed()
+    planned, rows, to_run = batch
     try:
         client.wait_for_workers(1, timeout=WORKER_WAIT_S)
     except Exception:
@@ -384,44 +372,51 @@ def _run(client, files, folders, out, scheduler, device, threads, seed, progress
     gpu_workers = [address for address, worker in workers.items()
                    if worker.get("resources", {}).get("GPU", 0) >= 1]
     cpu_workers = [address for address in workers if address not in gpu_workers]
-    batch = uuid.uuid4().hex[:12]
-    cancel = distributed.Event(f"convnet-cancel-{batch}", client=client)
-    rows = [None] * len(files)
-    options = {"device": device, "threads": threads, "seed": seed}
-    specs = _task_specs(files, folders, rows, batch, options, cancel, gpu_workers, progress)
-    futures = _submit(client, specs, _scatter_inputs(client, specs), cpu_workers, files,
-                      progress)
+    name = uuid.uuid4().hex[:12]
+    cancel = distributed.Event(f"convnet-cancel-{name}", client=client)
+    specs = _task_specs(planned, to_run, name, options, cancel, gpu_workers)
+    blobs = _scatter_inputs(client, specs)
+    futures, attempts = {}, {}
+    for index, spec in specs.items():
+        futures[_submit(client, spec, blobs, cpu_workers)] = index
+        attempts[index] = 1
+        progress.started(planned[index].name, " on the cluster", verb="queued")
+    pending = distributed.as_completed(list(futures), loop=client.loop)
     try:
-        for future in distributed.as_completed(list(futures), loop=client.loop):
+        for future in pending:
             index = futures[future]
-            rows[index] = _row(future, files[index], folders[index], progress)
+            row = _task_row(future, planned[index], out)
+            if not row.ok and row.status != "interrupted" and attempts[index] <= retry:
+                attempts[index] += 1
+                again = _submit(client, specs[index], blobs, cpu_workers, attempts[index])
+                futures[again] = index
+                pending.add(again)
+                continue
+            rows[index] = with_attempts(row, attempts[index])
+            if row.ok:
+                record_inputs(planned[index].folder, to_run[index], row.seconds)
+            progress.ended(rows[index])
     except KeyboardInterrupt:
         try:
             cancel.set()                # the running sessions stop (see run_task)
             client.cancel([future for future in futures if not future.done()])
         except Exception:               # the scheduler is gone: nothing left to cancel
             pass
-        for index in futures.values():
+        for index in specs:
             if rows[index] is None:
-                rows[index] = BatchRow(file=files[index], out=folders[index],
-                                       status="not run (batch interrupted)")
-        _write_batch(rows, out)
+                rows[index] = BatchRow.planned(planned[index], out)
+                rows[index].status = "not run (batch interrupted)"
+        write_batch(rows, out)
         raise
-    _note_retries(client, specs, rows)
-    _write_batch(rows, out)
+    _note_retries(client, specs, rows, attempts)
+    write_batch(rows, out)
     return rows
 
 
-def _row(fut, path, folder, progress):
-    """A finished task's row, of which ``progress`` hears."""
-    row = _task_row(fut, path, folder)
-    progress.ended(row)
-    return row
-
-
-def _task_row(fut, path, folder):
-    """A finished task's row: its files written to folder, the results read from its log."""
-    row = BatchRow(file=path, out=folder)
+def _task_row(fut, planned, out):
+    """A finished task's row: its files written to its folder, the results read from them."""
+    row = BatchRow.planned(planned, out)
+    folder = planned.folder
     try:
         result = fut.result()
     except Exception as e:      # KilledWorker (lost too often), or the task itself failed
@@ -440,17 +435,18 @@ def _task_row(fut, path, folder):
     return row
 
 
-def _note_retries(client, specs, rows):
-    """A task started more than once ran again after a worker was lost: the row says so."""
+def _note_retries(client, specs, rows, attempts):
+    """A task (its last attempt) started more than once ran again after a worker was lost: the
+    row says so."""
     try:
         events = client.get_events(ATTEMPT_TOPIC)
     except Exception:
         return
     workers = {}
     for _, msg in events:
-        workers.setdefault(msg.get("id"), []).append(msg.get("worker"))
+        workers.setdefault((msg.get("id"), msg.get("attempt", 1)), []).append(msg.get("worker"))
     for i, spec in specs.items():
-        seen = workers.get(spec["id"], [])
+        seen = workers.get((spec["id"], attempts[i]), [])
         if len(seen) > 1 and rows[i] is not None:
             lost = ", ".join(seen[:-1])
             rows[i].status += f" (run again on {seen[-1]} after losing {lost})"

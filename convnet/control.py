@@ -9,6 +9,7 @@ comment, blank lines ignored, file names in double quotes, ``NAME = value`` with
 """
 
 import difflib
+import glob
 import os
 import re
 from dataclasses import dataclass, field
@@ -52,9 +53,9 @@ class Arg:
     def __init__(self, name, value_type, minimum=None, maximum=None, choices=None, optional=False,
                  exclusive_min=False, joined=False, exclusive_max=False):
         self.name, self.value_type = name, value_type
-        self.exclusive_max = exclusive_max
         self.joined = joined            # the words after '=' are one value ("0, 1")
         self.minimum, self.maximum, self.exclusive_min = minimum, maximum, exclusive_min
+        self.exclusive_max = exclusive_max
         self.choices, self.optional = choices, optional
 
     def describe(self):
@@ -64,7 +65,7 @@ class Arg:
             return " | ".join(self.choices)
         if self.value_type == "devices":
             return "0,1,... | ALL"
-        return self.name
+        return self.name        # also a sweep's "NAME = value, value, ..."
 
     def placeholder(self):
         """What stands for the value in the docs: ``n`` (whole number), ``x`` (number) or the choices."""
@@ -80,10 +81,10 @@ class Arg:
             return "CUDA device numbers separated by commas, or ALL"
         words = {"int": "whole number", "float": "number"}[self.value_type]
         lo, hi = self.minimum, self.maximum
+        if lo is not None and hi is not None and (self.exclusive_min or self.exclusive_max):
+            return (f"{words}, {'greater than' if self.exclusive_min else 'at least'} {lo} and "
+                    f"{'less than' if self.exclusive_max else 'at most'} {hi}")
         if lo is not None and hi is not None:
-            if self.exclusive_min or self.exclusive_max:
-                return (f"{words}, {'above' if self.exclusive_min else 'from'} {lo} and "
-                        f"{'below' if self.exclusive_max else 'at most'} {hi}")
             return f"{words}, {lo} to {hi}"
         if lo is not None:
             return f"{words}, {'greater than' if self.exclusive_min else 'at least'} {lo}"
@@ -233,9 +234,15 @@ COMMANDS: List[CommandSpec] = [
     CommandSpec("READ MNIST LABELS", (_file(),), "the MNIST (IDX) label file for the images just read"),
     CommandSpec("READ C10 IMAGE", (_file(),), "a CIFAR-10 binary batch; repeat to concatenate"),
     CommandSpec("READ SERIES", (_file(),), "a time series turned into images by a moving window"),
+    CommandSpec("READ IMAGES", (_file("Folder"),),
+                "PNG, JPEG, BMP or GIF images, one subfolder per class named after it"),
     CommandSpec("CLEAR", (), "erase the data, keep the trained model"),
     CommandSpec("KEEP CASES", (_int("First", 1, MAX_COUNT), _int("Last", 1, MAX_COUNT)),
                 "keep cases First..Last (1-based, inclusive) of the current data"),
+    CommandSpec("VALIDATION CASES", (_int("First", 1, MAX_COUNT), _int("Last", 1, MAX_COUNT)),
+                "hold out cases First..Last (1-based, inclusive) of the current data: TRAIN does "
+                "not train on them and checks the model on them (VALIDATION INTERVAL); new data, "
+                "CLEAR or KEEP CASES ends the hold-out"),
     # series settings that are keywords rather than NAME = value
     CommandSpec("SERIES RAWDATA", (), "use the values as read (default)", "SERIES TRANSFORM",
                 {"transform": "RAWDATA"}),
@@ -268,6 +275,11 @@ COMMANDS: List[CommandSpec] = [
     CommandSpec("PRINT WEIGHTS", (), "write every weight of the model to CONVNET.LOG"),
     CommandSpec("SAVE MODEL", (_file(),), "save the trained model"),
     CommandSpec("LOAD MODEL", (_file(),), "load a saved model"),
+    CommandSpec("CLASSIFY", (_file("Images"), _file("Predictions.csv")),
+                "the model's class and class probabilities for every image of a folder or file "
+                "pattern (* ? [), one CSV row per image"),
+    CommandSpec("EXPORT ONNX", (_file(),),
+                "write the current model as an ONNX model giving the class probabilities"),
     CommandSpec("DISPLAY TRAINING IMAGES",
                 (*_DISPLAY_GRID, _file("File.png")),
                 "a grid of training images as a PNG"),
@@ -278,7 +290,16 @@ COMMANDS: List[CommandSpec] = [
                 (*_DISPLAY_GRID, _int("Case", 1, MAX_COUNT),
                  _file("File.png")),
                 "the first hidden layer's activations for one case as a PNG"),
+    # sweeps (convnet batch runs every combination; see convnet/sweep.py)
+    CommandSpec("SWEEP SEEDS", (Arg("= n", "sweep"),),
+                "runs per combination of the swept values, with seeds 1..n (--seed s: s..s+n-1)"),
+    CommandSpec("SWEEP", (Arg("NAME = value, value, ...", "sweep"),),
+                "try each value: a parameter's NAME sets that parameter, any other NAME is a "
+                "placeholder that $NAME in later lines takes"),
 ]
+
+# SWEEP SEEDS = n: at most this many seeds per combination
+MAX_SWEEP_SEEDS = 10_000
 
 def _param_arg(definition):
     """The argument of a ``NAME = value`` line, from its definition in params.py."""
@@ -381,6 +402,8 @@ def parse_line(text, file=None, line=None):
         raise err(str(e)) from None
     if not tokens:
         return None
+    if not tokens[0].quoted and tokens[0].text.upper() == "SWEEP":
+        return _parse_sweep(tokens[1:], file, line, stripped)
 
     # NAME = value
     if any(t.text == "=" and not t.quoted for t in tokens):
@@ -412,6 +435,66 @@ def parse_line(text, file=None, line=None):
     raise err(msg + (f" (did you mean {hint}?)" if hint else ""))
 
 
+def swept_parameter(text):
+    """The canonical parameter a ``NAME = value`` line sets (None for any other line)."""
+    try:
+        tokens = tokenize(text.strip())
+    except ValueError:
+        return None
+    words = [t.text.upper() for t in tokens]
+    if "=" not in words or (tokens and tokens[0].text.upper() == "SWEEP"):
+        return None
+    spec = _PARAM_BY_NAME.get(tuple(words[:words.index("=")]))
+    return spec.name if spec else None
+
+
+def _parse_sweep(tokens, file, line, text):
+    """``SWEEP NAME = v1, v2, ...`` (a parameter or a placeholder) or ``SWEEP SEEDS = n``."""
+    def err(msg):
+        return ConvnetError(msg, file, line)
+
+    usage = "SWEEP NAME = value, value, ... or SWEEP SEEDS = n"
+    eq = next((i for i, t in enumerate(tokens) if t.text == "=" and not t.quoted), None)
+    if eq is None or eq == 0:
+        raise err(f"SWEEP needs a name, '=' and values ({usage})")
+    words = tuple(t.text.upper() for t in tokens[:eq])
+    joined = " ".join(t.text for t in tokens[eq + 1:])
+    values = [v.strip() for v in joined.split(",")]
+    name = " ".join(words)
+    if not joined.strip():
+        raise err(f"SWEEP {shown(name)}: the list of values is empty")
+    if "" in values:
+        raise err(f"SWEEP {shown(name)}: an empty value between commas")
+    if any(t.quoted for t in tokens[eq + 1:]):
+        raise err(f"SWEEP {shown(name)}: values are written without double quotes")
+    if words == ("SEEDS",):
+        if len(values) != 1:
+            raise err("SWEEP SEEDS takes one number: how many seeds each combination runs")
+        try:
+            count = _int("SEEDS", 1, MAX_SWEEP_SEEDS).convert(Token(values[0]), "SWEEP SEEDS")
+        except ValueError as e:
+            raise err(str(e)) from None
+        return Command("SWEEP SEEDS", {"count": count}, file, line, text)
+    spec = _PARAM_BY_NAME.get(words)
+    if spec is not None:
+        for value in values:
+            try:
+                spec.arg.convert(Token(value), f"SWEEP {spec.name}")
+            except ValueError as e:
+                raise err(str(e)) from None
+        return Command("SWEEP", {"name": spec.name, "values": values, "parameter": True},
+                       file, line, text)
+    if len(words) != 1 or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", words[0]):
+        hint = _suggest([t.text for t in tokens[:eq]][:SUGGEST_WORDS])
+        raise err(f"SWEEP: '{shown(name)}' is neither a parameter nor a placeholder name "
+                  "(one word of letters, digits and _)" + (f" (did you mean {hint}?)" if hint else ""))
+    for value in values:
+        if "$" in value or "//" in value:
+            raise err(f"SWEEP {name}: a value cannot hold '$' or '//': '{shown(value)}'")
+    return Command("SWEEP", {"name": words[0], "values": values, "parameter": False},
+                   file, line, text)
+
+
 def _parse_args(spec, tokens, file, line, text):
     def err(msg):
         return ConvnetError(msg, file, line)
@@ -434,16 +517,23 @@ def _parse_args(spec, tokens, file, line, text):
         raise err(f"{spec.phrase} takes no arguments, got '{shown(' '.join(t.text for t in tokens))}'")
     for arg, tok in zip(spec.args, tokens):
         try:
-            args[arg.name.lower().replace(".png", "")] = arg.convert(tok, spec.phrase)
+            args[_arg_key(arg.name)] = arg.convert(tok, spec.phrase)
         except ValueError as e:
             raise err(str(e)) from None
     if spec.command_name == "LAYER":
         kind = args.pop("kind")
         numbers = [args[a.name.lower()] for a in spec.args]
         args = {"spec": LayerSpec.from_words(kind, numbers, file, line)}
-    elif spec.phrase == "KEEP CASES" and args["last"] < args["first"]:
-        raise err(f"KEEP CASES: Last ({args['last']}) is before First ({args['first']})")
+    elif spec.phrase in ("KEEP CASES", "VALIDATION CASES") and args["last"] < args["first"]:
+        raise err(f"{spec.phrase}: Last ({args['last']}) is before First ({args['first']})")
     return Command(spec.command_name, args, file, line, text)
+
+
+def _arg_key(name):
+    """The key of an argument in Command.args: its name in lower case, without a file suffix
+    (``File.png`` -> ``file``); a folder is read like a file (``filename``)."""
+    key = name.lower().split(".")[0]
+    return "filename" if key == "folder" else key
 
 
 def parse_layer_line(text, file=None, line=None):
@@ -465,14 +555,15 @@ def resolve_input(path, control_path):
         root = os.environ.get(INPUT_ROOT_ENV)
         if root and os.path.isabs(path):
             mirrored = os.path.join(root, path.lstrip(os.sep))
-            if os.path.lexists(mirrored):
+            if os.path.lexists(mirrored) or (any(c in path for c in "*?[")
+                                             and glob.glob(mirrored)):   # CLASSIFY's patterns
                 return mirrored
         return path
     return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(control_path)), path))
 
 
-def parse_file(path, display_name=None):
-    """Parse a whole control file; every syntax error is found before anything runs."""
+def read_control_lines(path, display_name=None):
+    """The lines of a control file (a user error when it cannot be read)."""
     name = display_name or path
     try:
         # utf-8-sig: a byte-order mark (what Notepad writes) is not part of the first line
@@ -481,21 +572,34 @@ def parse_file(path, display_name=None):
         if len(text) > MAX_CONTROL_CHARS:
             raise ConvnetError(f"the control file is longer than {MAX_CONTROL_CHARS:,} characters",
                                name)
-        lines = text.splitlines()
+        return text.splitlines()
     except FileNotFoundError:
         raise ConvnetError("control file not found", name) from None
     except IsADirectoryError:
         raise ConvnetError("is a folder, not a control file", name) from None
     except OSError as e:
         raise ConvnetError(f"cannot read control file: {e.strerror}", name) from None
+
+
+def parse_lines(lines, path, display_name=None):
+    """Commands of a control file's lines; input names resolve against ``path``'s folder."""
+    name = display_name or path
     commands = []
     for number, text in enumerate(lines, start=1):
         cmd = parse_line(text, name, number)
         if cmd is not None:
-            if "filename" in cmd.args and cmd.name not in ("SAVE MODEL",):
+            if "filename" in cmd.args and cmd.name not in ("SAVE MODEL", "EXPORT ONNX"):
                 cmd.args["path"] = resolve_input(cmd.args["filename"], path)
+            elif "images" in cmd.args:              # CLASSIFY: a folder or a file pattern
+                cmd.args["path"] = resolve_input(cmd.args["images"], path)
             commands.append(cmd)
-    return commands, lines
+    return commands
+
+
+def parse_file(path, display_name=None):
+    """Parse a whole control file; every syntax error is found before anything runs."""
+    lines = read_control_lines(path, display_name)
+    return parse_lines(lines, path, display_name), lines
 
 
 def keyword_reference():

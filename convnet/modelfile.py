@@ -6,7 +6,8 @@ Layout, all numbers little-endian:
     0       8     magic b"CONVNETM"
     8       4     format version, uint32 (this module writes and reads version 1)
     12      4     header length H in bytes, uint32
-    16      H     header: UTF-8 JSON object (architecture, image size, classes, series info, extras)
+    16      H     header: UTF-8 JSON object (architecture, image size, classes, class names when
+                  the model has them, series info, extras)
     16+H    8     number of weights N, uint64
     24+H    8*N   the weights, float64, the book's host order
     24+H+8N 4     CRC-32 (zlib) of every byte before it, uint32
@@ -26,7 +27,7 @@ import struct
 import tempfile
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -48,7 +49,9 @@ class SavedModel:
 
     arch: the Architecture (layers, image size, bands, classes); weights: 1-D float64 in host order;
     series: the time-series imaging and class thresholds the model was trained with, or None;
-    extra: any other JSON values stored by the saver; header: the whole decoded JSON header.
+    extra: any other JSON values stored by the saver; header: the whole decoded JSON header;
+    class_names: the name of each class (a tuple of n_classes strings), or None when the classes
+    are known by number only (files saved without names, and every file older than names).
     """
 
     arch: Architecture
@@ -56,6 +59,7 @@ class SavedModel:
     series: Optional[Dict[str, Any]] = None
     extra: Dict[str, Any] = field(default_factory=dict)
     header: Dict[str, Any] = field(default_factory=dict)
+    class_names: Optional[Tuple[str, ...]] = None
 
 
 def _jsonable(value):
@@ -91,8 +95,9 @@ def _from_json(value):
     return value
 
 
-def encode_model(arch, weights, series_info=None, extra=None):
-    """The bytes of a model file (see the module notes)."""
+def encode_model(arch, weights, series_info=None, extra=None, class_names=None):
+    """The bytes of a model file (see the module notes); ``class_names`` (n_classes strings) are
+    stored only when given, so a model without names has the header it always had."""
     weights = np.ascontiguousarray(weights, dtype="<f8").reshape(-1)
     if weights.size != arch.n_weights:
         raise ValueError(f"{weights.size} weights for a model of {arch.n_weights}")
@@ -106,32 +111,44 @@ def encode_model(arch, weights, series_info=None, extra=None):
         "series": _jsonable(series_info) if series_info is not None else None,
         "extra": _jsonable(extra) if extra is not None else {},
     }
+    if class_names is not None:
+        if len(class_names) != arch.n_classes:
+            raise ValueError(f"{len(class_names)} class names for {arch.n_classes} classes")
+        header["class_names"] = [str(name) for name in class_names]
     head = json.dumps(header, indent=1, allow_nan=False).encode("utf-8")
     body = (_HEAD.pack(MAGIC, FORMAT_VERSION, len(head)) + head + _COUNT.pack(weights.size)
             + weights.tobytes())
     return body + _CRC.pack(zlib.crc32(body) & 0xFFFFFFFF)
 
 
-def save_model(path, model, series_info=None, extra=None):
+def save_model(path, model, series_info=None, extra=None, class_names=None):
     """Write ``model`` (anything with .arch and .weights) to ``path`` atomically.
 
     series_info: the series scaling and class thresholds (a dict or dataclass of JSON-like values,
     numpy values allowed) or None; extra: a dict of other JSON-like values to keep (e.g. training
-    results). Raises ConvnetError naming the file when it cannot be written.
+    results); class_names: the name of each class, or None. Raises ConvnetError naming the file when
+    it cannot be written.
     """
-    data = encode_model(model.arch, model.weights, series_info, extra)
+    write_atomically(path, encode_model(model.arch, model.weights, series_info, extra,
+                                         class_names))
+
+
+def write_atomically(path, data, what="model file"):
+    """Write the bytes ``data`` to ``path`` through a temporary file beside it, flushed to disk and
+    renamed over ``path``. Raises ConvnetError naming the file (``what`` says what it is) when it
+    cannot be written."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.lexists(path) and not os.path.isfile(path):
         # renaming over it would replace a folder's entry such as a device (/dev/null) or a link
-        raise ConvnetError("cannot write the model file: it exists and is not a regular file",
+        raise ConvnetError(f"cannot write the {what}: it exists and is not a regular file",
                            file=path)
     tmp = None
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
                                    dir=folder)
-        # mkstemp makes the file private (0600); a model file gets the mode any new file gets
+        # mkstemp makes the file private (0600); the file gets the mode any new file gets
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -140,7 +157,7 @@ def save_model(path, model, series_info=None, extra=None):
         os.replace(tmp, path)
         tmp = None
     except OSError as e:
-        raise ConvnetError(f"cannot write the model file: {e.strerror or e}", file=path) from None
+        raise ConvnetError(f"cannot write the {what}: {e.strerror or e}", file=path) from None
     finally:
         if tmp is not None:
             try:
@@ -219,7 +236,20 @@ def decode_model(data, path="<model>"):
     series = header.get("series")
     extra = header.get("extra") or {}
     return SavedModel(arch, weights, _from_json(series) if series is not None else None,
-                      _from_json(extra), header)
+                      _from_json(extra), header, _class_names(header, arch.n_classes, bad))
+
+
+def _class_names(header, n_classes, bad):
+    """The header's class names as a tuple, None when it has none; ``bad`` makes the error."""
+    names = header.get("class_names")
+    if names is None:
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise bad("the model file is damaged (class_names is not a list of names)")
+    if len(names) != n_classes:
+        raise bad(f"the model file is inconsistent: {len(names)} class names for "
+                  f"{n_classes} classes")
+    return tuple(names)
 
 
 def read_model(path):

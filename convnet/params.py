@@ -20,7 +20,8 @@ class ParamDef:
     ``default_note``) and its meaning in words for the keyword reference."""
 
     phrase: str
-    group: str                       # "training", "device", "series" or "" (the Params itself)
+    group: str                       # "training", "device", "series", "validation", "images"
+                                     # or "" (the Params itself)
     attr: str
     value_type: str                  # "int", "float", "choice" or "devices"
     meaning: str
@@ -121,6 +122,24 @@ PARAMETER_DEFS = (
     ParamDef("ADAM EPSILON", "training", "epsilon", "float",
              "ADAM's guard against dividing by a vanishing squared gradient", 1e-8, minimum=0.0,
              exclusive_min=True),
+    ParamDef("VALIDATION INTERVAL", "validation", "interval", "int",
+             "steps between validation checks during TRAIN: every n refinement iterations (or "
+             "epochs of a method that counts epochs), and at the end of every phase; used when "
+             "VALIDATION CASES holds cases out or TARGET ERROR is set", 1, minimum=1,
+             maximum=MAX_COUNT),
+    ParamDef("KEEP BEST", "validation", "keep_best", "choice",
+             "YES: at the end of TRAIN restore the weights of the validation check with the "
+             "lowest validation misclassification (needs VALIDATION CASES)", "NO",
+             choices=("YES", "NO")),
+    ParamDef("EARLY STOP", "validation", "early_stop", "int",
+             "end TRAIN after this many validation checks in a row without a lower validation "
+             "misclassification; 0: never (needs VALIDATION CASES when not 0)", 0, minimum=0,
+             maximum=MAX_COUNT),
+    ParamDef("TARGET ERROR", "validation", "target_error", "float",
+             "a misclassification percent: TRAIN records the seconds and evaluations until the "
+             "validation misclassification (the training one without VALIDATION CASES) first "
+             "reached it", default_note="none", minimum=0.0, maximum=100.0, exclusive_min=True,
+             exclusive_max=True),
     ParamDef("CUDA", "", "cuda", "choice", "use the GPU: YES, NO or AUTO", "AUTO",
              choices=("YES", "NO", "AUTO")),
     ParamDef("CUDA DEVICES", "device", "cuda_devices", "devices",
@@ -140,6 +159,14 @@ PARAMETER_DEFS = (
              maximum=MAX_COUNT),
     ParamDef("SERIES FRAC FULL", "series", "frac_full", "float",
              "fraction of windows scaled to full height", 0.2, minimum=0.0, maximum=1.0),
+    ParamDef("IMAGE ROWS", "images", "rows", "int",
+             "READ IMAGES and CLASSIFY resize every image to this many rows (set IMAGE COLUMNS "
+             "too)", default_note="images keep their size, which must be one for all",
+             minimum=1, maximum=MAX_SIDE),
+    ParamDef("IMAGE COLUMNS", "images", "cols", "int",
+             "READ IMAGES and CLASSIFY resize every image to this many columns (set IMAGE ROWS "
+             "too)", default_note="images keep their size, which must be one for all",
+             minimum=1, maximum=MAX_SIDE),
 )
 
 # Every parameter's value before a control file sets it (None: decided at run time).
@@ -245,7 +272,47 @@ class SeriesParams(_Group):
     frac_full: float = _default("SERIES FRAC FULL")
 
 
-_GROUPS = {"training": TrainingParams, "device": DeviceParams, "series": SeriesParams}
+@dataclass(frozen=True)
+class ValidationParams(_Group):
+    """What TRAIN's validation checks read (train/validation.py): VALIDATION INTERVAL, KEEP
+    BEST, EARLY STOP and TARGET ERROR (None: no target). The held-out cases themselves are the
+    data's (VALIDATION CASES)."""
+
+    GROUP = "validation"
+
+    interval: int = _default("VALIDATION INTERVAL")
+    keep_best: str = _default("KEEP BEST")
+    early_stop: int = _default("EARLY STOP")
+    target_error: Optional[float] = _default("TARGET ERROR")
+
+    @property
+    def needs_held_out_cases(self):
+        """Whether a setting in force means nothing without validation cases."""
+        return self.keep_best == "YES" or self.early_stop > 0
+
+
+@dataclass(frozen=True)
+class ImageParams(_Group):
+    """The size READ IMAGES and CLASSIFY resize images to (None: as read)."""
+
+    GROUP = "images"
+
+    rows: Optional[int] = _default("IMAGE ROWS")
+    cols: Optional[int] = _default("IMAGE COLUMNS")
+
+    @property
+    def size(self):
+        """(rows, cols) to resize to, or None when neither is set."""
+        if self.rows is None and self.cols is None:
+            return None
+        if self.rows is None or self.cols is None:
+            raise ValueError("set both IMAGE ROWS and IMAGE COLUMNS to resize images (only "
+                             f"IMAGE {'ROWS' if self.rows else 'COLUMNS'} is set)")
+        return self.rows, self.cols
+
+
+_GROUPS = {"training": TrainingParams, "device": DeviceParams, "series": SeriesParams,
+           "validation": ValidationParams, "images": ImageParams}
 
 
 @dataclass(frozen=True)
@@ -255,6 +322,8 @@ class Params:
     training: TrainingParams = field(default_factory=TrainingParams)
     device: DeviceParams = field(default_factory=DeviceParams)
     series: SeriesParams = field(default_factory=SeriesParams)
+    validation: ValidationParams = field(default_factory=ValidationParams)
+    images: ImageParams = field(default_factory=ImageParams)
     cuda: str = _default("CUDA")
     threads: Optional[int] = _default("THREADS")
     seed: Optional[int] = _default("RANDOM SEED")

@@ -16,7 +16,7 @@ import numpy as np
 
 from ._version import __version__
 from .architecture import Architecture
-from .control import parse_file
+from .sweep import parse_control, values_text
 from .errors import ConvnetError, Interrupted
 from .logs.writer import LogWriter
 from .runlock import RunLock
@@ -24,6 +24,8 @@ from .interrupt import Interrupt, signals
 from .display import commands as display_commands
 from .logs.record import MODEL, Artifact
 from .params import DEFAULTS, Params
+from .session_data import DataCommands
+from .session_images import ImageCommands, class_names_phrase
 from . import memory
 
 # The parameters that every TRAIN and TEST writes to CONVNET.LOG, in the book's dialog order.
@@ -31,8 +33,10 @@ LOGGED_PARAMETERS = ("MAX BATCH", "MAX HID GRAD", "MAX MEM GRAD", "ANNEAL ITERS"
                      "ANNEAL SCALE", "MAXITERS", "TOL", "WPEN")
 
 
-class Session:
-    """Executes commands; holds the data, the layer list, the parameters and the model."""
+class Session(DataCommands, ImageCommands):
+    """Executes commands; holds the data, the layer list, the parameters and the model (the data
+    commands: session_data.DataCommands; CLASSIFY, class names and a TEST's most wrong cases:
+    session_images.ImageCommands)."""
 
     def __init__(self, out=".", device="auto", threads=None, seed=None, quiet=False,
                  check_only=False, echo=None, log_name="CONVNET.LOG", report=True,
@@ -60,6 +64,7 @@ class Session:
         self.model_device = None                 # 'cpu' or 'cuda': where self.model computes
         self.model_arch = None                   # its architecture (also set in check mode)
         self.model_series = None                 # series scaling kept with the model
+        self.model_class_names = None            # its class names (None: numbers only)
         self.results = []                        # TrainResult / TestResult objects in order
         self.interrupt = Interrupt()
         self.device_note_written = False
@@ -109,11 +114,12 @@ class Session:
         return record
 
     # ------------------------------------------------------------------ running files
-    def run(self, paths):
-        """Parse every file first (a syntax error stops the run before any work), then execute.
-        results.json ends with the session's status: done, interrupted or error."""
+    def run(self, paths, sweep_run=None):
+        """Parse every file first (a syntax error stops the run before any work), then execute
+        (a sweep file: its combination ``sweep_run``). results.json ends with the session's
+        status: done, interrupted or error."""
         try:
-            self._run(paths)
+            self._run(paths, sweep_run)
         except ConvnetError as e:
             self.record.finish("error", e)
             raise
@@ -126,12 +132,18 @@ class Session:
         self.record.finish("done")
         return self
 
-    def _run(self, paths):
-        parsed = []
+    def _run(self, paths, sweep_run=None):
+        parsed, swept = [], []
         for path in paths:
-            commands, lines = parse_file(path, display_name=path)
+            commands, lines, sweep = parse_control(path, display_name=path, sweep_run=sweep_run)
             parsed.append((path, commands, lines))
+            if sweep is not None:
+                swept.append((path, sweep))
         self.log.write(f"Session: convnet {__version__}; control files: {' '.join(paths)}")
+        for path, (sweep, values) in swept:
+            self.log.write(f"Sweep run of {path}: {values_text(values)} (combination "
+                           f"{sweep_run} of {sweep.combinations}), seed {self.seed}")
+            self.record.sweep_run(path, sweep_run, sweep.combinations, values)
         self.log.write(f"Random seed = {self.seed}{'' if self.seed_given else ' (chosen at random)'}")
         self.record.start(paths)
         with signals(self.interrupt):
@@ -190,78 +202,6 @@ class Session:
             self.seed_given = True
             self.rng = np.random.default_rng(value)
         return None
-
-    # ------------------------------------------------------------------ data
-    def _need_no_data(self, cmd):
-        if self.dataset is not None:
-            raise cmd.error(f"{cmd.name}: data is already present (use CLEAR first)")
-
-    def _make_image(self, cmd):
-        from .data.synthetic import make_image
-        self._need_no_data(cmd)
-        args = cmd.args
-        memory.require(memory.images_bytes(args["cases"], args["bands"], args["rows"],
-                                           args["columns"]),
-                       f"MAKE IMAGE's {args['cases']} images of {args['rows']} x "
-                       f"{args['columns']} x {args['bands']} bands")
-        self.dataset = make_image(args["rows"], args["columns"], args["bands"], args["classes"],
-                                  args["cases"], self.rng)
-        self._data_note(cmd)
-
-    def _read_mnist_image(self, cmd):
-        from .data import mnist
-        self._need_no_data(cmd)
-        self.dataset = mnist.read_images(cmd.args["path"])
-        self._data_note(cmd)
-
-    def _read_mnist_labels(self, cmd):
-        from .data import mnist
-        if self.dataset is None or self.dataset.source != "MNIST":
-            raise cmd.error("READ MNIST LABELS must follow READ MNIST IMAGE")
-        if self.dataset.classes is not None:
-            raise cmd.error("MNIST labels were already read for these images (use CLEAR first)")
-        self.dataset = mnist.read_labels(cmd.args["path"], self.dataset)
-        self._data_note(cmd)
-
-    def _read_c10_image(self, cmd):
-        from .data import cifar
-        if self.dataset is not None and self.dataset.source != "C10":
-            raise cmd.error("READ C10 IMAGE: other data is already present (use CLEAR first)")
-        self.dataset = cifar.read_c10(cmd.args["path"], existing=self.dataset)
-        self._data_note(cmd)
-
-    def _read_series(self, cmd):
-        from .data import series
-        self._need_no_data(cmd)
-        imaging = self.settings().series
-        settings = series.SeriesSettings(
-            column=imaging.column, window=imaging.window, resolution=imaging.resolution,
-            shift=imaging.shift, frac_full=imaging.frac_full, **self.series_settings)
-        self.dataset = series.read_series(cmd.args["path"], settings, scaling=self.model_series)
-        self._data_note(cmd)
-        if self.model_series is not None:
-            self.log.write("   (imaged and classed with the trained model's series scale and thresholds)")
-
-    def _clear(self, cmd):
-        self.dataset = None
-
-    def _keep_cases(self, cmd):
-        self._need_data(cmd, labels=False)
-        self.dataset = self.dataset.keep_cases(cmd.args["first"], cmd.args["last"])
-        self._data_note(cmd)
-
-    def _data_note(self, cmd):
-        data = self.dataset
-        labels = "" if data.classes is not None else " (labels not read yet)"
-        self.log.write(f"   Data: {data.n_cases} cases of {data.rows} rows, {data.cols} columns and "
-                       f"{data.bands} bands, {data.n_classes} classes{labels}")
-
-    def _need_data(self, cmd, labels=True):
-        if self.dataset is None:
-            raise cmd.error(f"{cmd.name} needs data: read or make data first")
-        if labels and self.dataset.classes is None:
-            raise cmd.error(f"{cmd.name}: the MNIST labels have not been read (READ MNIST LABELS)")
-        return self.dataset
 
     # ------------------------------------------------------------------ model
     def _need_model(self, cmd):
@@ -323,7 +263,12 @@ class Session:
                 self.echo(line)
         self.model_arch = arch
         self.model_series = getattr(data, "series", None)
+        self.model_class_names = data.class_names
         self._require_memory(arch, data, training=True)
+        settings = self.settings()
+        if settings.validation.needs_held_out_cases and data.held_out is None:
+            raise cmd.error("KEEP BEST = YES and EARLY STOP need cases held out for validation: "
+                            "VALIDATION CASES First Last before TRAIN")
         if self.check_only:
             return None
         device = self._resolve_device(cmd)
@@ -333,13 +278,13 @@ class Session:
         self._log_parameters(device)
         from .train.trainer import train
         progress = self._progress()
-        settings = self.settings()
         entry = self.record.begin("TRAIN", cmd, arch, settings.phrases(), device,
-                                  self._used_threads(device))
+                                  self._used_threads(device), data.class_names)
         try:
             with self.interrupt.phase():
                 result = train(self.model, data, settings.training, self.log, self.interrupt,
-                               self.rng, progress=self.record.observer(entry, also=progress))
+                               self.rng, progress=self.record.observer(entry, also=progress),
+                               validation=settings.validation)
         finally:
             if progress is not None:
                 progress.close()
@@ -413,6 +358,7 @@ class Session:
         self._need_model(cmd)
         data.check_matches(self.model_arch.rows, self.model_arch.cols, self.model_arch.bands,
                            self.model_arch.n_classes)
+        self._check_class_names(cmd, data)
         self._require_memory(self.model_arch, data, training=False)
         if self.check_only:
             return None
@@ -428,13 +374,14 @@ class Session:
             self.cuda_uploads_before = self.model.backend.weight_uploads
         from .train.trainer import test
         entry = self.record.begin("TEST", cmd, self.model_arch, self.settings().phrases(), device,
-                                  self._used_threads(device))
+                                  self._used_threads(device),
+                                  data.class_names or self.model_class_names)
         result = test(self.model, data, self.log)
         if device == "cuda":
             self._add_cuda_log(cmd)
         self.results.append(result)
         self.outcomes.append((cmd, result))
-        self.record.end_test(entry, result)
+        self.record.end_test(entry, result, self._most_wrong(result, data, entry))
         return result
 
     def _print_weights(self, cmd):
@@ -451,12 +398,14 @@ class Session:
         self._need_model(cmd)
         if self.check_only:                     # a later LOAD MODEL of this file will find it
             where = os.path.abspath(self._output_path(cmd.args["filename"]))
-            self.pending_saves[where] = (self.model_arch, self.model_series)
+            self.pending_saves[where] = (self.model_arch, self.model_series,
+                                         self.model_class_names)
             return
         from .modelfile import save_model
         path = self._output_path(cmd.args["filename"])
         try:
-            save_model(path, self.model, series_info=self.model_series)
+            save_model(path, self.model, series_info=self.model_series,
+                       class_names=self.model_class_names)
         except ConvnetError as e:        # it names the model file; the place is the control line
             raise cmd.error(f"{path}: {e.message}") from None
         self._wrote(path)
@@ -464,13 +413,13 @@ class Session:
         self.record.artifact(Artifact(path, "saved", MODEL, self.model.arch), cmd, self.out)
 
     def _load_model(self, cmd):
-        from .modelfile import load_model
+        from .modelfile import read_model
         path, where = self._model_to_load(cmd)
         if self.check_only:
             for candidate in (cmd.args["path"], self._output_path(cmd.args["filename"])):
                 pending = self.pending_saves.get(os.path.abspath(candidate))
                 if pending is not None:         # saved earlier in this run: it will exist then
-                    self.model_arch, self.model_series = pending
+                    self.model_arch, self.model_series, self.model_class_names = pending
                     self.layers_closed = True
                     self.log.write(f"   Model to be loaded from {candidate} (saved earlier in this "
                                    "run)")
@@ -481,21 +430,38 @@ class Session:
             size = 0
         memory.require(2 * size, f"the model file '{path}' ({size:,} bytes, read and decoded)")
         try:
-            loaded = load_model(path)
+            loaded = read_model(path)
         except ConvnetError as e:               # it names the model file; the place is the control line
             model = e.file if e.file is not None else path
             raise cmd.error(f"model file '{model}': {e.message}") from None
         self.model_arch = loaded.arch
         self.model_series = loaded.series
+        self.model_class_names = loaded.class_names
         self.layers_closed = True
         self.log.write(f"   Model loaded from {path} ({where})")
         self.log.write(loaded.arch.report())
+        if loaded.class_names:
+            self.log.write(f"   Classes: {class_names_phrase(loaded.class_names)}")
         if self.check_only:
             return
         self.model_device = self._resolve_device(cmd)
         self.model = self._make_model(loaded.arch, self.model_device)
         self.model.weights = loaded.weights
         self.record.artifact(Artifact(path, "loaded", MODEL, loaded.arch), cmd, self.out)
+
+    def _export_onnx(self, cmd):
+        self._need_model(cmd)
+        from .export.onnx import export_onnx, require_onnx
+        path = self._output_path(cmd.args["filename"])
+        try:
+            require_onnx()                      # a check says so too when the extra is missing
+            if not self.check_only:
+                export_onnx(path, self.model.arch, self.model.weights, self.model_class_names)
+        except ConvnetError as e:               # one naming the file: it could not be written
+            raise cmd.error(f"{path}: {e.message}" if e.file else e.message) from None
+        if not self.check_only:
+            self.log.write(f"   Model exported to ONNX: {path}")
+            self._record_made(Artifact(path, "exported to ONNX", MODEL, self.model.arch), cmd)
 
     def _model_to_load(self, cmd):
         """Where LOAD MODEL finds its file and which place that is (modelfile.model_location)."""
@@ -545,18 +511,22 @@ class Session:
         "SERIES CLASS": _series_flag,
         "SERIES HEADER": _series_flag,
         "LAYER": _layer,
-        "MAKE IMAGE": _make_image,
-        "READ MNIST IMAGE": _read_mnist_image,
-        "READ MNIST LABELS": _read_mnist_labels,
-        "READ C10 IMAGE": _read_c10_image,
-        "READ SERIES": _read_series,
-        "CLEAR": _clear,
-        "KEEP CASES": _keep_cases,
+        "MAKE IMAGE": DataCommands._make_image,
+        "READ MNIST IMAGE": DataCommands._read_mnist_image,
+        "READ MNIST LABELS": DataCommands._read_mnist_labels,
+        "READ C10 IMAGE": DataCommands._read_c10_image,
+        "READ SERIES": DataCommands._read_series,
+        "READ IMAGES": DataCommands._read_images,
+        "CLEAR": DataCommands._clear,
+        "KEEP CASES": DataCommands._keep_cases,
+        "VALIDATION CASES": DataCommands._validation_cases,
         "TRAIN": _train,
         "TEST": _test,
         "PRINT WEIGHTS": _print_weights,
         "SAVE MODEL": _save_model,
         "LOAD MODEL": _load_model,
+        "CLASSIFY": ImageCommands._classify,
+        "EXPORT ONNX": _export_onnx,
         "DISPLAY TRAINING IMAGES": _display_training_images,
         "DISPLAY FILTER IMAGES": _display_filter_images,
         "DISPLAY ACTIVATION IMAGES": _display_activation_images,
@@ -576,7 +546,7 @@ def _as_user_error(error, cmd):
 
 
 def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True, report=True,
-        gpus=None):
+        gpus=None, sweep_run=None):
     """Run control files like ``convnet run`` and return the finished Session (``report`` False:
     no report.html)."""
     if isinstance(paths, (str, os.PathLike)):
@@ -585,7 +555,7 @@ def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True, repo
     session = Session(out=out, device=device, threads=threads, seed=seed, quiet=quiet,
                       report=report, gpus=gpus)
     try:
-        session.run(paths)
+        session.run(paths, sweep_run)
     except ConvnetError as e:
         try:
             session.log.write(f"ERROR: {e}")
@@ -597,11 +567,12 @@ def run(paths, out=".", device="auto", seed=None, threads=None, quiet=True, repo
     return session
 
 
-def check(paths, echo=print):
-    """Validate control files without training (``convnet check``); returns the Session."""
+def check(paths, echo=print, sweep_run=None):
+    """Validate control files without training (``convnet check``; a sweep file: its combination
+    ``sweep_run``); returns the Session."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     session = Session(check_only=True, echo=echo)
-    session.run([os.fspath(p) for p in paths])
+    session.run([os.fspath(p) for p in paths], sweep_run)
     return session
 

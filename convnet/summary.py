@@ -2,6 +2,8 @@
 
 import os
 
+from .logs.results import target_words
+
 REPORT_NAME = "report.html"
 
 
@@ -13,7 +15,22 @@ def result_line(cmd, result):
                    " (interrupted)" if getattr(result, "interrupted", False) else "")
     timing = f", {seconds:.1f} s" if seconds is not None else ""
     return (f"{result.command} at {cmd.file}:{cmd.line}: criterion {result.final_criterion:.6g}, "
-            f"{result.misclassification:.2f} % misclassified{timing}{interrupted}")
+            f"{result.misclassification:.2f} % misclassified{_validation_words(result)}{timing}"
+            f"{interrupted}")
+
+
+def _validation_words(result):
+    """``, validation 3.10 % (lowest 2.90 %), target 5 % reached in 4.2 s (120 evaluations)``
+    for a TRAIN that made validation checks; empty otherwise."""
+    summary = getattr(result, "validation_summary", None) or {}
+    words = []
+    if summary.get("cases") == "validation" and summary.get("final"):
+        words.append(f"validation {summary['final']['error']:.2f} % (lowest "
+                     f"{summary['best']['error']:.2f} %)")
+    target = target_words(summary)
+    if target:
+        words.append(target)
+    return "".join(f", {w}" for w in words)
 
 
 def summary_lines(session):

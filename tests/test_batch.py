@@ -95,7 +95,10 @@ def test_batch_all_ok_exits_zero_and_missing_files_are_rows(tmp_path):
     assert result.exit_code == 0, result.output
     assert (out / "pictures" / "t.png").exists()
     again = CliRunner().invoke(main, ["batch", str(good), "--out", str(out)])
-    assert again.exit_code == 2 and "earlier batch" in again.output   # never replaced unasked
+    assert again.exit_code == 0 and "(1 reused from an earlier start)" in again.output
+    other = CliRunner().invoke(main, ["batch", str(good), str(tmp_path / "none.ctl"),
+                                      "--out", str(out)])
+    assert other.exit_code == 2 and "another batch" in other.output   # never replaced unasked
     result = CliRunner().invoke(main, ["batch", str(good), str(tmp_path / "none.ctl"),
                                        "--out", str(out), "--overwrite"])
     assert result.exit_code == 2

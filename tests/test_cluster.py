@@ -308,3 +308,55 @@ def test_ctrl_c_keeps_finished_rows(dask_cluster, tmp_path):
     while any(dask_cluster.client.processing().values()):
         assert time.monotonic() < deadline
         time.sleep(0.2)
+
+
+# a sweep of 2 x 2 combinations x 2 seeds whose second ANNEAL ITERS value is slow
+SWEEP_FILE = """\
+SWEEP ANNEAL ITERS = 2, 100
+SWEEP WIDTH = 4, 5
+SWEEP SEEDS = 2
+MAKE IMAGE 12 12 1 3 300
+CONVOLUTIONAL LAYER 6 2 2 1 1 1 1
+FULLY CONNECTED LAYER $WIDTH
+MAXITERS = 3
+TRAIN
+"""
+
+
+@pytest.mark.slow
+def test_a_sweep_on_the_cluster_resumes_after_ctrl_c(dask_cluster, tmp_path):
+    """The sweep's runs are tasks; a Ctrl-C half-way keeps the finished runs, and the same
+    command again reuses them and completes the rest; the page shows the combinations."""
+    (tmp_path / "sweep.ctl").write_text(SWEEP_FILE)
+    command = [sys.executable, "-m", "convnet", "batch", "sweep.ctl", "--out", "out",
+               "--scheduler", dask_cluster.address, "--device", "cpu"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=dask_cluster.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 4 * START_S
+    while len(list((tmp_path / "out" / "sweep").glob("*/results.json"))) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    first = _rows(tmp_path / "out" / "summary.csv")
+    finished = {r["run"] for r in first if r["status"] == "ok"}
+    assert 2 <= len(finished) < 8
+    done = subprocess.run(command, cwd=tmp_path, env=dask_cluster.env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = _rows(tmp_path / "out" / "summary.csv")
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    assert {r["run"] for r in rows if r["reused"] == "yes"} == finished
+    assert f"({len(finished)} reused from an earlier start)" in done.stdout
+    assert rows[0]["run"] == os.path.join("sweep", "ANNEAL-ITERS=2_WIDTH=4_seed=1")
+    log = (tmp_path / "out" / rows[-1]["run"] / "CONVNET.LOG").read_text()
+    assert "Sweep run of sweep.ctl: ANNEAL ITERS = 100, WIDTH = 5 (combination 4 of 4), " \
+        "seed 2" in log
+    groups = _rows(tmp_path / "out" / "groups.csv")
+    assert [(g["ANNEAL ITERS"], g["WIDTH"], g["runs"]) for g in groups] == [
+        ("2", "4", "2"), ("2", "5", "2"), ("100", "4", "2"), ("100", "5", "2")]
+    assert sum(g["best"] == "yes" for g in groups) == 1
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert 'id="groups"' in report and report.count('data-swept="') == 4   # 2 measures x 2

@@ -5,7 +5,8 @@ deferred import keeps start-up light but is a dependency all the same.
 
 The rule, from the top down (docs/ARCHITECTURE.md):
 
-    cli, __main__, the package itself -> batch, cluster -> session -> control -> params
+    cli, __main__, the package itself -> batch, cluster, resume -> session -> sweep, control
+    -> params
     session -> data, architecture, model, train, logs, report, display, ...
     everything -> params, errors, _version (which import nothing of the package)
 
@@ -28,9 +29,9 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 # (convnet/__init__.py) re-exports for users and sits at the top.
 LAYERS = {
     PACKAGE: 0, f"{PACKAGE}.__main__": 0, f"{PACKAGE}.cli": 0,
-    f"{PACKAGE}.batch": 1, f"{PACKAGE}.cluster": 1,
+    f"{PACKAGE}.batch": 1, f"{PACKAGE}.cluster": 1, f"{PACKAGE}.resume": 1,
     f"{PACKAGE}.session": 2,
-    f"{PACKAGE}.control": 3,
+    f"{PACKAGE}.control": 3, f"{PACKAGE}.sweep": 3,
     # BELOW_CONTROL (4): every module not named here
     f"{PACKAGE}.params": 5, f"{PACKAGE}.errors": 5, f"{PACKAGE}._version": 5,
 }
@@ -142,7 +143,8 @@ def test_the_graph_sees_the_package():
     graph = import_graph()
     assert f"{PACKAGE}.session" in graph and f"{PACKAGE}.params" in graph
     assert f"{PACKAGE}.params" in graph[f"{PACKAGE}.control"]
-    assert f"{PACKAGE}.control" in graph[f"{PACKAGE}.session"]
+    assert f"{PACKAGE}.sweep" in graph[f"{PACKAGE}.session"]     # which reads control files
+    assert f"{PACKAGE}.control" in graph[f"{PACKAGE}.sweep"]
 
 
 def test_an_upward_import_is_found():
@@ -181,7 +183,7 @@ def test_nothing_below_the_session_imports_control_or_session():
     graph = import_graph()
     control, session = f"{PACKAGE}.control", f"{PACKAGE}.session"
     reaching = sorted((source, target) for source, targets in graph.items() for target in targets
-                      if target in (control, session) and layer(source) > layer(session))
+                      if target in (control, session) and layer(source) > layer(control))
     assert not reaching, ", ".join(f"{a} -> {b}" for a, b in reaching)
 
 

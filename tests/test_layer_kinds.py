@@ -79,6 +79,7 @@ def test_bindings_load(kind):
     ref = kind.reference_layer(layer)
     for step in ("forward", "delta_to_prior", "gradient"):
         assert callable(getattr(ref, step))
+    assert callable(kind.onnx_layer(layer).emit)        # its ONNX nodes (convnet/export)
 
 
 def test_capabilities_are_consistent():

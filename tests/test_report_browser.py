@@ -134,7 +134,8 @@ def test_run_report_in_the_browser_shows_the_numbers_of_results_json(finished_ru
         assert int(row["weights"]) == result["architecture"]["total_weights"]
     assert page.meta_refresh() == []                       # a finished run does not refresh
     images = [a["src"] for t, a in page.elements if t == "img"]
-    assert len(images) == 2 and all(s.startswith("data:image/png;base64,") for s in images)
+    assert len(images) == 2 + len(data["runs"][1]["most_wrong"])    # pictures, most wrong cases
+    assert all(s.startswith("data:image/png;base64,") for s in images)
     # self-contained: nothing is fetched from anywhere
     fetched = [a.get("src") or a.get("href") for t, a in page.elements
                if t in ("img", "script", "link", "iframe") and (a.get("src") or a.get("href"))]
@@ -215,3 +216,41 @@ def test_batch_report_sorts_by_any_column_and_links_every_run(tmp_path):
     by_status = [r["status"] for r in Cells(dom(report, "#sort=status")).rows["batch"]]
     assert by_status == sorted(by_status, key=str.lower)
     assert_not_blank(screenshot(report, tmp_path / "batch.png", size=(1200, 900)))
+
+
+SWEEP = """\
+SWEEP WPEN = 0, 0.01
+SWEEP SEEDS = 2
+MAKE IMAGE 6 6 1 3 45
+CONVOLUTIONAL LAYER 2 1 1 1 1 1 1
+ANNEAL ITERS = 3
+MAXITERS = 3
+TRAIN
+CLEAR
+MAKE IMAGE 6 6 1 3 30
+TEST
+"""
+
+
+@pytest.mark.slow
+def test_sweep_page_shows_the_combinations_and_error_bars(tmp_path):
+    ctl = tmp_path / "sweep.ctl"
+    ctl.write_text(SWEEP)
+    out = tmp_path / "batch"
+    rows = run_batch([str(ctl)], str(out), jobs=2, device="cpu")
+    assert all(r.ok for r in rows) and len(rows) == 4
+    page = Cells(dom(out / "report.html"))
+    groups = page.rows["groups"]
+    assert [g["value:WPEN"] for g in groups] == ["0", "0.01"]
+    for g, pair in zip(groups, (rows[:2], rows[2:])):
+        tests = [r.test_misclassification for r in pair]
+        assert float(g["test_misclassification_mean"]) == pytest.approx(sum(tests) / 2)
+        assert g["runs"] == "2"
+    means = [float(g["test_misclassification_mean"]) for g in groups]
+    assert [g["_class"] for g in groups].count("best") == 1
+    assert groups[means.index(min(means))]["_class"] == "best"
+    figures = [(a["data-measure"], a["data-swept"]) for t, a in page.elements
+               if t == "figure" and "data-swept" in a]
+    assert figures == [("final_criterion", "WPEN"), ("train_misclassification", "WPEN"),
+                       ("test_misclassification", "WPEN")]
+    assert_not_blank(screenshot(out / "report.html", tmp_path / "sweep.png", size=(1200, 1800)))

@@ -47,7 +47,7 @@ def small_run(tmp_path_factory):
 def test_results_hold_what_the_session_computed(small_run):
     ctl, out, session, data = small_run
     train, test = session.results
-    assert data["format"] == "convnet results" and data["format_version"] == 2
+    assert data["format"] == "convnet results" and data["format_version"] == 3
     assert data["status"] == "done" and data["error"] is None and data["finished"]
     assert data["session"]["seed"] == 11 and data["session"]["control_files"] == [str(ctl)]
     t, s = data["runs"]
@@ -145,7 +145,7 @@ def test_an_error_is_recorded_with_its_file_and_line(tmp_path):
 def test_an_interrupted_session_marks_the_running_train(tmp_path, monkeypatch):
     import convnet.train.trainer as trainer
 
-    def stopped(model, dataset, params, log, interrupt, rng, progress=None):
+    def stopped(model, dataset, params, log, interrupt, rng, progress=None, validation=None):
         progress("Annealing", 1, 0.5, 0.5, total=3)
         progress("Annealing", 2, 0.4, 0.4, total=3)
         raise Interrupted("run ended by the user (Ctrl-C)")
@@ -272,7 +272,7 @@ V1_TRAIN = {
                 "total": 2.6}}
 
 
-def test_a_version_1_file_is_read_as_version_2(tmp_path):
+def test_a_version_1_file_is_read_in_the_current_layout(tmp_path):
     """Version 1's annealing and refinement become version 2's phases, number for number."""
     path = tmp_path / "results.json"
     test_run = {"kind": "TEST", "index": 2, "status": "done", "criterion": 0.4,
@@ -281,7 +281,7 @@ def test_a_version_1_file_is_read_as_version_2(tmp_path):
     path.write_text(json.dumps({"format": "convnet results", "format_version": 1,
                                 "status": "done", "runs": [V1_TRAIN, test_run]}))
     data = results_file.read_results(str(path))
-    assert data["format_version"] == 2
+    assert data["format_version"] == 3 and data["runs"][0]["validation"] == []
     train, test = data["runs"]
     assert (train["command"], test["command"]) == ("TRAIN", "TEST") and "kind" not in train
     assert "annealing" not in train and "refinement" not in train

@@ -189,7 +189,7 @@ def test_sigterm_during_save_model_leaves_the_previous_file_whole(tmp_path, monk
     kept = modelfile.load_model(str(out / "m.cnm"))
     assert np.array_equal(kept.weights, saved[0])
     assert sorted(p.name for p in out.iterdir()) == ["CONVNET.LOG", "criterion.png", "m.cnm",
-                                                     "report.html", "results.json"]
+                                                     "most_wrong", "report.html", "results.json"]
     assert json.loads((out / "results.json").read_text())["status"] == "interrupted"
     assert (out / "CONVNET.LOG").read_text().splitlines()[-1] == \
         "Run ended by SIGTERM; the log is complete up to here"
@@ -252,7 +252,7 @@ def test_a_run_ends_with_a_summary_and_quiet_keeps_to_errors(tmp_path):
     assert re.fullmatch(rf"TEST at {re.escape(str(ctl))}:6: criterion [0-9.e-]+, [0-9.]+ % "
                         r"misclassified, [0-9.]+ s", lines[1]), lines
     assert lines[2] == (f"Wrote in {out}: CONVNET.LOG, results.json, report.html, criterion.png, "
-                        "m.cnm")
+                        "most_wrong, m.cnm")
     assert lines[3] == f"Wrote also: {elsewhere}"
     assert lines[4] == f"Open the report in a browser: {out / 'report.html'}"
     assert len(lines) == 5

@@ -272,3 +272,21 @@ def test_run_with_adam_records_its_phase(tmp_path):
     assert [p[0] for p in adam["trace"]] == [1, 2, 3] and adam["stop_reason"] == "epochs"
     log = (out / "CONVNET.LOG").read_text()
     assert "Epoch 3 criterion = " in log and "Adam: 3 epochs (6 mini-batch gradients)" in log
+
+
+def test_epochs_are_validation_check_points(tmp_path):
+    """With VALIDATION CASES each epoch's end is a check of the sgd phase."""
+    ctl = tmp_path / "val.ctl"
+    ctl.write_text("MAKE IMAGE 8 8 1 3 120\nVALIDATION CASES 91 120\n"
+                   "CONVOLUTIONAL LAYER 2 1 1 0 0 1 1\nFULLY CONNECTED LAYER 4\nCUDA = NO\n"
+                   "ANNEAL ITERS = 1\nTRAIN METHOD = SGD\nEPOCHS = 3\nBATCH SIZE = 30\n"
+                   "RANDOM SEED = 2\nTRAIN\n")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", str(ctl), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    train = next(e for e in json.loads((out / "results.json").read_text())["runs"]
+                 if e["command"] == "TRAIN")
+    checks = [(c["phase"], c["step"], c["evaluations"]) for c in train["validation"]]
+    # one annealing evaluation, then 3 batches of 30 an epoch
+    assert [c for c in checks if c[0] == "sgd"] == [("sgd", 1, 1 + 3), ("sgd", 2, 1 + 6),
+                                                   ("sgd", 3, 1 + 9)]

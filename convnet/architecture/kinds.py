@@ -8,8 +8,9 @@ compares and serialises as its name, and an object that owns:
 * its wording in the architecture report and in the PRINT WEIGHTS listing;
 * the capabilities the compute paths ask about (has weights, applies tanh, keeps max-pool winners);
 * where its code lives on every compute path (:attr:`LayerKind.host`, :attr:`LayerKind.reference`,
-  :attr:`LayerKind.device`), as ``"module:name"`` strings loaded on first use so that this module
-  stays free of the compute side, and its CUDA sources and tests.
+  :attr:`LayerKind.device`) and in the ONNX export (:attr:`LayerKind.onnx`), as ``"module:name"``
+  strings loaded on first use so that this module stays free of the compute side, and its CUDA
+  sources and tests.
 
 So the LOCAL layer is :class:`Local` below: its numbers and checks, shapes, weight order and
 wording here; its host kernels in convnet/host/local_conv.py (shared with CONV, which differs only
@@ -67,6 +68,7 @@ class LayerKind(str):
     reference = ""             # "module:class" of the per-case reference routines
     device = ""                # "module:class" of the device plan of the layer
     device_kernels = ()        # its CUDA sources in convnet/device/kernels/
+    onnx = ""                  # "module:class" of its ONNX nodes (convnet/export/onnx_layers.py)
     tests = ("tests/test_layer_kinds.py", "tests/test_layer_paths.py",
              "tests/test_layer_gradients.py")   # per-kind tests: ids name the kind
 
@@ -121,6 +123,10 @@ class LayerKind(str):
         """The device plan of ``layer``: its gather tables and launch shapes."""
         return _load(self.device)(layer, layout, tables)
 
+    def onnx_layer(self, layer):
+        """The ONNX nodes of ``layer`` (the export of a model)."""
+        return _load(self.onnx)(layer)
+
 
 def _neurons_line(layer, per):
     return (f"   {layer.n_neurons} neurons and {layer.n_prior_weights} prior weights per {per} "
@@ -136,6 +142,7 @@ class FullyConnected(LayerKind):
     reference = "convnet.host.reference:FCReference"
     device = "convnet.device.plan:GatherLayerPlan"
     device_kernels = ("gemm.cu",)
+    onnx = "convnet.export.onnx_layers:FullyConnectedNodes"
     whole_prior = True
 
     def check(self, numbers, err):
@@ -232,6 +239,7 @@ class Local(_Windowed):
     summary = "a locally connected hidden layer"
     title = "locally connected"
     weights_per = "neuron"
+    onnx = "convnet.export.onnx_layers:LocalNodes"
 
     def n_weight_sets(self, height, width, depth):
         return height * width * depth
@@ -250,6 +258,7 @@ class Convolutional(_Windowed):
     title = "convolutional"
     weights_per = "slice"
     shares_weights = True
+    onnx = "convnet.export.onnx_layers:ConvolutionalNodes"
     device_kernels = ("gemm.cu", "conv_small.cu")     # conv_small: few slices, computed directly
 
     def n_weight_sets(self, height, width, depth):
@@ -316,6 +325,7 @@ class PooledAverage(_Pooling):
     summary = "an average-pooling layer"
     title = "average"
     listing_name = "Avg pool"
+    onnx = "convnet.export.onnx_layers:AveragePoolNodes"
 
 
 class PooledMax(_Pooling):
@@ -323,6 +333,7 @@ class PooledMax(_Pooling):
     summary = "a max-pooling layer"
     title = "max"
     listing_name = "Max pool"
+    onnx = "convnet.export.onnx_layers:MaxPoolNodes"
     keeps_winners = True
     commutes_with_tanh = True
 

@@ -15,13 +15,29 @@ import numpy as np
 from ..errors import ConvnetError
 
 # Where a data set came from: the command that made or read it.
-SOURCES = ("MAKE", "MNIST", "C10", "SERIES")
+SOURCES = ("MAKE", "MNIST", "C10", "SERIES", "IMAGES")
 
-_SOURCE_WORDS = {"MAKE": "MAKE IMAGE", "MNIST": "MNIST", "C10": "CIFAR-10", "SERIES": "series"}
+_SOURCE_WORDS = {"MAKE": "MAKE IMAGE", "MNIST": "MNIST", "C10": "CIFAR-10", "SERIES": "series",
+                 "IMAGES": "image folder"}
 
 
 def _plural(count, word):
     return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def _names(names, count, what):
+    """A tuple of ``count`` strings, or None."""
+    if names is None:
+        return None
+    names = tuple(str(n) for n in names)
+    if len(names) != count:
+        raise ValueError(f"{what} must have {count} entries, not {len(names)}")
+    return names
+
+
+def class_label(class_names, number):
+    """How a 0-based class is shown: its name, else its number from 1 (the book's)."""
+    return class_names[number] if class_names else str(number + 1)
 
 
 class Dataset:
@@ -36,16 +52,25 @@ class Dataset:
     n_classes : int
         Number of classes (at least 2).
     source : str
-        Where the data came from: ``"MAKE"``, ``"MNIST"``, ``"C10"`` or ``"SERIES"``.
+        Where the data came from: ``"MAKE"``, ``"MNIST"``, ``"C10"``, ``"SERIES"`` or ``"IMAGES"``.
     series : convnet.data.series.SeriesInfo or None
         For series data: the scale and class thresholds these images were made with. This is what
         a trained model keeps (and SAVE MODEL stores) to image and class a test series.
     series_cases : convnet.data.series.SeriesCases or None
         For series data: the windows and targets behind the images, so that KEEP CASES can image
         the kept cases again with a scale and thresholds computed from them alone.
+    class_names : tuple of str, or None
+        The name of each class (an image folder's class subfolders); None means the classes are
+        known by their numbers alone (shown 1..n_classes in the logs).
+    case_names : tuple of str, or None
+        Where each case came from (an image folder's files), or None.
+
+    ``held_out`` is (first, last), 1-based and inclusive, of the cases VALIDATION CASES holds out
+    of training, or None; every operation that makes a new data set ends the hold-out.
     """
 
-    def __init__(self, inputs, classes, n_classes, source, series=None, series_cases=None):
+    def __init__(self, inputs, classes, n_classes, source, series=None, series_cases=None,
+                 class_names=None, case_names=None):
         if source not in SOURCES:
             raise ValueError(f"unknown data source {source!r}")
         inputs = np.ascontiguousarray(inputs, dtype=np.float64)
@@ -67,6 +92,9 @@ class Dataset:
         self.source = source
         self.series = series
         self.series_cases = series_cases
+        self.class_names = _names(class_names, n_classes, "class_names")
+        self.case_names = _names(case_names, inputs.shape[0], "case_names")
+        self.held_out = None
 
     # ------------------------------------------------------------------ shape
     @property
@@ -125,8 +153,42 @@ class Dataset:
             inputs, classes, info = cases.imaged(scaling)
             return Dataset(inputs, classes, info.n_classes, self.source, info, cases)
         classes = None if self.classes is None else self.classes[first - 1:last].copy()
+        cases = None if self.case_names is None else self.case_names[first - 1:last]
         return Dataset(self.inputs[first - 1:last].copy(), classes, self.n_classes, self.source,
-                       self.series, None)
+                       self.series, None, self.class_names, cases)
+
+    def hold_out(self, first, last):
+        """A data set of these same cases with cases ``first``..``last`` (1-based, inclusive)
+        held out for validation: at least one case must remain to train on."""
+        first, last = int(first), int(last)
+        if first < 1 or last < first or last > self.n_cases:
+            raise ConvnetError(
+                f"VALIDATION CASES {first} {last}: the data has {_plural(self.n_cases, 'case')}, "
+                f"so the range must lie within 1..{self.n_cases} with First <= Last")
+        if last - first + 1 >= self.n_cases:
+            raise ConvnetError(f"VALIDATION CASES {first} {last} holds out all "
+                               f"{_plural(self.n_cases, 'case')}: none would be left to train on")
+        held = Dataset(self.inputs, self.classes, self.n_classes, self.source, self.series,
+                       self.series_cases, self.class_names, self.case_names)
+        held.held_out = (first, last)
+        return held
+
+    def split_held_out(self):
+        """(training cases, validation cases) as two data sets: the cases outside ``held_out``
+        and those inside it, each in its order (validation None when nothing is held out)."""
+        if self.held_out is None:
+            return self, None
+        first, last = self.held_out
+        inside = np.zeros(self.n_cases, dtype=bool)
+        inside[first - 1:last] = True
+        return self._cases(~inside), self._cases(inside)
+
+    def _cases(self, mask):
+        classes = None if self.classes is None else self.classes[mask]
+        cases = None if self.case_names is None else \
+            tuple(name for name, kept in zip(self.case_names, mask) if kept)
+        return Dataset(self.inputs[mask], classes, self.n_classes, self.source, self.series, None,
+                       self.class_names, cases)
 
     def check_matches(self, rows, cols, bands, n_classes):
         """Raise ConvnetError unless these images fit a model made for the given shape and classes.

@@ -142,13 +142,50 @@ def _phase_panel(ax, title, unit, chart, trace, result):
     ax.set_title(title)
 
 
-def confusion_figure(matrix, title=None):
+def validation_figure(checks, target=None, cases="validation", size=(1040, 360)):
+    """A TRAIN's validation checks (results data: phase, step, seconds, error): the
+    misclassification against seconds since TRAIN began, and against each phase's steps; a
+    dashed line at the ``target`` error when there is one. ``cases``: what was checked
+    ("validation" or "training")."""
+    fig = figure(*size)
+    by_time, by_step = fig.subplots(1, 2, squeeze=False)[0]
+    points = [c for c in checks if c.get("error") is not None]
+    if not points:
+        _empty(by_time, "no checks yet")
+        _empty(by_step, "no checks yet")
+        return fig
+    label = f"{cases} error %"
+    by_time.plot([c["seconds"] for c in points], [c["error"] for c in points], color=LINE_COLOUR,
+                 marker="o", markersize=3, linewidth=2)
+    by_time.set_xlabel("seconds since TRAIN began")
+    phases = list(dict.fromkeys(c["phase"] for c in points))
+    for phase in phases:
+        mine = [c for c in points if c["phase"] == phase]
+        by_step.plot([c["step"] for c in mine], [c["error"] for c in mine], marker="o",
+                     markersize=3, linewidth=2, label=phase)
+    by_step.set_xlabel("step of its phase")
+    by_step.xaxis.set_major_locator(MaxNLocator(integer=True))
+    by_step.legend(loc="upper right", fontsize="small")
+    for ax in (by_time, by_step):
+        if target is not None:
+            ax.axhline(target, color=SCATTER_COLOUR, linestyle="--", linewidth=1)
+        ax.set_ylabel(label)
+        ax.grid(True, color="#e1e1e1")
+    fig.subplots_adjust(left=0.08, right=0.97, bottom=0.15, top=0.93, wspace=0.25)
+    return fig
+
+
+def confusion_figure(matrix, title=None, class_names=None):
     """The confusion matrix as a heat map: the colour is the row percent (so classes of different
-    sizes compare), each cell shows its count. Rows are true classes, columns predicted, from 1."""
+    sizes compare), each cell shows its count. Rows are true classes, columns predicted, from 1,
+    or by their names when ``class_names`` are given."""
     matrix = np.asarray(matrix, dtype=np.int64)
     n_classes = matrix.shape[0]
     side = int(min(800, max(220, 40 * n_classes + 60)))               # the square of cells, pixels
     left, bottom, top, bar, gap, label = 60, 50, 35, 16, 14, 70
+    if class_names:                      # room for the names beside and below the cells
+        longest = min(30, max(len(str(name)) for name in class_names))
+        left, bottom = left + 6 * longest, bottom + 5 * longest
     width, height = left + side + gap + bar + label, bottom + side + top
     fig = figure(width, height)
     ax = fig.add_axes([left / width, bottom / height, side / width, side / height])
@@ -160,8 +197,10 @@ def confusion_figure(matrix, title=None):
     fig.colorbar(image, cax=bar_ax, label="percent of the true class")
     ticks = (list(range(n_classes)) if n_classes <= MAX_ANNOTATED_CLASSES
              else list(range(0, n_classes, max(1, n_classes // 10))))
-    ax.set_xticks(ticks, [str(t + 1) for t in ticks])
-    ax.set_yticks(ticks, [str(t + 1) for t in ticks])
+    labels = [class_names[t] if class_names else str(t + 1) for t in ticks]
+    ax.set_xticks(ticks, labels, rotation=45 if class_names else 0,
+                  ha="right" if class_names else "center")
+    ax.set_yticks(ticks, labels)
     ax.set_xlabel("predicted class")
     ax.set_ylabel("true class")
     if n_classes <= MAX_ANNOTATED_CLASSES:
@@ -240,3 +279,35 @@ def criterion_curve(result, path):
     named = [f"{p.name} {p.criterion:.6g}" for p in result.phases[:-1]]
     title = "TRAIN: " + ", ".join(named + [f"final {result.final_criterion:.6g}"])
     return save_png(criterion_figure(result.phases, title=title), path)
+
+
+# ------------------------------------------------------------------- a sweep's measures
+def errorbar_figure(ticks, series, title, xlabel, ylabel, size=(520, 340)):
+    """Means with error bars against the values of one swept name: ``ticks`` the values (drawn
+    evenly, in order), ``series`` a list of (label, [(mean or None, half-width or None)] per
+    tick), one line per combination of the other swept names."""
+    fig = figure(*size)
+    ax = fig.subplots()
+    positions = list(range(len(ticks)))
+    drawn = 0
+    for k, (label, points) in enumerate(series):
+        xs = [x + 0.04 * (k - (len(series) - 1) / 2) for x, (m, _) in zip(positions, points)
+              if m is not None and math.isfinite(m)]
+        kept = [(m, h) for m, h in points if m is not None and math.isfinite(m)]
+        if not kept:
+            continue
+        drawn += 1
+        ax.errorbar(xs, [m for m, _ in kept], yerr=[h or 0.0 for _, h in kept], marker="o",
+                    capsize=4, linewidth=1.5, label=label or None)
+    if not drawn:
+        _empty(ax, "no values recorded")
+    ax.set_xticks(positions)
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, color="#e1e1e1")
+    if 1 < drawn <= 8:
+        ax.legend(loc="best", fontsize="small")
+    ax.set_title(title, fontsize="medium")
+    fig.subplots_adjust(left=0.16, right=0.97, bottom=0.15, top=0.88)
+    return fig

@@ -131,7 +131,18 @@ class BatchProgress:
             self.done += 1
             self.failed += 0 if row.ok else 1
             took = "" if row.seconds is None else f" in {row.seconds:.1f} s"
-            self._line(f"ended {row.file}{took}: {row.status}")
+            self._line(f"ended {getattr(row, 'name', '') or row.file}{took}: {row.status}")
+
+    def planned(self, total):
+        """The batch has ``total`` runs (a sweep file makes several)."""
+        self.total = total
+
+    def reused(self, row):
+        """A run an earlier start of the batch finished with the same inputs is reused."""
+        with self.lock:
+            self.done += 1
+            self._line(f"reused {getattr(row, 'name', '') or row.file}: finished earlier with "
+                       "the same inputs")
 
     def close(self):
         """Take the status line off the screen (the table follows)."""
@@ -158,6 +169,12 @@ class BatchProgress:
 
 class NoProgress:
     """Stands for BatchProgress where nothing is to be printed."""
+
+    def planned(self, total):
+        pass
+
+    def reused(self, row):
+        pass
 
     def started(self, name, where="", verb="started"):
         pass

@@ -24,15 +24,16 @@ COST_RATIO = 50.0               # ... and at least this many times the last writ
 
 
 # What an artifact is, and the results.json list it goes to.
-PICTURE, MODEL = "picture", "model"
+PICTURE, MODEL, PREDICTIONS = "picture", "model", "predictions"
 
 
 @dataclass(frozen=True)
 class Artifact:
     """A file a command made or read, as a command hands it up to be recorded.
 
-    category: PICTURE (what: the command, or "criterion curve of TRAIN") or MODEL (what: "saved"
-    or "loaded"; arch: the model's architecture)."""
+    category: PICTURE (what: the command, or "criterion curve of TRAIN"), MODEL (what: "saved"
+    or "loaded"; arch: the model's architecture) or PREDICTIONS (a CLASSIFY's CSV; what: how
+    many images)."""
 
     path: str
     what: str
@@ -128,6 +129,12 @@ class SessionRecord:
         self.data["session"]["control_files"] = list(control_files)
         self.write()
 
+    def sweep_run(self, control_file, combination, combinations, values):
+        """The session runs one combination of a sweep file: which, and its values."""
+        self.data["session"]["sweep"] = {"control_file": control_file,
+                                         "combination": combination,
+                                         "combinations": combinations, "values": dict(values)}
+
     def finish(self, status, error=None):
         """The session ended: 'done', 'interrupted' or 'error' (``error`` an exception, whose
         ``file`` and ``line`` are kept when it has them). Runs still running take the status."""
@@ -154,13 +161,16 @@ class SessionRecord:
             raise ConvnetError(f"cannot write {self.path}: {e.strerror or e}") from None
 
     # ------------------------------------------------------------------ TRAIN and TEST
-    def begin(self, command, cmd, arch, params, device, threads):
-        """A TRAIN or TEST (``command``) starts; returns its entry in the data."""
+    def begin(self, command, cmd, arch, params, device, threads, class_names=None):
+        """A TRAIN or TEST (``command``) starts; returns its entry in the data (with the
+        data's class names when they have names)."""
         run = {"command": command, "index": len(self.data["runs"]) + 1, "control_file": cmd.file,
                "line": cmd.line, "status": "running", "error": None, "device": device,
                "threads": threads, "architecture": architecture_data(arch),
                "parameters": {k: _plain(v) for k, v in params.items()},
                "started": _now()}
+        if class_names:
+            run["class_names"] = list(class_names)
         if command == "TRAIN":
             run["phases"] = []
         self.data["runs"].append(run)
@@ -178,19 +188,24 @@ class SessionRecord:
         """A TRAIN finished: its full results replace what was gathered on the way."""
         run.update(train_entry(result.phases, result.final_criterion, result.nll,
                                result.confusion.tolist(), result.misclassification,
-                               result.n_cases, result.seconds, result.n_criterion_evals))
+                               result.n_cases, result.seconds, result.n_criterion_evals,
+                               result.validation, result.validation_summary))
         run.update({"status": "interrupted" if result.interrupted else "done",
                     "finished": _now()})
         if result.warnings:
             run["warnings"] = list(result.warnings)
         self.write()
 
-    def end_test(self, run, result):
+    def end_test(self, run, result, most_wrong=None):
+        """A TEST finished; ``most_wrong``: the entries of its worst cases (with their
+        pictures' files), kept as they are."""
         run.update({"status": "done", "criterion": result.criterion,
                     "final_criterion": result.criterion, "confusion": result.confusion.tolist(),
                     "misclassification": result.misclassification, "n_cases": result.n_cases,
                     "seconds": {"test": round(result.seconds, 6), "total": round(result.seconds, 6)},
                     "finished": _now()})
+        if most_wrong is not None:
+            run["most_wrong"] = list(most_wrong)
         self.write()
 
     # ------------------------------------------------------------------ files the run made
@@ -207,6 +222,9 @@ class SessionRecord:
         elif made.category == MODEL:
             self.data["models"].append({"action": made.what, "file": file, **where,
                                         "architecture": architecture_data(made.arch)})
+        elif made.category == PREDICTIONS:        # only a run that classifies has the list
+            self.data.setdefault("predictions", []).append({"file": file, "what": made.what,
+                                                            **where})
         else:
             raise ValueError(f"not an artifact category: {made.category!r}")
         self.write()
@@ -228,6 +246,11 @@ class _PhaseObserver:
         self._open({"name": phase.name, "title": phase.title, "unit": phase.unit,
                     "chart": phase.chart, "limit": phase.limit,
                     "trace": [[int(s), c] for s, c in phase.start_trace()]})
+
+    def validated(self, check):
+        """A validation check of the TRAIN (its results entry) is made."""
+        self.run.setdefault("validation", []).append(check)
+        self.record.write(force=False)
 
     def _open(self, entry):
         self.entry = dict(entry, criterion=None, steps=0)

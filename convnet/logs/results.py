@@ -17,9 +17,9 @@ from ..errors import ConvnetError
 from .reader import BOOK_PHASES, LogFile, LogPhase, Run, compact_layers, read_log
 
 RESULTS_FORMAT = "convnet results"
-RESULTS_VERSION = 2
+RESULTS_VERSION = 3
 RESULTS_NAME = "results.json"
-KNOWN_VERSIONS = (1, RESULTS_VERSION)       # version 1 is converted on reading (from_version_1)
+KNOWN_VERSIONS = (1, 2, RESULTS_VERSION)    # older versions are converted on reading
 STATUSES = ("running", "done", "interrupted", "error")
 
 
@@ -88,7 +88,11 @@ def read_results(path):
 
 def in_current_layout(data):
     """Results data of any version this convnet reads, in the layout of the current version."""
-    return from_version_1(data) if data.get("format_version") == 1 else data
+    if data.get("format_version") == 1:
+        data = from_version_1(data)
+    if data.get("format_version") == 2:
+        data = from_version_2(data)
+    return data
 
 
 def results_beside(log_path):
@@ -252,20 +256,47 @@ def phase_entry(phase):
 
 
 def train_entry(phases, final_criterion, nll, confusion, misclassification, n_cases, seconds,
-                n_criterion_evals=None):
-    """What a TRAIN's run entry holds beyond what every run has: its phases and final figures.
-    The one place such an entry is made, for the live record and for a log read back."""
+                n_criterion_evals=None, validation=(), validation_summary=None):
+    """What a TRAIN's run entry holds beyond what every run has: its phases, final figures and
+    validation checks (train/validation.py: the list of checks, and their summary or None when
+    the TRAIN made none). The one place such an entry is made, for the live record and for a
+    log read back."""
     penalty = None if final_criterion is None or nll is None else final_criterion - nll
     return {"phases": [phase_entry(p) for p in phases], "n_criterion_evals": n_criterion_evals,
             "final_criterion": final_criterion, "nll": nll, "penalty": penalty,
             "confusion": [[int(v) for v in row] for row in confusion],
             "misclassification": misclassification, "n_cases": n_cases,
-            "seconds": {k: round(float(v), 6) for k, v in seconds.items()}}
+            "seconds": {k: round(float(v), 6) for k, v in seconds.items()},
+            "validation": [dict(check) for check in validation],
+            "validation_summary": validation_summary}
+
+
+def target_words(summary):
+    """A TRAIN's time to accuracy in words (``target 5 % reached in 12.3 s (340 evaluations)``,
+    ``target 5 % not reached``) from its validation summary; None when it had no target."""
+    target = (summary or {}).get("target")
+    if not target:
+        return None
+    if not target.get("reached"):
+        return f"target {target['error']:g} % not reached"
+    return (f"target {target['error']:g} % reached in {target['seconds']:.1f} s "
+            f"({target['evaluations']} evaluations)")
 
 
 def run_phase(run, name):
     """The phase entry called ``name`` of a TRAIN's run entry, or {} when there is none."""
     return next((p for p in run.get("phases") or [] if p.get("name") == name), {})
+
+
+# ------------------------------------------------------------------- version 2 -> 3
+def from_version_2(data):
+    """Results data of version 2 in the layout of version 3: a TRAIN has its validation checks
+    (none) and their summary (None); the numbers are the same."""
+    data = dict(data, format_version=RESULTS_VERSION)
+    data["runs"] = [dict(r, validation=list(r.get("validation") or []),
+                         validation_summary=r.get("validation_summary"))
+                    if r.get("command") == "TRAIN" else r for r in data.get("runs") or []]
+    return data
 
 
 # ------------------------------------------------------------------- version 1 -> 2
@@ -276,7 +307,7 @@ _ANNEALING_STOP_WORDS = {"limit": "ANNEAL ITERS reached", "interrupt": "interrup
 def from_version_1(data):
     """Results data of version 1 (a TRAIN's "annealing" and "refinement" and every run's
     "kind") in the layout of version 2 (its "phases" and "command"); the numbers are the same."""
-    data = dict(data, format_version=RESULTS_VERSION)
+    data = dict(data, format_version=2)
     data["runs"] = [_run_from_version_1(r) for r in data.get("runs") or []]
     return data
 

@@ -15,14 +15,21 @@ from ..logs.results import load_results
 from ..errors import ConvnetError
 from .html import SORT_SCRIPT, cell, esc, number, page, relative_link, status_badge, write_page
 from .run_page import REPORT_NAME
+from .sweep_section import sweep_section
 
-# (key, heading, number format or None for text) of the table's columns, after the file
+# (key, heading, number format or None for text) of the table's columns, after the file; those
+# in OPTIONAL_COLUMNS only when a row has a value there
 COLUMNS = (("status", "status", None), ("weights", "weights", "d"),
            ("annealing_criterion", "annealing criterion", ".6g"),
            ("final_criterion", "final criterion", ".6g"),
            ("train_misclassification", "train error %", ".4f"),
            ("test_misclassification", "test error %", ".4f"),
+           ("best_validation", "best validation error %", ".4f"),
+           ("final_validation", "final validation error %", ".4f"),
+           ("target_seconds", "seconds to target", ".2f"),
+           ("target_evaluations", "evaluations to target", "d"),
            ("seconds", "seconds", ".2f"), ("device", "device", None))
+OPTIONAL_COLUMNS = ("best_validation", "final_validation", "target_seconds", "target_evaluations")
 
 
 def last_phase(folder):
@@ -65,20 +72,22 @@ def batch_page(rows, out):
     """The page's HTML for batch rows (convnet.batch.BatchRow) whose runs lie under ``out``."""
     rows = [r for r in rows if r is not None]
     best, measure = best_and_measure(rows)
+    columns = [c for c in COLUMNS if c[0] not in OPTIONAL_COLUMNS
+               or any(getattr(r, c[0]) is not None for r in rows)]
     head = "".join(f'<th data-key="{key}" data-type="{"text" if spec is None else "number"}">'
-                   f"{esc(title)}</th>" for key, title, spec in COLUMNS)
+                   f"{esc(title)}</th>" for key, title, spec in columns)
     lines = ['<table class="sortable" id="batch"><thead><tr>'
              '<th data-key="file" data-type="text">control file</th>' + head + "</tr></thead>",
              "<tbody>"]
     for i, row in enumerate(rows):
         report = os.path.join(row.out, REPORT_NAME)
-        name = esc(row.file)
+        name = esc(row.name or row.file) + (" (reused)" if row.reused else "")
         if os.path.isfile(report):
             name = f'<a href="{esc(relative_link(report, out))}">{name}</a>'
         if i == best:
             name += ' <span class="best-mark">(best)</span>'
         cells = [f'<td data-key="file" data-value="{esc(row.file)}">{name}</td>']
-        for key, _, spec in COLUMNS:
+        for key, _, spec in columns:
             value = getattr(row, key)
             if key == "status":
                 cells.append(f'<td data-key="status" data-value="{esc(value)}">'
@@ -104,9 +113,11 @@ def batch_page(rows, out):
                  f"{number(rows[best].test_misclassification, '.4f')} %, final criterion "
                  f"{number(rows[best].final_criterion)})")
     body = [f"<h1>convnet batch: {esc(os.path.abspath(out))}</h1>",
-            f"<p>{len(rows)} control files, {len(rows) - failed} without error; "
+            f"<p>{len(rows)} {'runs' if any(r.combination for r in rows) else 'control files'}, "
+            f"{len(rows) - failed} without error"
+            f"{f' ({sum(r.reused for r in rows)} reused)' if any(r.reused for r in rows) else ''}; "
             f'<span id="best">{esc(best_text)}</span>. Click a column heading to sort by it.</p>',
-            "\n".join(lines), f"<h2>{esc(title)} of every run</h2>",
+            "\n".join(lines), sweep_section(rows), f"<h2>{esc(title)} of every run</h2>",
             f"<figure>{chart}<figcaption>The criterion of each run's last TRAIN against the "
             f"{esc(unit)} of its last phase; the best run is drawn thick.</figcaption></figure>"]
     return page(f"convnet batch: {os.path.basename(os.path.abspath(out))}", "\n".join(body),

@@ -30,6 +30,8 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 .note { color: #555; } .error { color: #a00000; font-weight: 600; } .warning { color: #8a5a00; font-weight: 600; }
 figure { margin: 0.8em 0; } figcaption { color: #555; font-size: 0.9em; }
 figure img { image-rendering: pixelated; border: 1px solid #d0d5de; max-width: 100%; }
+.cases { display: flex; flex-wrap: wrap; gap: 0.6em; }
+figure.case { width: 9.5em; margin: 0; } figure.case img { width: 84px; }
 svg { max-width: 100%; height: auto; }
 pre { background: #f6f7f9; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
 table.sortable th { cursor: pointer; user-select: none; }

@@ -14,6 +14,7 @@ import glob
 import os
 
 from ..display import plots
+from ..logs.results import target_words
 from ..params import DEFAULTS
 from .html import (REFRESH_SECONDS, cell, data_uri, esc, number, page, status_badge, table)
 
@@ -94,12 +95,13 @@ def architecture_table(arch):
 
 def parameters_table(params, seed=None):
     """The parameters in force; the seed the run used where RANDOM SEED was not set, and the
-    SERIES settings only where one was set (they matter only to READ SERIES)."""
+    SERIES and IMAGE settings only where one was set (they matter only to READ SERIES, READ
+    IMAGES and CLASSIFY)."""
     if not params:
         return '<p class="note">No parameters recorded.</p>'
     rows = []
     for name, value in sorted(params.items()):
-        if name.startswith("SERIES ") and value == DEFAULTS.get(name):
+        if name.startswith(("SERIES ", "IMAGE ")) and value == DEFAULTS.get(name):
             continue
         if name == "RANDOM SEED" and value is None and seed is not None:
             value = f"{seed} (the session's seed)"
@@ -117,8 +119,8 @@ def _figure(svg, caption):
     return f"<figure>{svg}<figcaption>{esc(caption)}</figcaption></figure>"
 
 
-def run_section(run, cache, seed=None):
-    """One TRAIN or TEST."""
+def run_section(run, cache, seed=None, folder="."):
+    """One TRAIN or TEST (``folder``: the run's, where its pictures are)."""
     done = run.get("status") != "running"
     key = run["index"] if done else None
     out = [f'<section id="run-{run["index"]}">',
@@ -147,13 +149,18 @@ def run_section(run, cache, seed=None):
         words = ", ".join(f"{p.get('title') or p['name']} ({p.get('unit') or 'step'}s)"
                           for p in phases) or "No phase started"
         out.append(_figure(svg, words + ("" if done else " so far")))
+    if run.get("validation"):
+        out.append(validation_section(run, cache, key, done))
     if run.get("confusion"):
         svg = cache.get(("confusion", key) if key else None, lambda: plots.confusion_figure(
             run["confusion"], title=f"{run['command']} {run['index']}: "
-                                    f"{number(run.get('misclassification'), '.4f')} % misclassified"))
+                                    f"{number(run.get('misclassification'), '.4f')} % misclassified",
+            class_names=run.get("class_names")))
         out.append("<h3>Confusion matrix</h3>")
         out.append(_figure(svg, "Rows: true class; columns: predicted class; colour: percent of "
                                 "the true class; numbers: cases"))
+    if run.get("most_wrong"):
+        out.append(most_wrong_section(run, folder))
     out.append("<h3>Architecture</h3>")
     out.append(architecture_table(run.get("architecture") or {}))
     out.append("<h3>Parameters in force</h3>")
@@ -162,6 +169,62 @@ def run_section(run, cache, seed=None):
         out.append("<h3>Times</h3>")
         out.append(seconds_table(run["seconds"]))
     out.append("</section>")
+    return "\n".join(out)
+
+
+def most_wrong_section(run, folder):
+    """The cases a TEST got most wrong (the largest negative log likelihood first): each case's
+    picture, its true and predicted class and their probabilities."""
+    items = []
+    for case in run["most_wrong"]:
+        uri = data_uri(os.path.join(folder, case["file"])) if case.get("file") else None
+        picture = (f'<img src="{uri}" alt="case {case["case"]}">' if uri else
+                   f'<span class="note">{esc(case.get("file"))}: not found</span>')
+        source = f'<br>{esc(case["source"])}' if case.get("source") else ""
+        items.append(
+            f'<figure class="case" data-case="{case["case"]}" data-true="{esc(case["true_name"])}"'
+            f' data-predicted="{esc(case["predicted_name"])}" data-p-true="{case["p_true"]!r}">'
+            f'{picture}<figcaption>case {case["case"]}{source}<br>'
+            f'true <b>{esc(case["true_name"])}</b> (p {number(case["p_true"], ".3f")}), '
+            f'predicted <b>{esc(case["predicted_name"])}</b> '
+            f'(p {number(case["p_predicted"], ".3f")})</figcaption></figure>')
+    return (f'<h3>Most wrong cases</h3><p class="note">The {len(items)} cases with the largest '
+            'negative log likelihood of their true class, worst first.</p>'
+            f'<div class="cases" id="most-wrong-{run["index"]}">' + "".join(items) + "</div>")
+
+
+def predictions_section(data):
+    """The predictions CSV files CLASSIFY wrote."""
+    made = data.get("predictions") or []
+    if not made:
+        return ""
+    rows = [[f'<td><a href="{esc(p["file"])}">{esc(p["file"])}</a></td>', p.get("what") or "",
+             f"{p.get('control_file') or '-'}:{p.get('line') or '-'}"] for p in made]
+    return '<section id="predictions"><h2>Predictions</h2>' + table(
+        ["file", "what", "where"], rows) + "</section>"
+
+
+def validation_section(run, cache, key, done):
+    """A TRAIN's validation checks: their curves and what they came to."""
+    summary = run.get("validation_summary") or {}
+    cases = summary.get("cases") or "validation"
+    target = (summary.get("target") or {}).get("error")
+    svg = cache.get(("validation", key) if key else None, lambda: plots.validation_figure(
+        run["validation"], target, cases))
+    out = ["<h3>Validation</h3>", _figure(svg, f"Misclassification of the {cases} cases at each "
+                                          "check" + ("" if done else " so far"))]
+    best = summary.get("best")
+    facts = []
+    if best:
+        facts.append(["lowest error %", f"{number(best['error'], '.4f')} ({best['phase']} "
+                                        f"{best['step']})"])
+    if summary.get("kept_best"):
+        facts.append(["weights kept", "the lowest error's"])
+    words = target_words(summary)
+    if words:
+        facts.append(["time to accuracy", words])
+    if facts:
+        out.append(table(["", ""], facts).replace("<thead><tr><th></th><th></th></tr></thead>", ""))
     return "\n".join(out)
 
 
@@ -277,8 +340,10 @@ def run_page(data, folder, cache=None):
     runs = data.get("runs") or []
     body = [_batch_link(folder), session_header(data), "<h2>TRAIN and TEST</h2>",
             summary_table(runs) if runs else '<p class="note">No TRAIN or TEST yet.</p>']
-    body += [run_section(r, cache, (data.get("session") or {}).get("seed")) for r in runs]
-    body += [pictures_section(data, folder), models_section(data), cuda_section(data, folder)]
+    body += [run_section(r, cache, (data.get("session") or {}).get("seed"), folder)
+             for r in runs]
+    body += [pictures_section(data, folder), predictions_section(data), models_section(data),
+             cuda_section(data, folder)]
     files = ", ".join((data.get("session") or {}).get("control_files") or []) or "run"
     return page(f"convnet: {files}", "\n".join(b for b in body if b),
                 refresh=data.get("status") == "running")

@@ -193,6 +193,9 @@ class AnnealingPhase(Phase):
     def step(self):
         self.annealer.step()
 
+    def evaluations_made(self):
+        return self.annealer.k
+
     def start(self, context, weights):
         self.context, self.pending, self.last_best = context, [], math.inf
         scales = weight_scales(context.arch, self.range, self.scale)

@@ -332,11 +332,15 @@ class RefinementPhase(Phase):
     def start_trace(self):
         return [(0, self.cg.history[0][1])]        # iteration 0: the starting point
 
+    def evaluations_made(self):
+        return self.cg.n_func + self.cg.n_grad
+
     def _iterated(self, it, f, step, w):
         self.hold(w)
         self.step_lengths.append(step)
         self.context.log.write(f"Iteration {it} criterion = {f:.6g} step = {step:.4g}")
         self.context.report(self, it, f, f)
+        self.context.validate(self, it)
 
     def finish(self):
         cres = self.cg.result()

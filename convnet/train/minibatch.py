@@ -10,6 +10,8 @@ Each epoch writes a line to CONVNET.LOG and a point of the trace: the mean crite
 batches, each taken at the weights the batch's gradient was taken at (the likelihood term, the
 batch's mean per case and class), plus the weight penalty of the weights the epoch ended with.
 The model holds the weights of the last finished epoch; the phase's result is its last epoch.
+Every epoch's end is a check point of the validation checks (train/validation.py): VALIDATION
+INTERVAL counts epochs, and an EARLY STOP ends the phase at an epoch's end.
 """
 
 import time
@@ -97,6 +99,10 @@ class MiniBatchPhase(Phase):
                                f"learning rate = {self.epoch_rates[-1]:.4g} "
                                f"({seconds:.2f} s)")
         self.context.report(self, self.epoch, criterion, criterion)
+        self.context.validate(self, self.epoch)
+
+    def evaluations_made(self):
+        return self.steps
 
     def interrupt(self):
         """End at once: a partly done epoch counts as one (its batches so far)."""

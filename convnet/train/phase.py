@@ -19,7 +19,9 @@ A phase (see :class:`Phase`) has
     may_stop()                   whether a Ctrl-C may end it before the next step
     interrupt()                  end it at once with the best weights so far
     start_trace()                the trace's points known at the start (e.g. step 0)
-    step()                       one step
+    step()                       one step; a step that is a check point (an iteration, an
+                                 epoch) tells ``context.validate(self, step)`` when it is done
+    evaluations_made()           criterion and gradient evaluations so far
     finish() -> PhaseResult      its result (the model holds its best weights by then)
     log_result(log, result)      its result's log lines
 
@@ -103,11 +105,16 @@ class Phase:
     def log_result(self, log, result):
         """The phase's result lines (none by default)."""
 
+    def evaluations_made(self):
+        """Criterion and gradient evaluations made so far (for validation checks' records)."""
+        return 0
 
-def run_steps(stepper, stop=None):
+
+def run_steps(stepper, stop=None, end=None):
     """Step ``stepper`` (anything with done, may_stop(), interrupt() and step()) until it is done;
-    ``stop()``, asked before each step the stepper may be stopped at, True interrupts it."""
-    while not stepper.done:
+    ``stop()``, asked before each step the stepper may be stopped at, True interrupts it;
+    ``end()``, asked before each step, True leaves it as it is (an early stop)."""
+    while not stepper.done and not (end is not None and end()):
         if stop is not None and stepper.may_stop() and stop():
             stepper.interrupt()
             break

@@ -27,16 +27,18 @@ flushed as it is written, so an Interrupted raised anywhere leaves a consistent 
 
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from ..host.threads import single_threaded_blas
 from .anneal import AnnealingPhase
-from .confusion import confusion_matrix, format_confusion, misclassification
+from .confusion import (confusion_matrix, format_confusion, mean_nll, misclassification,
+                        most_wrong)
 from .conjgrad import RefinementPhase
 from .minibatch import MiniBatchPhase
 from .phase import PhaseResult, format_criterion, run_steps
+from .validation import Validation, split_cases
 
 # A training method: the phases it runs, each made from the TrainingParams.
 BOOK_METHOD = (AnnealingPhase, RefinementPhase)
@@ -53,7 +55,10 @@ class TrainResult:
     criterion of the final pass (the minimized one, penalty included); nll: its likelihood part
     alone; misclassification: percent of training cases misclassified; confusion: (n_classes,
     n_classes) counts [true, predicted]; seconds: elapsed seconds per phase (by its name), "final
-    pass", "confusion" and "total"; n_criterion_evals / n_gradient_evals: all evaluations made.
+    pass", "confusion" and "total"; n_criterion_evals / n_gradient_evals: all evaluations made;
+    validation: the validation checks (train/validation.py Check entries) and
+    validation_summary their outcome (None: no checks were asked for). With cases held out, the
+    final pass, the confusion matrix and n_cases are of the training cases alone.
     """
 
     phases: List[PhaseResult]
@@ -67,6 +72,8 @@ class TrainResult:
     n_gradient_evals: int = 0
     warnings: List[str] = field(default_factory=list)
     command: str = "TRAIN"
+    validation: List[dict] = field(default_factory=list)
+    validation_summary: Optional[dict] = None
 
     @property
     def interrupted(self):
@@ -80,7 +87,8 @@ class TrainResult:
 @dataclass
 class TestResult:
     """What one TEST produced: criterion (mean negative log likelihood per case and class, no
-    penalty), misclassification percent, confusion counts [true, predicted], cases, seconds."""
+    penalty), misclassification percent, confusion counts [true, predicted], cases, seconds, and
+    the cases it got most wrong (confusion.most_wrong)."""
 
     __test__ = False             # not a test class, whatever pytest thinks of the name
 
@@ -90,39 +98,64 @@ class TestResult:
     n_cases: int
     seconds: float = 0.0
     command: str = "TEST"
+    worst: List[dict] = field(default_factory=list)
 
     @property
     def final_criterion(self):
         return self.criterion
 
 
-def _nll(outputs, classes):
-    """The likelihood part of the criterion from SoftMax outputs (Equation 1-13)."""
-    n, k = outputs.shape
-    if n == 0:
-        return 0.0
-    p = outputs[np.arange(n), classes]
-    return float(-np.sum(np.log(p + 1e-30)) / (n * k))
-
-
 class TrainContext:
     """What the phases of one TRAIN share: the model (kept at the best weights so far), its
-    evaluator bound to the training data, the random generator, the log, the Ctrl-C test and the
-    progress reports (``report``)."""
+    evaluator bound to the training cases, the random generator, the log, the Ctrl-C test, the
+    progress reports (``report``) and the validation checks (``validate``; validation None: no
+    checks)."""
 
-    def __init__(self, model, evaluator, rng, log, stop, progress):
+    def __init__(self, model, evaluator, rng, log, stop, progress, validation=None):
         self.model, self.evaluator, self.rng, self.log = model, evaluator, rng, log
         self.arch = model.arch
         self.stop = stop
         self.progress = progress
+        self.validation = validation
+        self.started = time.perf_counter()
+        self.evaluations_before = 0        # evaluations of the phases already ended
+        self.last_check = None             # (phase name, step) of the latest check
 
     def report(self, phase, step, current, best):
         """A step of ``phase`` is done: tell the progress display."""
         if self.progress is not None:
             self.progress(phase.label, step, current, best, total=phase.progress_total)
 
+    def validate(self, phase, step):
+        """Check point ``step`` of ``phase`` is done: a validation check when one is due."""
+        if self.validation is not None and self.validation.due(step):
+            self._check(phase.name, step, phase.evaluations_made())
 
-def train(model, dataset, training, log, interrupt, rng, progress=None, method=None):
+    def check_phase_end(self, phase, result):
+        """A phase ended: its check, unless its last step was just checked."""
+        if self.validation is not None and self.last_check != (phase.name, result.steps):
+            self._check(phase.name, result.steps, evaluations_made(result))
+
+    def stopping_early(self):
+        return self.validation is not None and self.validation.stop_early
+
+    def _check(self, name, step, evaluations):
+        made = self.validation.check(name, step, time.perf_counter() - self.started,
+                                     self.evaluations_before + evaluations)
+        self.last_check = (name, step)
+        validated = getattr(self.progress, "validated", None)
+        if validated is not None:          # a record of the run keeps the check
+            validated(made.entry())
+
+
+def evaluations_made(result):
+    """A phase's criterion and gradient evaluations together."""
+    counts = result.evaluations or {}
+    return int(counts.get("criterion") or 0) + int(counts.get("gradient") or 0)
+
+
+def train(model, dataset, training, log, interrupt, rng, progress=None, method=None,
+          validation=None):
     """Train ``model`` on ``dataset`` by ``method``'s phases, then the final pass and the
     confusion matrix (see the module notes); returns TrainResult.
 
@@ -132,7 +165,9 @@ def train(model, dataset, training, log, interrupt, rng, progress=None, method=N
     the session's Ctrl-C counter (.stop_requested(), .reset()); rng: numpy Generator (the only
     source of randomness); progress: optional callable(phase label, step, current, best,
     total=limit) for a live display; it may have ``start_phase(phase)``, told as each phase starts;
-    method: the phase classes, each made from ``training`` (None: those of its TRAIN METHOD).
+    method: the phase classes, each made from ``training`` (None: those of its TRAIN METHOD);
+    validation: params.ValidationParams (None: no checks), and the cases ``dataset.held_out``
+    names are held out of training (train/validation.py).
 
     The BLAS library is held to one thread throughout: the optimizer's vector operations (dot
     products and updates of every weight) are memory-bound, and waking BLAS threads for each of
@@ -140,17 +175,28 @@ def train(model, dataset, training, log, interrupt, rng, progress=None, method=N
     or other programs), more than the operation itself.
     """
     with single_threaded_blas():
-        ev = model.evaluator(dataset.inputs, dataset.classes, float(training.wpen))
+        cases, held_out = split_cases(dataset)
+        ev = model.evaluator(cases.inputs, cases.classes, float(training.wpen))
         t_all = time.perf_counter()
-        context = TrainContext(model, ev, rng, log, interrupt.stop_requested, progress)
+        checks = None
+        if validation is not None:
+            checks = Validation.for_training(model, cases, held_out, validation, log)
+        context = TrainContext(model, ev, rng, log, interrupt.stop_requested, progress, checks)
         method = METHODS[training.method] if method is None else method
         phases = _run_phases([make(training) for make in method], context, interrupt)
-        return _final(context, dataset, float(training.wpen), phases, t_all)
+        if checks is not None:
+            checks.finish()
+        result = _final(context, cases, float(training.wpen), phases, t_all)
+        if checks is not None:
+            result.validation = [c.entry() for c in checks.checks]
+            result.validation_summary = checks.summary()
+            result.seconds["validation"] = checks.seconds
+        return result
 
 
 def _run_phases(phases, context, interrupt):
     """Run the phases in turn, each from the best weights of the one before; a Ctrl-C ends the
-    running phase, and the count is reset before the next."""
+    running phase, and the count is reset before the next; an early stop ends the training."""
     results, weights = [], None
     for number, phase in enumerate(phases):
         if number and results[-1].interrupted:
@@ -160,12 +206,20 @@ def _run_phases(phases, context, interrupt):
         start_phase = getattr(context.progress, "start_phase", None)
         if start_phase is not None:          # a record of the run opens the phase's entry
             start_phase(phase)
-        run_steps(phase, context.stop)
+        run_steps(phase, context.stop, context.stopping_early)
         result = phase.finish()
         result.seconds = time.perf_counter() - t0
+        stopped_early = context.stopping_early()
+        if stopped_early and not result.interrupted:
+            result.stop_reason = "early stop"
+            result.stop_words = context.validation.early_stop_words()
         phase.log_result(context.log, result)
+        context.check_phase_end(phase, result)
         results.append(result)
+        context.evaluations_before += evaluations_made(result)
         weights = result.weights
+        if stopped_early:
+            break
     return results
 
 
@@ -182,14 +236,14 @@ def _final(context, dataset, wpen, phases, t_all):
     t0 = time.perf_counter()
     outputs = context.evaluator.outputs(w)
     classes = np.asarray(dataset.classes, dtype=np.int64)
-    nll = _nll(outputs, classes)
+    nll = mean_nll(outputs, classes)
     if wpen > 0:
         log.write(f"   (mean negative log likelihood {format_criterion(nll)} plus weight penalty "
                   f"{format_criterion(final - nll)})")
     matrix = confusion_matrix(outputs, classes, context.arch.n_classes)
     seconds["confusion"] = time.perf_counter() - t0
     log.blank()
-    log.write(format_confusion(matrix))
+    log.write(format_confusion(matrix, getattr(dataset, "class_names", None)))
     warnings = chance_level_warnings(nll, classes, context.arch.n_classes)
     for warning in warnings:
         log.write(f"WARNING... {warning}")
@@ -239,16 +293,18 @@ def test(model, dataset, log):
     w = model.weights.copy()
     crit = float(ev.criterion(w))
     outputs = ev.outputs(w)
-    matrix = confusion_matrix(outputs, np.asarray(dataset.classes, dtype=np.int64),
-                              model.arch.n_classes)
+    classes = np.asarray(dataset.classes, dtype=np.int64)
+    matrix = confusion_matrix(outputs, classes, model.arch.n_classes)
+    worst = most_wrong(outputs, classes)
     seconds = time.perf_counter() - t0
     log.write(f"Test of {int(matrix.sum())} cases: mean negative log likelihood = "
               f"{format_criterion(crit)}")
     log.blank()
-    log.write(format_confusion(matrix))
+    log.write(format_confusion(matrix, getattr(dataset, "class_names", None)))
     log.write(f"Elapsed time: test {seconds:.2f} s")
     log.blank()
-    return TestResult(crit, misclassification(matrix), matrix, int(matrix.sum()), seconds)
+    return TestResult(crit, misclassification(matrix), matrix, int(matrix.sum()), seconds,
+                      worst=worst)
 
 
 test.__test__ = False                # a TEST command, not a pytest test

@@ -1,0 +1,78 @@
+"""Where the time of a gradient split across GPUs goes (one net, every device of --gpus).
+
+    python benchmarks/multi_gpu_diagnose.py --gpus 0,1 --net "lenet, 60,000 cases"
+
+For each shard evaluator alone (the others idle), for all shards at once through the backend's
+threads, and for the whole multi-device gradient (shards plus the host's float64 sum): the median
+wall time of a gradient. If the shards at once take about the slowest shard alone, the devices
+overlap and the rest is host work; if they take about the sum, something serialises them.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpu import median_ms  # noqa: E402
+from multi_gpu import NETS, load  # noqa: E402
+
+
+def profile(fn):
+    """The main thread's 12 costliest functions (own time) over fn()."""
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()
+    prof.runcall(fn)
+    pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpus", default="0,1")
+    ap.add_argument("--net", action="append")
+    ap.add_argument("--repeat", type=int, default=15)
+    args = ap.parse_args(argv)
+    from convnet.device.multi import device_backend
+    from convnet.device.options import DeviceOptions
+    from convnet.params import DeviceParams
+    rng = np.random.default_rng(1)
+    for name in args.net or list(NETS):
+        arch, x, c = load(*NETS[name])
+        ws = [rng.normal(0, 0.1, arch.n_weights) for _ in range(2)]
+        for label, options in (("split upload", DeviceOptions()),
+                               ("one upload", DeviceOptions(split_upload=False))):
+            backend = device_backend(arch, DeviceParams(cuda_devices=args.gpus), options)
+            ev = backend.evaluator(x, c, 0.0)
+            for i in range(3):
+                ev.gradient(ws[i % 2])
+            rows = []
+            for k, part in enumerate(ev.parts):
+                rows.append((f"shard {k} alone", median_ms(lambda i: part.gradient(ws[i % 2]),
+                                                           args.repeat)))
+            both = [lambda i, p=p: p.gradient(ws[i % 2]) for p in ev.parts]
+            rows.append(("shards at once", median_ms(
+                lambda i: backend.run_each([lambda f=f: f(i) for f in both]), args.repeat)))
+            rows.append(("shards one after another", median_ms(
+                lambda i: [f(i) for f in both], args.repeat)))
+            rows.append(("whole multi gradient", median_ms(lambda i: ev.gradient(ws[i % 2]),
+                                                           args.repeat)))
+            t0 = time.perf_counter()
+            g = [np.array(ev.parts[0].gradient(ws[0])[1]) for _ in range(1)]
+            sums = median_ms(lambda i: sum(s * g[0] for s in ev.weights_share), args.repeat)
+            rows.append(("host float64 sum of parts", sums))
+            print(f"{name} ({label}, {len(x)} cases, {arch.n_weights} weights)")
+            for what, ms in rows:
+                print(f"    {what:<30}{ms:>9.2f} ms", flush=True)
+            if label == "split upload":
+                profile(lambda: [ev.gradient(ws[i % 2]) for i in range(20)])
+            backend.close()
+            del ev, backend, t0
+
+
+if __name__ == "__main__":
+    main()
