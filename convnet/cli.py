@@ -162,7 +162,7 @@ def check(files, as_session, allow_large_sweep):
 
 
 def _check_group(group, allow_large):
-    """Check a group of files (every combination of a sweep file in it, after a line that says
+    """Check a group of files (every combination of a sweep file in it, then a line that says
     how many runs it makes)."""
     from .session import check as check_files
     from .sweep import sweep_of
@@ -170,12 +170,12 @@ def _check_group(group, allow_large):
     if not sweeps:
         check_files(group, echo=click.echo)
         return
-    for sweep in sweeps:
-        click.echo(f"convnet: {sweep.name}: {sweep.describe()}; every combination is checked")
     combinations = max(s.combinations for s in sweeps)
     for number in range(1, combinations + 1):    # the first combination's lines are shown
         check_files(group, echo=click.echo if number == 1 else (lambda *a, **k: None),
                     sweep_run=number)
+    for sweep in sweeps:        # after the checks: a refused file ends with one line
+        click.echo(f"convnet: {sweep.name}: {sweep.describe()}; every combination is checked")
 
 
 @main.command()

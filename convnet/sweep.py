@@ -24,6 +24,8 @@ from .errors import ConvnetError
 MAX_RUNS = 10_000
 PLACEHOLDER = re.compile(r"\$([A-Za-z_]\w*)")
 LARGE_FLAG = "--allow-large-sweep"
+# the commands expansion consumes: a session never receives them
+EXPANDED_COMMANDS = frozenset({"SWEEP", "SWEEP SEEDS"})
 
 
 @dataclass

@@ -19,7 +19,7 @@ def test_ctrl_c_before_training_ends_the_run_like_any_interruption(tmp_path, mon
     def pressed(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("convnet.session.parse_file", pressed)
+    monkeypatch.setattr("convnet.session.parse_control", pressed)
     result = CliRunner().invoke(main, ["run", str(ctl), "--out", str(tmp_path / "out")])
     assert result.exit_code == 130, result.output
     assert "Aborted" not in result.output
