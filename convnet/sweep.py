@@ -84,9 +84,10 @@ def _is_sweep_line(text):
 
 def read_sweep(lines, name, allow_large=False):
     """The Sweep of a control file's lines, or None when it has no SWEEP line."""
-    if not any(_is_sweep_line(t) for t in lines):
-        return None
     sweep = Sweep(name, list(lines))
+    if not any(_is_sweep_line(t) for t in lines):
+        _check_uses(sweep)          # a $NAME in a file that sweeps nothing has no value
+        return None
     for number, text in enumerate(lines, start=1):
         if _is_sweep_line(text):
             _add(sweep, parse_line(text, name, number), number)

@@ -80,6 +80,8 @@ def test_expansion_sets_parameters_and_fills_placeholders(tmp_path):
     ("SWEEP WPEN = 0, x\n", 1, "WPEN must be a number"),
     ("SWEEP A = 1, 2\nFULLY CONNECTED LAYER $A\nFULLY CONNECTED LAYER $B\n", 3,
      "the placeholder $B has no value"),
+    ("MAKE IMAGE 8 8 1 2 32\nFULLY CONNECTED LAYER $WIDTH\n", 2,
+     "the placeholder $WIDTH has no value"),          # a file that sweeps nothing
     ("SWEEP A = 1\nSWEEP a = 2\nFULLY CONNECTED LAYER $A\n", 2, "SWEEP A is given twice"),
     ("SWEEP WPEN = 0, 1\nWPEN = 0.1\n", 2, "WPEN is swept at line 1"),
     ("SWEEP WPN = 0, 1\nTRAIN\n", 1, "no line uses $WPN"),
