@@ -206,7 +206,6 @@ def run_torch(args, name, ours):
 def bench(args):
     import numpy as np
     import numba
-    from convnet.host.backend import HostBackend
     from convnet.host.threads import blas_controllable
 
     threads = [int(t) for t in args.threads.split(",")]
@@ -221,31 +220,48 @@ def bench(args):
     rows = []
     version = None
     for name in args.nets.split(","):
-        arch, x, y, wpen, w = net_data(args, name)
-        be = HostBackend(arch, threads=max(threads))
-        ev = be.evaluator(x, y, wpen)
-        t0 = time.perf_counter()
-        ours = ev.gradient(w)
-        first = time.perf_counter() - t0
-        err_c, err_g = validate(arch, w, x, y, wpen)
-        if err_c > 1e-9 or err_g > 1e-9:
-            raise SystemExit(f"{name}: fast path disagrees with the reference path "
-                             f"(criterion {err_c:.1e}, gradient {err_g:.1e})")
-        mine = []
-        for t in threads:
-            be.threads = t
-            ev.gradient(w)                          # work areas for this thread count
-            tc, _ = median_time(lambda: ev.criterion(w), args.repeat)
-            tg, cg = median_time(lambda: ev.gradient(w), args.repeat)
-            mine.append((t, be.block_size(x.shape[0]), tc, tg, cg))
-        be.close()
-        pt, diff = {}, None
-        if use_torch:
-            pt, version, dc, dg = run_torch(args, name, ours)
-            diff = max(dc, dg)
-        for t, b, tc, tg, cg in mine:
-            rows.append((name, x.shape[0], t, b, tc, tg, cg, first, err_g, pt.get(t), diff))
+        net_rows, net_version = bench_net(args, name, threads, use_torch)
+        rows += net_rows
+        version = net_version or version
     print()
+    print_table(rows, version)
+    print(f"load average after the runs: {os.getloadavg()[0]:.2f}")
+
+
+def bench_net(args, name, threads, use_torch):
+    """One net validated, then timed at each thread count (and in PyTorch when asked): its table
+    rows and the PyTorch version (None when not timed)."""
+    from convnet.host.backend import HostBackend
+
+    arch, x, y, wpen, w = net_data(args, name)
+    be = HostBackend(arch, threads=max(threads))
+    ev = be.evaluator(x, y, wpen)
+    t0 = time.perf_counter()
+    ours = ev.gradient(w)
+    first = time.perf_counter() - t0
+    err_c, err_g = validate(arch, w, x, y, wpen)
+    if err_c > 1e-9 or err_g > 1e-9:
+        raise SystemExit(f"{name}: fast path disagrees with the reference path "
+                         f"(criterion {err_c:.1e}, gradient {err_g:.1e})")
+    mine = []
+    for t in threads:
+        be.threads = t
+        ev.gradient(w)                          # work areas for this thread count
+        tc, _ = median_time(lambda: ev.criterion(w), args.repeat)
+        tg, cg = median_time(lambda: ev.gradient(w), args.repeat)
+        mine.append((t, be.block_size(x.shape[0]), tc, tg, cg))
+    be.close()
+    pt, diff, version = {}, None, None
+    if use_torch:
+        pt, version, dc, dg = run_torch(args, name, ours)
+        diff = max(dc, dg)
+    rows = [(name, x.shape[0], t, b, tc, tg, cg, first, err_g, pt.get(t), diff)
+            for t, b, tc, tg, cg in mine]
+    return rows, version
+
+
+def print_table(rows, version):
+    """The table of every net and thread count, and what its columns mean."""
     head = (f"{'net':<12} {'cases':>6} {'thr':>3} {'block':>5} {'criterion s':>11} "
             f"{'gradient s':>10} {'grad CPU s':>10} {'crit/grad':>9} {'cases/s':>8} "
             f"{'first call s':>12} {'vs ref':>8}")
@@ -270,7 +286,6 @@ def bench(args):
               f"with several threads it counts PyTorch's spinning threads too); vs torch: "
               f"relative difference of the full-batch criterion and gradient (max-pooling ties "
               f"may fall on another element where sums are taken in another order).")
-    print(f"load average after the runs: {os.getloadavg()[0]:.2f}")
 
 
 def cpu_name():

@@ -19,43 +19,18 @@ import statistics
 
 import numpy as np
 
+
 def torch_model(arch, weights, dtype, device):
-    """The net in PyTorch with parameters taken from host-order weights. Returns (params, loss_fn)
-    where loss_fn(x, y, wpen) gives the criterion; the parameters' gradients concatenated in
-    order are the host-order gradient."""
+    """The net in PyTorch with parameters taken from host-order weights. Returns (params, loss_fn,
+    host_grad) where loss_fn(x, y, wpen) gives the criterion and host_grad(the parameters'
+    gradients) the host-order gradient."""
     import torch
     import torch.nn.functional as F
     from convnet.architecture import CONV, FC, LOCAL, POOLAVG, POOLMAX
 
     w = torch.as_tensor(np.asarray(weights), dtype=dtype, device=device)
-    params, layers = [], []
-    for L in arch.all_layers:
-        kind = FC if L.is_output else L.kind
-        if kind in (POOLAVG, POOLMAX):
-            layers.append((kind, L, None))
-            continue
-        block = w[L.weight_offset:L.weight_offset + L.n_weights]
-        npw = L.n_prior_weights
-        if kind == FC:
-            m = block.view(L.depth, npw)
-            wt, b = m[:, :-1].clone(), m[:, -1].clone()
-        elif kind == CONV:
-            m = block.view(L.depth, npw)
-            fv, fh = L.spec.filter_v, L.spec.filter_h
-            wt = m[:, :-1].reshape(L.depth, L.prior_depth, fv, fh).clone()
-            b = m[:, -1].clone()
-        else:
-            m = block.view(L.depth, L.height, L.width, npw)
-            wt, b = m[..., :-1].clone(), m[..., -1].clone()
-        wt.requires_grad_(True)
-        b.requires_grad_(True)
-        params += [wt, b]
-        layers.append((kind, L, (wt, b)))
+    params, layers = _torch_layers(arch, w)
     n_weights = arch.n_weights
-
-    def weight_views():
-        # the host order is per neuron [weights..., bias]; grads are reassembled by host_grad
-        return params
 
     # what forward reads, as strings and integers only: torch.compile traces them as constants
     # (comparing the layer-kind objects themselves broke its graph in two places)
@@ -91,20 +66,60 @@ def torch_model(arch, weights, dtype, device):
         return ll / (n * ncls) + wpen / n_weights * pen
 
     def host_grad(grads):
-        out = []
-        gi = iter(grads)
-        for kind, L, p in layers:
-            if p is None:
-                continue
-            gw, gb = next(gi), next(gi)
-            if kind == LOCAL:
-                m = torch.cat([gw.reshape(L.depth, L.height, L.width, -1), gb[..., None]], dim=-1)
-            else:
-                m = torch.cat([gw.reshape(L.depth, -1), gb[:, None]], dim=1)
-            out.append(m.reshape(-1))
-        return torch.cat(out)
+        return _host_order(layers, grads)
 
-    return weight_views(), loss_fn, host_grad
+    # the host order is per neuron [weights..., bias]; grads are reassembled by host_grad
+    return params, loss_fn, host_grad
+
+
+def _torch_layers(arch, w):
+    """(the parameters that need gradients, (kind, layer, (weights, bias) or None) per layer)
+    from the host-order weights ``w`` (a tensor)."""
+    from convnet.architecture import CONV, FC, POOLAVG, POOLMAX
+
+    params, layers = [], []
+    for L in arch.all_layers:
+        kind = FC if L.is_output else L.kind
+        if kind in (POOLAVG, POOLMAX):
+            layers.append((kind, L, None))
+            continue
+        block = w[L.weight_offset:L.weight_offset + L.n_weights]
+        npw = L.n_prior_weights
+        if kind == FC:
+            m = block.view(L.depth, npw)
+            wt, b = m[:, :-1].clone(), m[:, -1].clone()
+        elif kind == CONV:
+            m = block.view(L.depth, npw)
+            fv, fh = L.spec.filter_v, L.spec.filter_h
+            wt = m[:, :-1].reshape(L.depth, L.prior_depth, fv, fh).clone()
+            b = m[:, -1].clone()
+        else:
+            m = block.view(L.depth, L.height, L.width, npw)
+            wt, b = m[..., :-1].clone(), m[..., -1].clone()
+        wt.requires_grad_(True)
+        b.requires_grad_(True)
+        params += [wt, b]
+        layers.append((kind, L, (wt, b)))
+    return params, layers
+
+
+def _host_order(layers, grads):
+    """The parameters' gradients as one host-order vector (per neuron: weights, then bias)."""
+    import torch
+    from convnet.architecture import LOCAL
+
+    out = []
+    gi = iter(grads)
+    for kind, L, p in layers:
+        if p is None:
+            continue
+        gw, gb = next(gi), next(gi)
+        if kind == LOCAL:
+            m = torch.cat([gw.reshape(L.depth, L.height, L.width, -1), gb[..., None]], dim=-1)
+        else:
+            m = torch.cat([gw.reshape(L.depth, -1), gb[:, None]], dim=1)
+        out.append(m.reshape(-1))
+    return torch.cat(out)
 
 
 def torch_reference(arch, w, x, c, wpen):

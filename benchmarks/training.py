@@ -61,32 +61,42 @@ def child(spec_path):
     """Run one variant in this process; writes its row next to the spec."""
     spec = json.loads(Path(spec_path).read_text())
     from convnet.train import conjgrad, trainer
-    from convnet.train.confusion import confusion_matrix, misclassification
-    import numpy as np
     if spec["sigma"] is not None:
         conjgrad.WOLFE_SIGMA = spec["sigma"]
-    watch = spec["watch"]
     kept = []                     # (iteration, refinement seconds without the keeping, weights)
     inside = {"seconds": 0.0, "calls": 0}
-    original_cg = conjgrad.ConjugateGradients
-    original_steps = trainer.run_steps
-    original_test = trainer.test
+    curve = []
+    conjgrad.ConjugateGradients = _counted_cg(conjgrad.ConjugateGradients, spec["watch"], kept,
+                                              inside)
+    trainer.run_steps = _profiled_steps(trainer.run_steps, spec, spec_path)
+    trainer.test = _test_with_curve(trainer.test, kept, curve)
+    import convnet
+    out = spec["out"]
+    convnet.run(spec["ctl"], out=out, device=spec["device"], seed=spec["seed"],
+                threads=spec["threads"], quiet=True, report=False)
+    row = _row(json.loads((Path(out) / "results.json").read_text()), inside, curve,
+               getattr(conjgrad, "WOLFE_SIGMA", 0.1))
+    Path(spec_path).with_suffix(".row.json").write_text(json.dumps(row))
 
-    def timed(evaluation):
-        """evaluation, with its calls and seconds counted as the evaluator's"""
-        def call(*args):
-            t0 = time.perf_counter()
-            try:
-                return evaluation(*args)
-            finally:
-                inside["seconds"] += time.perf_counter() - t0
-                inside["calls"] += 1
-        return call
+
+def _timed(evaluation, inside):
+    """evaluation, with its calls and seconds counted in ``inside`` as the evaluator's"""
+    def call(*args):
+        t0 = time.perf_counter()
+        try:
+            return evaluation(*args)
+        finally:
+            inside["seconds"] += time.perf_counter() - t0
+            inside["calls"] += 1
+    return call
+
+
+def _counted_cg(original_cg, watch, kept, inside):
+    """The refinement's conjugate gradients with the evaluator's calls timed and the weights
+    kept every ``watch`` iterations (the keeping's time excluded)."""
+    import numpy as np
 
     class CountedCG(original_cg):
-        """The refinement's conjugate gradients with the evaluator's calls timed and the weights
-        kept every ``watch`` iterations (the keeping's time excluded)."""
-
         def __init__(self, func, grad, x0, **kw):
             on_iter = kw.get("on_iter")
             clock = {"start": time.perf_counter(), "excluded": 0.0}
@@ -107,55 +117,64 @@ def child(spec_path):
 
                 def timed_line(x, d):
                     line = make_line(x, d)
-                    line.evaluate = timed(line.evaluate)
+                    line.evaluate = _timed(line.evaluate, inside)
                     return line
 
                 kw["line"] = timed_line
-            super().__init__(func, timed(grad), x0, **kw)
+            super().__init__(func, _timed(grad, inside), x0, **kw)
 
         def result(self):
             inside["excluded"] = self.clock["excluded"]
             return super().result()
 
-    def run_steps(stepper, stop=None):
-        """The trainer's loop, profiled for the refinement when asked."""
+    return CountedCG
+
+
+def _profiled_steps(original_steps, spec, spec_path):
+    """The trainer's loop, profiled for the refinement when asked (profile.txt by the spec)."""
+    from convnet.train import conjgrad
+
+    def run_steps(stepper, stop=None, end=None):
         if not (spec.get("profile") and isinstance(stepper, conjgrad.RefinementPhase)):
-            return original_steps(stepper, stop)
+            return original_steps(stepper, stop, end)
         import cProfile
         import io
         import pstats
         profiler = cProfile.Profile()
-        profiler.runcall(original_steps, stepper, stop)
+        profiler.runcall(original_steps, stepper, stop, end)
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
         Path(spec_path).with_name("profile.txt").write_text(text.getvalue())
 
-    curve = []
+    return run_steps
+
+
+def _test_with_curve(original_test, kept, curve):
+    """The trainer's TEST, which also tests every kept set of weights on the same cases (their
+    test error as TEST reports it goes in ``curve``)."""
+    from convnet.train.confusion import confusion_matrix, misclassification
 
     def test_and_curve(model, dataset, log):
         result = original_test(model, dataset, log)
         final = model.weights.copy()
         ev = model.evaluator(dataset.inputs, dataset.classes, 0.0)
         n_classes = model.arch.n_classes
-        for it, elapsed, w in kept:      # the test error as TEST reports it
+        for it, elapsed, w in kept:
             matrix = confusion_matrix(ev.outputs(w), dataset.classes, n_classes)
             curve.append([it, round(elapsed, 3), misclassification(matrix)])
         model.weights = final
         return result
 
-    conjgrad.ConjugateGradients = CountedCG
-    trainer.run_steps = run_steps
-    trainer.test = test_and_curve
-    import convnet
-    out = spec["out"]
-    convnet.run(spec["ctl"], out=out, device=spec["device"], seed=spec["seed"],
-                threads=spec["threads"], quiet=True, report=False)
-    results = json.loads((Path(out) / "results.json").read_text())
+    return test_and_curve
+
+
+def _row(results, inside, curve, sigma):
+    """The variant's row from its results.json and what the instruments counted."""
     train = next(r for r in results["runs"] if r["command"] == "TRAIN")
     test = [r for r in results["runs"] if r["command"] == "TEST"][-1]
     refinement = next(p for p in train["phases"] if p["name"] == "refinement")
-    row = {
-        "sigma": getattr(conjgrad, "WOLFE_SIGMA", 0.1),
+    return {
+        "sigma": sigma,
         "annealing_s": train["seconds"]["annealing"],
         "refinement_s": train["seconds"]["refinement"] - inside.get("excluded", 0.0),
         "iterations": refinement["steps"],
@@ -166,7 +185,6 @@ def child(spec_path):
         "test_error": test["misclassification"],
         "curve": curve,
     }
-    Path(spec_path).with_suffix(".row.json").write_text(json.dumps(row))
 
 
 # ------------------------------------------------------------------------------ the table

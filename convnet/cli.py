@@ -266,7 +266,7 @@ def _read_logs(paths):
 @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def log_summary(logs):
     """One row per TRAIN and TEST found in the LOGS."""
-    from .logs.reader import summary_lines
+    from .logs.tables import summary_lines
     for line in summary_lines(_read_logs(logs)):
         click.echo(line)
 
@@ -280,7 +280,7 @@ def log_summary(logs):
 def log_plot(logfile, output, number):
     """Criterion against iteration (annealing and refinement) of a TRAIN in LOGFILE, as a PNG."""
     from .display.plots import log_curve
-    from .logs.reader import pick_train
+    from .logs.tables import pick_train
     (parsed,) = _read_logs([logfile])
     try:
         train, _ = pick_train(parsed, number)
@@ -299,7 +299,7 @@ def log_plot(logfile, output, number):
               help="Which TRAIN of LOG_B (1-based; default the last).")
 def log_compare(log_a, log_b, train_a, train_b):
     """Architecture and results of a TRAIN in LOG_A and one in LOG_B, side by side."""
-    from .logs.reader import compare_lines
+    from .logs.tables import compare_lines
     first, second = _read_logs([log_a, log_b])
     try:
         lines = compare_lines(first, second, train_a, train_b)

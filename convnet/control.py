@@ -2,7 +2,8 @@
 
 One registry (``COMMANDS`` and ``PARAMETERS``) holds every keyword and its arguments, so parsing,
 ``convnet check``, the suggestions in error messages and the keyword list in the docs all come from
-the same table.
+the same table. The registry's parts, the words of a line and the arguments' types, are in
+``control_args.py``.
 
 Syntax: one command per line, keywords case-insensitive, extra blanks ignored, ``//`` starts a
 comment, blank lines ignored, file names in double quotes, ``NAME = value`` with or without blanks.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .architecture import KINDS, LayerSpec
+from .control_args import Arg, Token, file_arg, int_arg, tokenize  # noqa: F401 (re-exported)
 from .errors import MAX_DIGITS, SHOWN_CHARS, ConvnetError, shown  # noqa: F401 (re-exported)
 from .params import (ALL_DEVICES, DEFAULTS, MAX_CLASSES, MAX_COUNT, MAX_GRID,  # noqa: F401
                      MAX_SIDE, PARAMETER_DEFS, parse_devices)
@@ -46,127 +48,7 @@ SUGGEST_WORDS, SUGGEST_CHARS = 6, 40
 MAX_CONTROL_CHARS = 16 << 20
 
 
-# ---------------------------------------------------------------------------------- argument types
-class Arg:
-    """One argument of a command: a name, a type and a range check."""
-
-    def __init__(self, name, value_type, minimum=None, maximum=None, choices=None, optional=False,
-                 exclusive_min=False, joined=False, exclusive_max=False):
-        self.name, self.value_type = name, value_type
-        self.joined = joined            # the words after '=' are one value ("0, 1")
-        self.minimum, self.maximum, self.exclusive_min = minimum, maximum, exclusive_min
-        self.exclusive_max = exclusive_max
-        self.choices, self.optional = choices, optional
-
-    def describe(self):
-        if self.value_type == "file":
-            return f'"{self.name}"'
-        if self.value_type == "choice":
-            return " | ".join(self.choices)
-        if self.value_type == "devices":
-            return "0,1,... | ALL"
-        return self.name        # also a sweep's "NAME = value, value, ..."
-
-    def placeholder(self):
-        """What stands for the value in the docs: ``n`` (whole number), ``x`` (number) or the choices."""
-        return {"int": "n", "float": "x"}.get(self.value_type) or self.describe()
-
-    def value_words(self):
-        """The type of value and its range, in words: ``whole number, at least 1``."""
-        if self.value_type == "choice":
-            return ", ".join(self.choices[:-1]) + " or " + self.choices[-1]
-        if self.value_type == "file":
-            return "file name in double quotes"
-        if self.value_type == "devices":
-            return "CUDA device numbers separated by commas, or ALL"
-        words = {"int": "whole number", "float": "number"}[self.value_type]
-        lo, hi = self.minimum, self.maximum
-        if lo is not None and hi is not None and (self.exclusive_min or self.exclusive_max):
-            return (f"{words}, {'greater than' if self.exclusive_min else 'at least'} {lo} and "
-                    f"{'less than' if self.exclusive_max else 'at most'} {hi}")
-        if lo is not None and hi is not None:
-            return f"{words}, {lo} to {hi}"
-        if lo is not None:
-            return f"{words}, {'greater than' if self.exclusive_min else 'at least'} {lo}"
-        if hi is not None:  # pragma: no cover - no such parameter today
-            return f"{words}, at most {hi}"
-        return words
-
-    def convert(self, token, what):
-        """Convert one token; raise a message string (no location) when it does not fit."""
-        try:
-            return self._convert(token, what)
-        except ValueError as e:
-            message = str(e)
-            if what == self.name:                  # "WPEN: WPEN must be ..." says it twice
-                message = message[len(what) + 2:]
-            raise ValueError(message) from None
-
-    def _convert(self, token, what):
-        if self.value_type == "file":
-            if not token.quoted:
-                raise ValueError(f"{what}: the file name must be in double quotes, e.g. \"{shown(token.text)}\"")
-            if not token.text:
-                raise ValueError(f"{what}: the file name is empty")
-            if "\0" in token.text:
-                raise ValueError(f"{what}: the file name \"{shown(token.text)}\" contains a NUL byte")
-            return token.text
-        if token.quoted:
-            raise ValueError(f"{what}: {self.name} must be a {self._type_word()}, not a quoted name")
-        text = token.text
-        if self.value_type == "int":
-            if not re.fullmatch(r"[+-]?\d+", text):
-                raise ValueError(f"{what}: {self.name} must be a whole number, not '{shown(text)}'")
-            if len(text) > MAX_DIGITS:
-                raise ValueError(f"{what}: {self.name} has {len(text)} digits; at most {MAX_DIGITS} "
-                                 "are read")
-            value = int(text)
-        elif self.value_type == "float":
-            try:
-                value = float(text)
-            except ValueError:
-                raise ValueError(f"{what}: {self.name} must be a number, not '{shown(text)}'") from None
-            if value != value or value in (float("inf"), float("-inf")):
-                raise ValueError(f"{what}: {self.name} must be a finite number, not '{shown(text)}'")
-        elif self.value_type == "devices":
-            try:
-                return parse_devices(text)
-            except ValueError as e:
-                raise ValueError(f"{what}: {self.name}: {e}") from None
-        elif self.value_type == "choice":
-            value = text.upper()
-            if value not in self.choices:
-                raise ValueError(f"{what}: {self.name} must be {' or '.join(self.choices)}, not '{shown(text)}'")
-            return value
-        else:  # pragma: no cover - registry error
-            raise AssertionError(self.value_type)
-        if self.minimum is not None:
-            if self.exclusive_min and value <= self.minimum:
-                raise ValueError(f"{what}: {self.name} must be greater than {self.minimum}, not {shown(text)}")
-            if not self.exclusive_min and value < self.minimum:
-                raise ValueError(f"{what}: {self.name} must be at least {self.minimum}, not {shown(text)}")
-        if self.maximum is not None and self.exclusive_max and value >= self.maximum:
-            raise ValueError(f"{what}: {self.name} must be less than {self.maximum}, not {shown(text)}")
-        if self.maximum is not None and value > self.maximum:
-            raise ValueError(f"{what}: {self.name} must be at most {self.maximum}, not {shown(text)}")
-        return value
-
-    def _type_word(self):
-        return {"int": "whole number", "float": "number", "choice": "keyword"}.get(self.value_type, "value")
-
-
-def _int(name, minimum=None, maximum=None, optional=False):
-    return Arg(name, "int", minimum, maximum, optional=optional)
-
-
-def _float(name, minimum=None, maximum=None, exclusive_min=False):
-    return Arg(name, "float", minimum, maximum, exclusive_min=exclusive_min)
-
-
-def _file(name="FileName"):
-    return Arg(name, "file")
-
-
+# ---------------------------------------------------------------------------------- the registry
 @dataclass
 class CommandSpec:
     """A command keyword phrase, its arguments, and a one-line description for the docs."""
@@ -221,25 +103,25 @@ def _show_default(value):
 
 
 # DISPLAY ... First Rows Columns: the first picture and the grid's shape
-_DISPLAY_GRID = (_int("First", 1, MAX_COUNT), _int("Rows", 1, MAX_GRID),
-                 _int("Columns", 1, MAX_GRID))
+_DISPLAY_GRID = (int_arg("First", 1, MAX_COUNT), int_arg("Rows", 1, MAX_GRID),
+                 int_arg("Columns", 1, MAX_GRID))
 
 COMMANDS: List[CommandSpec] = [
     # data (book p.151-155)
-    CommandSpec("MAKE IMAGE", (_int("Rows", 1, MAX_SIDE), _int("Columns", 1, MAX_SIDE),
-                               _int("Bands", 1, MAX_SIDE), _int("Classes", 2, MAX_CLASSES),
-                               _int("Cases", 1, MAX_COUNT)),
+    CommandSpec("MAKE IMAGE", (int_arg("Rows", 1, MAX_SIDE), int_arg("Columns", 1, MAX_SIDE),
+                               int_arg("Bands", 1, MAX_SIDE), int_arg("Classes", 2, MAX_CLASSES),
+                               int_arg("Cases", 1, MAX_COUNT)),
                 "random-tone test images, classes assigned at random"),
-    CommandSpec("READ MNIST IMAGE", (_file(),), "an MNIST (IDX) image file, plain or gzip"),
-    CommandSpec("READ MNIST LABELS", (_file(),), "the MNIST (IDX) label file for the images just read"),
-    CommandSpec("READ C10 IMAGE", (_file(),), "a CIFAR-10 binary batch; repeat to concatenate"),
-    CommandSpec("READ SERIES", (_file(),), "a time series turned into images by a moving window"),
-    CommandSpec("READ IMAGES", (_file("Folder"),),
+    CommandSpec("READ MNIST IMAGE", (file_arg(),), "an MNIST (IDX) image file, plain or gzip"),
+    CommandSpec("READ MNIST LABELS", (file_arg(),), "the MNIST (IDX) label file for the images just read"),
+    CommandSpec("READ C10 IMAGE", (file_arg(),), "a CIFAR-10 binary batch; repeat to concatenate"),
+    CommandSpec("READ SERIES", (file_arg(),), "a time series turned into images by a moving window"),
+    CommandSpec("READ IMAGES", (file_arg("Folder"),),
                 "PNG, JPEG, BMP or GIF images, one subfolder per class named after it"),
     CommandSpec("CLEAR", (), "erase the data, keep the trained model"),
-    CommandSpec("KEEP CASES", (_int("First", 1, MAX_COUNT), _int("Last", 1, MAX_COUNT)),
+    CommandSpec("KEEP CASES", (int_arg("First", 1, MAX_COUNT), int_arg("Last", 1, MAX_COUNT)),
                 "keep cases First..Last (1-based, inclusive) of the current data"),
-    CommandSpec("VALIDATION CASES", (_int("First", 1, MAX_COUNT), _int("Last", 1, MAX_COUNT)),
+    CommandSpec("VALIDATION CASES", (int_arg("First", 1, MAX_COUNT), int_arg("Last", 1, MAX_COUNT)),
                 "hold out cases First..Last (1-based, inclusive) of the current data: TRAIN does "
                 "not train on them and checks the model on them (VALIDATION INTERVAL); new data, "
                 "CLEAR or KEEP CASES ends the hold-out"),
@@ -267,28 +149,28 @@ COMMANDS: List[CommandSpec] = [
     CommandSpec("SERIES HEADER", (), "skip the first line of the series file", "SERIES HEADER",
                 {"header": True}),
     # architecture (book p.155)
-    *(CommandSpec(k.keyword, tuple(_int(name, low, high) for name, low, high in k.arg_names),
+    *(CommandSpec(k.keyword, tuple(int_arg(name, low, high) for name, low, high in k.arg_names),
                   k.summary, "LAYER", {"kind": k}) for k in KINDS),
     # operations (book p.158-159) and ours
     CommandSpec("TRAIN", (), "anneal, refine by conjugate gradients, report the confusion matrix"),
     CommandSpec("TEST", (), "criterion and confusion matrix of the trained model on the current data"),
     CommandSpec("PRINT WEIGHTS", (), "write every weight of the model to CONVNET.LOG"),
-    CommandSpec("SAVE MODEL", (_file(),), "save the trained model"),
-    CommandSpec("LOAD MODEL", (_file(),), "load a saved model"),
-    CommandSpec("CLASSIFY", (_file("Images"), _file("Predictions.csv")),
+    CommandSpec("SAVE MODEL", (file_arg(),), "save the trained model"),
+    CommandSpec("LOAD MODEL", (file_arg(),), "load a saved model"),
+    CommandSpec("CLASSIFY", (file_arg("Images"), file_arg("Predictions.csv")),
                 "the model's class and class probabilities for every image of a folder or file "
                 "pattern (* ? [), one CSV row per image"),
-    CommandSpec("EXPORT ONNX", (_file(),),
+    CommandSpec("EXPORT ONNX", (file_arg(),),
                 "write the current model as an ONNX model giving the class probabilities"),
     CommandSpec("DISPLAY TRAINING IMAGES",
-                (*_DISPLAY_GRID, _file("File.png")),
+                (*_DISPLAY_GRID, file_arg("File.png")),
                 "a grid of training images as a PNG"),
     CommandSpec("DISPLAY FILTER IMAGES",
-                (*_DISPLAY_GRID, _file("File.png")),
+                (*_DISPLAY_GRID, file_arg("File.png")),
                 "the first layer's convolution filters as a PNG", flag_before_last="INDIVIDUAL"),
     CommandSpec("DISPLAY ACTIVATION IMAGES",
-                (*_DISPLAY_GRID, _int("Case", 1, MAX_COUNT),
-                 _file("File.png")),
+                (*_DISPLAY_GRID, int_arg("Case", 1, MAX_COUNT),
+                 file_arg("File.png")),
                 "the first hidden layer's activations for one case as a PNG"),
     # sweeps (convnet batch runs every combination; see convnet/sweep.py)
     CommandSpec("SWEEP SEEDS", (Arg("= n", "sweep"),),
@@ -336,38 +218,7 @@ def all_keywords():
         [f"{a} =" for p in PARAMETERS for a in p.aliases]
 
 
-# ---------------------------------------------------------------------------------- the lexer
-@dataclass
-class Token:
-    text: str
-    quoted: bool = False
-
-
-_TOKEN = re.compile(r'\s*(?:"([^"]*)"|(=)|([^\s="]+)|("))')
-
-
-def tokenize(text):
-    """Split a line into words, '=' and quoted names. Raises ValueError on an unclosed quote."""
-    tokens = []
-    pos = 0
-    text = text.rstrip()
-    while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        if not match:
-            break
-        quoted, equals, word, stray = match.groups()
-        if stray is not None:
-            raise ValueError("a quoted file name is missing its closing double quote")
-        if quoted is not None:
-            tokens.append(Token(quoted, True))
-        elif equals is not None:
-            tokens.append(Token("="))
-        else:
-            tokens.append(Token(word))
-        pos = match.end()
-    return tokens
-
-
+# ---------------------------------------------------------------------------------- the parser
 def _suggest(words):
     """The registry phrase closest to what was written, or None."""
     words = [w[:SUGGEST_CHARS] for w in words[:SUGGEST_WORDS]]
@@ -471,7 +322,7 @@ def _parse_sweep(tokens, file, line, text):
         if len(values) != 1:
             raise err("SWEEP SEEDS takes one number: how many seeds each combination runs")
         try:
-            count = _int("SEEDS", 1, MAX_SWEEP_SEEDS).convert(Token(values[0]), "SWEEP SEEDS")
+            count = int_arg("SEEDS", 1, MAX_SWEEP_SEEDS).convert(Token(values[0]), "SWEEP SEEDS")
         except ValueError as e:
             raise err(str(e)) from None
         return Command("SWEEP SEEDS", {"count": count}, file, line, text)

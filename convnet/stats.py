@@ -119,12 +119,18 @@ def measures_present(found):
     return [(key, words) for key, words in MEASURES if any(g.stats.get(key) for g in found)]
 
 
-def group_columns(found):
-    """The heading of groups.csv: the file, every swept name, runs, then each measure's mean,
-    std, ci95_low and ci95_high, and best."""
+def swept_names(found):
+    """Every swept name of the groups, in the order they first appear."""
     names = []
     for g in found:
         names += [n for n in g.values if n not in names]
+    return names
+
+
+def group_columns(found):
+    """The heading of groups.csv: the file, every swept name, runs, then each measure's mean,
+    std, ci95_low and ci95_high, and best."""
+    names = swept_names(found)
     head = ["file", *names, "runs", "ok_runs"]
     for key, _ in measures_present(found):
         head += [f"{key}_{part}" for part in ("mean", "std", "ci95_low", "ci95_high")]

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-LIGHT = ["convnet", "convnet.logs", "convnet.logs.reader", "convnet.logs.writer",
-         "convnet.logs.weights", "convnet.logs.timing", "convnet.data", "convnet._version"]
+LIGHT = ["convnet", "convnet.logs", "convnet.logs.reader", "convnet.logs.tables",
+         "convnet.logs.writer", "convnet.logs.weights", "convnet.logs.timing", "convnet.data",
+         "convnet._version"]
 
 
 @pytest.mark.parametrize("module", LIGHT)

@@ -24,6 +24,7 @@ Errors are ConvnetErrors naming the file or folder; the session adds the control
 
 import glob
 import os
+from contextlib import contextmanager
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -84,14 +85,22 @@ def _planes(image, bands):
 def read_image(path, bands=None, size=None):
     """One image file as (bands, rows, cols) tones; ``bands`` None: the image's own (1 or 3);
     ``size`` (rows, cols) resizes it. ConvnetError naming the file when it cannot be read."""
+    with _opened(path) as image:
+        image.load()
+        image = ImageOps.exif_transpose(image)      # a photo as its camera meant it
+        bands = bands or image_bands(image)
+        if size is not None and (image.height, image.width) != tuple(size):
+            image = _flattened(image).resize((size[1], size[0]), Image.Resampling.BILINEAR)
+        return _planes(image, bands)
+
+
+@contextmanager
+def _opened(path):
+    """The image file opened, and closed after use; any failure to read it, then or while it is
+    used, is a ConvnetError naming the file."""
     try:
         with Image.open(path) as image:
-            image.load()
-            image = ImageOps.exif_transpose(image)      # a photo as its camera meant it
-            bands = bands or image_bands(image)
-            if size is not None and (image.height, image.width) != tuple(size):
-                image = _flattened(image).resize((size[1], size[0]), Image.Resampling.BILINEAR)
-            return _planes(image, bands)
+            yield image
     except FileNotFoundError:
         raise ConvnetError(f"{path}: no such image file") from None
     except UnidentifiedImageError:
@@ -108,18 +117,10 @@ def _reason(error):
 
 def image_size(path):
     """(rows, cols) of an image file from its header, as the picture stands (EXIF orientation)."""
-    try:
-        with Image.open(path) as image:
-            if image.getexif().get(ORIENTATION_TAG) in TURNED_A_QUARTER:
-                return image.width, image.height
-            return image.height, image.width
-    except FileNotFoundError:
-        raise ConvnetError(f"{path}: no such image file") from None
-    except UnidentifiedImageError:
-        raise ConvnetError(f"{path}: not an image Pillow can read (PNG, JPEG, BMP or GIF)") \
-            from None
-    except (OSError, ValueError, SyntaxError) as e:
-        raise ConvnetError(f"{path}: cannot read the image ({_reason(e)})") from None
+    with _opened(path) as image:
+        if image.getexif().get(ORIENTATION_TAG) in TURNED_A_QUARTER:
+            return image.width, image.height
+        return image.height, image.width
 
 
 # ------------------------------------------------------------------------------ finding files
@@ -197,18 +198,6 @@ def read_folder(folder, size=None):
     dataset = Dataset(inputs, labels, len(classes), "IMAGES",
                       class_names=tuple(name for name, _ in classes), case_names=tuple(paths))
     return dataset, skipped
-
-
-def _opened(path):
-    try:
-        return Image.open(path)
-    except FileNotFoundError:
-        raise ConvnetError(f"{path}: no such image file") from None
-    except UnidentifiedImageError:
-        raise ConvnetError(f"{path}: not an image Pillow can read (PNG, JPEG, BMP or GIF)") \
-            from None
-    except (OSError, ValueError, SyntaxError) as e:
-        raise ConvnetError(f"{path}: cannot read the image ({_reason(e)})") from None
 
 
 def _require_size(path, found, wanted, first):

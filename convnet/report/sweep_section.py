@@ -3,7 +3,7 @@ standard deviation and 95 % interval of every measure, the best marked) and each
 against each swept value with its interval as error bars (convnet/stats.py computes them)."""
 
 from ..display import plots
-from ..stats import best_group, groups, measures_present
+from ..stats import best_group, groups, measures_present, swept_names
 from .html import cell, esc, number
 
 
@@ -14,9 +14,7 @@ def sweep_section(rows):
         return ""
     best, words = best_group(found)
     present = measures_present(found)
-    names = []
-    for g in found:
-        names += [n for n in g.values if n not in names]
+    names = swept_names(found)
     head = ["control file", *names, "runs"]
     for _, title in present:
         head += [f"{title}: mean", "std", "95 % interval"]

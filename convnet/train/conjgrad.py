@@ -41,7 +41,7 @@ import numpy as np
 from ..vectors import HOST_VECTORS
 from .linesearch import (WOLFE_SIGMA, HostLine, LineResult, _finite,  # noqa: F401
                          line_minimize, line_search_slopes)      # (LineResult re-exported)
-from .phase import Phase, PhaseResult, run_steps
+from .phase import Phase, PhaseResult, log_interruption, run_steps
 
 
 @dataclass
@@ -357,8 +357,7 @@ class RefinementPhase(Phase):
 
     def log_result(self, log, result):
         if result.interrupted:
-            log.write("WARNING... User pressed ESCape during optimization")
-            log.write("Results are incomplete and may be seriously incorrect")
+            log_interruption(log)
         log.write(f"Refinement: {result.steps} iterations ({result.evaluations['gradient']} "
                   f"gradient and {result.evaluations['criterion']} criterion evaluations), "
                   f"{result.seconds:.2f} seconds, ended because {result.stop_words}")

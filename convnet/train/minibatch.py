@@ -18,7 +18,7 @@ import time
 
 from ..errors import ConvnetError
 from ..minibatch import ADAM, UpdateRule, batch_layout, learning_rates
-from .phase import LINE, Phase, PhaseResult, format_criterion
+from .phase import LINE, Phase, PhaseResult, format_criterion, log_interruption
 
 # Most steps in one TRAIN: the learning rate of every step is a table made once (8 bytes a step),
 # and the device counts steps in 32 bits.
@@ -122,8 +122,7 @@ class MiniBatchPhase(Phase):
 
     def log_result(self, log, result):
         if result.interrupted:
-            log.write("WARNING... User pressed ESCape during optimization")
-            log.write("Results are incomplete and may be seriously incorrect")
+            log_interruption(log)
         log.write(f"{self.label}: {result.steps} epochs ({result.evaluations['gradient']} "
                   f"mini-batch gradients), {result.seconds:.2f} seconds, ended because "
                   f"{result.stop_words}")

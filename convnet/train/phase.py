@@ -121,6 +121,12 @@ def run_steps(stepper, stop=None, end=None):
         stepper.step()
 
 
+def log_interruption(log):
+    """The book's warning after an optimization that Ctrl-C ended (the log reader looks for it)."""
+    log.write("WARNING... User pressed ESCape during optimization")
+    log.write("Results are incomplete and may be seriously incorrect")
+
+
 def format_criterion(value):
     """A criterion in the book's 5 decimals (tiny values would all read 0.00000: add exponent
     form)."""
