@@ -188,3 +188,122 @@ def test_a_convolutional_net_with_pooling_needs_their_files():
     files = plan_kernels(arch).kernel_files()
     assert {"conv_small.cu", "pool.cu", "output.cu", "weights.cu"} <= set(files)
     assert set(files) <= set(runtime.EAGER_FILES)
+
+
+# ------------------------------------------------------------------ the runtime's use of it
+class _LogicError(Exception):
+    pass
+
+
+class _DriverError(Exception):
+    pass
+
+
+class _Function:
+    def __init__(self, name):
+        self.name, self.signature, self.attributes = name, None, {}
+
+    def prepare(self, signature):
+        self.signature = signature
+
+    def set_attribute(self, key, value):
+        self.attributes[key] = value
+
+
+class _Module:
+    """A 'module' whose functions are the names in its cubin (the fake compiler's text)."""
+
+    def __init__(self, cubin):
+        self.text = cubin.decode()
+
+    def get_function(self, name):
+        if not re.search(rf"\b{name}\b", self.text):
+            raise _LogicError(name)
+        return _Function(name)
+
+
+class _Cuda:
+    LogicError, Error = _LogicError, _DriverError
+
+    class function_attribute:
+        MAX_DYNAMIC_SHARED_SIZE_BYTES = "max dynamic shared"
+
+    def __init__(self):
+        self.loads = 0
+        self.refuse = set()
+
+    def module_from_buffer(self, cubin):
+        self.loads += 1
+        if cubin in self.refuse:
+            self.refuse.discard(cubin)
+            raise _DriverError("device kernel image is invalid")
+        return _Module(cubin)
+
+
+def fake_runtime(tmp_path):
+    """A Runtime without a GPU: its driver and compiler are fakes; the compiler's 'cubin' is the
+    unit's text with the names of the functions its instantiation lines make."""
+    import contextlib
+    rt = runtime.Runtime.__new__(runtime.Runtime)
+    rt.cuda, rt.arch = _Cuda(), "sm_90"
+    compiler = CountingCompiler()
+
+    def compile_names(text, options, arch):
+        compiler(text, options, arch)
+        names = re.findall(r"^[A-Z_]+\((\w+)", text, re.M)
+        for macro, width in re.findall(r"^(CONV_SMALL(?:_POOL)?)\((\d+)\)", text, re.M):
+            names.append(f"{macro.lower()}_{width}")
+        names += re.findall(r'^extern "C" __global__ void(?: __launch_bounds__\([^)]*\))? (\w+)\(',
+                            text, re.M)
+        return " ".join(names).encode()
+    rt.cache = KernelCache(str(tmp_path), compile_names, lambda: "nvcc 13.0", workers=4)
+    rt.modules, rt.functions = {}, {}
+    rt.function_files, rt.file_functions = runtime._function_files()
+    rt.shared_needs = runtime._shared_needs()
+    rt.active = contextlib.nullcontext
+    return rt, compiler
+
+
+def test_the_runtime_builds_the_files_asked_for_and_the_rest_on_first_use(tmp_path):
+    rt, compiler = fake_runtime(tmp_path)
+    rt.prepare(["gemm.cu", "output.cu"])
+    gemm = [name for name, _ in rt.file_functions["gemm.cu"]]
+    assert set(gemm) | {"softmax_ll", "ll_sum"} == set(rt.functions)
+    assert len(compiler.calls) == len(split_units(runtime.kernel_source("gemm.cu"))) + 1
+    rt.prepare(["gemm_async.cu"])
+    needs = runtime._shared_needs()["gemm_async.cu"]
+    assert needs and all(rt.functions[name].attributes == {"max dynamic shared": nbytes}
+                         for name, nbytes in needs)
+    compiler.calls.clear()
+    assert rt.function("pool_forward").name == "pool_forward"        # pool.cu, built now
+    assert "pool.cu" in rt.modules and len(compiler.calls) == 1
+    rt.prepare(["gemm.cu", "pool.cu"])                                # nothing new
+    assert len(compiler.calls) == 1
+    with pytest.raises(KeyError):
+        rt.function("no_such_kernel")
+
+
+def test_a_specialisation_is_built_once_and_read_from_the_cache_after(tmp_path):
+    from convnet.device.kernel_args import CONV_BWD
+    kernels = [(f"conv_bwd_t{k}", f"CONV_BWD(conv_bwd_t{k}, 2, 1, 128, 2)", CONV_BWD)
+               for k in range(6)]
+    rt, compiler = fake_runtime(tmp_path)
+    rt.prepare(specialized=[("conv_tiled.cu", {"CT_PH": 12}, kernels)])
+    rt.specialize("conv_tiled.cu", {"CT_PH": 12}, kernels)
+    assert len(compiler.calls) == 2                                   # 6 lines, 4 a unit
+    assert all("-DCT_PH=12" in c[1] for c in compiler.calls)
+    assert {f"conv_bwd_t{k}" for k in range(6)} <= set(rt.functions)
+    again, compiler2 = fake_runtime(tmp_path)                         # a later process
+    again.specialize("conv_tiled.cu", {"CT_PH": 12}, kernels)
+    assert compiler2.calls == [] and again.cache.stats.cached == 2
+    assert again.build_line().startswith("Kernels: 2 modules from the cache")
+
+
+def test_a_cubin_the_driver_refuses_is_compiled_again(tmp_path):
+    rt, compiler = fake_runtime(tmp_path)
+    rt.prepare(["output.cu"])
+    later, compiler2 = fake_runtime(tmp_path)
+    job = later._jobs("output.cu")[0]
+    later.cuda.refuse.add(later.cache.build([job])[0])
+    later.prepare(["output.cu"])
+    assert len(compiler2.calls) == 1 and "softmax_ll" in later.functions
