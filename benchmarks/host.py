@@ -4,6 +4,7 @@
     python benchmarks/host.py --threads 1,2,4 --repeat 7 --nets lenet-mnist
     python benchmarks/host.py --memory              # peak memory, 6,000 vs 60,000 cases of 28x28
     python benchmarks/host.py --warm --threads 2 --repeat 9 --no-torch
+    python benchmarks/host.py --suite --warm        # the eight nets of benchmarks/suite/
 
 Every net is validated first (fast path against the per-case reference path on a few cases), then
 timed. When PyTorch is importable, the same net (the model of benchmarks/gpu.py) is then timed in
@@ -15,7 +16,8 @@ includes compiling every host kernel, because the script starts from an empty Nu
 
 The nets are those of the benchmark control files (../shared/bench by default):
 log-example on 1024 random cases, lenet-mnist on the first 1000 MNIST test digits (read here with
-numpy and gzip), local-rgb on 500 random cases.
+numpy and gzip), local-rgb on 500 random cases; with --suite the eight nets of benchmarks/suite/
+(copies of ../shared/bench/suite), each on the number of cases SUITE gives.
 """
 
 import argparse
@@ -38,12 +40,27 @@ NETS = {                      # control file, cases
     "lenet-mnist": ("lenet-mnist.ctl", 1000),
     "local-rgb": ("local-rgb.ctl", 500),
 }
+# The suite (benchmarks/suite/*.ctl, as ../shared/bench/suite has them), each on enough of its
+# cases for a gradient of a few tenths of a second on one core.
+SUITE_DIR = ROOT / "benchmarks" / "suite"
+SUITE = {
+    "avgpool-deep": ("avgpool-deep.ctl", 150),
+    "cifar-conv": ("cifar-conv.ctl", 150),
+    "inexact": ("inexact.ctl", 300),
+    "lenet-60k": ("lenet-60k.ctl", 500),
+    "local-mnist": ("local-mnist.ctl", 1000),
+    "strided-rgb": ("strided-rgb.ctl", 300),
+    "vgg-mnist": ("vgg-mnist.ctl", 300),
+    "wide-fc": ("wide-fc.ctl", 1000),
+}
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bench-dir", type=Path, default=DEFAULT_BENCH)
-    ap.add_argument("--nets", default=",".join(NETS))
+    ap.add_argument("--nets", default=",".join(NETS),
+                    help=f"comma-separated, of {', '.join(NETS)} and the suite's {', '.join(SUITE)}")
+    ap.add_argument("--suite", action="store_true", help="the suite's eight nets (--nets ignored)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--warm", action="store_true", help="keep the usual Numba cache")
@@ -68,14 +85,25 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
+def data_file(ctl, filename):
+    """A data file a control file names, or one of that name in the checkout's data/ (the suite's
+    files name ../../data/mnist/..., as the shared folder has it)."""
+    path = ctl.parent / filename
+    return path if path.exists() else ROOT / "data" / Path(filename).name
+
+
 def load_net(bench_dir, name, rng):
     """(architecture, inputs, classes, wpen) for a benchmark net."""
     import numpy as np
     from convnet.architecture import Architecture
     from convnet.control import parse_line
 
-    ctl, n = NETS[name]
-    path = bench_dir / ctl
+    if name in SUITE:
+        ctl, n = SUITE[name]
+        path = SUITE_DIR / ctl
+    else:
+        ctl, n = NETS[name]
+        path = bench_dir / ctl
     specs, images, labels, shape, wpen = [], None, None, None, 0.0
     for i, text in enumerate(path.read_text().splitlines(), 1):
         cmd = parse_line(text, str(path), i)
@@ -87,9 +115,9 @@ def load_net(bench_dir, name, rng):
             a = cmd.args
             shape = (a["rows"], a["columns"], a["bands"], a["classes"])
         elif cmd.name == "READ MNIST IMAGE":
-            images = read_idx(path.parent / cmd.args["filename"])[:n]
+            images = read_idx(data_file(path, cmd.args["filename"]))[:n]
         elif cmd.name == "READ MNIST LABELS":
-            labels = read_idx(path.parent / cmd.args["filename"])[:n]
+            labels = read_idx(data_file(path, cmd.args["filename"]))[:n]
         elif cmd.name == "SET" and cmd.args.get("name") == "WPEN":
             wpen = float(cmd.args["value"])
         elif cmd.name == "TRAIN":
@@ -344,6 +372,8 @@ def memory(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.suite:
+        args.nets = ",".join(SUITE)
     if not args.warm:
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="convnet-bench-numba-")
     sys.path.insert(0, str(ROOT))

@@ -85,7 +85,7 @@ def run(files, out, overwrite, device, threads, seed, quiet, gpus, sweep_run):
         click.echo("convnet: run ended by the user (Ctrl-C)", err=True)
         sys.exit(130)
     try:
-        with _compile_notice(quiet):
+        with _compile_notice(quiet or device == "cuda"):
             session.run(list(files), sweep_run)
     except ConvnetError as e:
         _last_words(session, f"ERROR: {e}")
@@ -112,7 +112,8 @@ def _ended_by(session, e):
 
 
 def _compile_notice(quiet):
-    """Says so when the host kernels compile (a first run), where a long silence would puzzle."""
+    """Says so when the host kernels compile (a first run), where a long silence would puzzle.
+    A run on the GPU (--device cuda) has no host kernels to compile, and does not load Numba."""
     from contextlib import nullcontext
     from .display.progress import CompileNotice
     return nullcontext() if quiet else CompileNotice(sys.stdout)

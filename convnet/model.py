@@ -16,7 +16,6 @@ import numpy as np
 
 from .errors import ConvnetError
 from .evaluator import check_classes, check_inputs, check_weights
-from .host.backend import HostBackend
 
 DEVICES = ("cpu", "cuda")
 
@@ -33,6 +32,7 @@ class Model:
         self._own_weights = np.zeros(arch.n_weights)
         self._weights = self._own_weights
         if self.device == "cpu":
+            from .host.backend import HostBackend      # Numba: loaded by host models only
             self.backend = HostBackend(arch, threads=threads)
         else:
             self.backend = _device_backend(arch, params)

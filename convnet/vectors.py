@@ -8,25 +8,41 @@ so the values are the same to the last bit; the sums keep four partial sums, whi
 differently from the BLAS dot product but the same way on every run.
 """
 
+import functools
+
 import numpy as np
-from numba import njit
 
 
-@njit(cache=True, nogil=True)
+def njit(f):
+    """f compiled by Numba (cached on disk, no GIL) at its first call. Numba is imported then,
+    not with this module: a GPU run keeps its vectors on the device and never loads it."""
+    compiled = None
+
+    @functools.wraps(f)
+    def call(*args):
+        nonlocal compiled
+        if compiled is None:
+            from numba import njit as numba_njit
+            compiled = numba_njit(cache=True, nogil=True)(f)
+        return compiled(*args)
+    return call
+
+
+@njit
 def step_into(out, x, t, d):
     """out = x + t * d (out may be x itself: the step taken in place)."""
     for i in range(x.shape[0]):
         out[i] = x[i] + t * d[i]
 
 
-@njit(cache=True, nogil=True)
+@njit
 def new_direction(d, beta, g):
     """d = -g + beta * d, in place (the conjugate direction)."""
     for i in range(d.shape[0]):
         d[i] = beta * d[i] - g[i]
 
 
-@njit(cache=True, nogil=True)
+@njit
 def dot_and_change(g_new, g):
     """(g_new . g_new, g_new . (g_new - g)): the two sums of the Polak-Ribiere beta in one pass."""
     n = g_new.shape[0]
@@ -48,7 +64,7 @@ def dot_and_change(g_new, g):
     return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
 
 
-@njit(cache=True, nogil=True)
+@njit
 def selected_sum_of_squares(w, selected):
     """The sum of w[i]^2 over the i where selected[i] (the weight penalty's sum)."""
     n = w.shape[0]

@@ -171,6 +171,13 @@ class FakeRuntime:
             self.cuda.memcpy_htod(buf, a)
         return buf
 
+    def prepare(self, files=(), specialized=()):
+        """Like Runtime.prepare: the files asked for are kept (tests read them), and each
+        specialisation is made as specialize makes it."""
+        self.prepared_files = tuple(files)
+        for name, defines, kernels in specialized:
+            self.specialize(name, defines, kernels)
+
     def specialize(self, name, defines, kernels):
         """Like Runtime.specialize: the emulation of each function gets the constants and the
         variant of its instantiation line ("CONV_FWD(name, cases, tm, tn, minb)")."""

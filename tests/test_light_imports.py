@@ -23,9 +23,33 @@ def test_module_imports_without_numba(module):
 
 
 def test_model_is_still_reachable_from_the_package():
-    code = "import sys, convnet\nprint(convnet.Model.__name__, 'numba' in sys.modules)\n"
+    """Numba is loaded by a host model, not by the package or the Model class."""
+    code = ("import sys, numpy as np, convnet\nprint(convnet.Model.__name__, 'numba' in sys.modules)\n"
+            "from convnet.architecture import Architecture\n"
+            "convnet.Model(Architecture.from_lines(['FULLY CONNECTED LAYER 2'], 2, 2, 1, 2), device='cpu')\n"
+            "print('numba' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["Model", "True"]
+    assert out.stdout.split() == ["Model", "False", "True"]
+
+
+# what a GPU run imports: the command line, the session, the trainer and the device path
+GPU_RUN = ["convnet.cli", "convnet.session", "convnet.model", "convnet.train.trainer",
+           "convnet.train.conjgrad", "convnet.device.backend", "convnet.vectors"]
+
+
+def test_a_gpu_run_imports_neither_numba_nor_the_host_kernels():
+    code = (f"import sys, {', '.join(GPU_RUN)}\n"
+            "heavy = sorted(m for m in sys.modules if m == 'numba' or m.startswith('numba.')\n"
+            "               or m.startswith('convnet.host.') and m != 'convnet.host.threads')\n"
+            "print(heavy)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_command_line_imports_no_plotting():
+    code = "import sys, convnet.cli\nprint('matplotlib' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_version_is_one_value():

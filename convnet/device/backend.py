@@ -98,6 +98,7 @@ class DeviceBackend:
         self.first_pool = (FirstLayerPool(self.rt, arch.layers[0], arch.layers[1],
                                           self.kernels.conv_small[0])
                            if self.kernels.fused_pool else None)
+        self._build_kernels()
         with self.rt.active():
             self.timer = EventTimer(self.rt.cuda, enabled=options.timing,
                                     new_event=getattr(self.rt, "new_event", None))
@@ -106,6 +107,14 @@ class DeviceBackend:
         self.static_bytes = static_bytes(arch)
         self.weight_uploads = 0
         self.last_allocation = None     # lines for CUDA.LOG section 3, from the last evaluator
+
+    def _build_kernels(self):
+        """Every kernel this net may launch, built (or read from the cache) in one batch, so
+        that the compilations run side by side instead of one by one at first launches."""
+        special = [tiled.build_request() for tiled in self.conv_tiled.values()]
+        if self.first_pool is not None:
+            special += self.first_pool.build_requests()
+        self.rt.prepare(self.kernels.kernel_files(), special)
 
     # the plan's choices, by the names the evaluator and CUDA.LOG read
     conv_small = property(lambda self: self.kernels.conv_small)

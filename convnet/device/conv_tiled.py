@@ -358,6 +358,10 @@ class ConvTiled:
                  f"{int(v.taprow)}, {v.rows})", CONV_GRAD) for t, v in self.grad.items()]
         return out
 
+    def build_request(self):
+        """(kernel file, defines, kernels): what Runtime.specialize builds for this layer."""
+        return SOURCE, self.shape.defines(), self.kernels()
+
     def _build(self):
         if not self._built:
             self.rt.specialize(SOURCE, self.shape.defines(), self.kernels())

@@ -151,6 +151,13 @@ def _report(backend):
         return [f"(device report failed: {e})"]
 
 
+def _kernel_line(backend):
+    """What building the kernels took this process: modules read from the cache or compiled,
+    and the seconds (Runtime.build_line)."""
+    line = getattr(backend.rt, "build_line", None)
+    return [line()] if line is not None else []
+
+
 def _devices_report(backends, indices):
     """Each device's own lines, then the devices not used (a device report starts with a
     'Device N:' line and lists the others after its own)."""
@@ -198,9 +205,10 @@ def cuda_log_lines(backend, arch, params, weight_uploads_before=0):
     its ``weight_uploads`` and ``weight_uploads_before`` are then one count per device."""
     devices = getattr(backend, "backends", None)
     if devices is None:
-        lines = _section("1. Device and capabilities") + _report(backend)
+        lines = _section("1. Device and capabilities") + _report(backend) + _kernel_line(backend)
     else:
         lines = _section("1. Devices and capabilities") + _devices_report(devices, backend.indices)
+        lines += _kernel_line(devices[0])
         lines.append("Each evaluation splits the cases: "
                      + ", ".join(f"device {i} cases {a + 1} to {b}" for i, a, b in backend.shards)
                      + "; the partial sums are added in this order")

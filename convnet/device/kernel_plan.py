@@ -40,6 +40,16 @@ CONV_GRAD_POOLED = "conv_grad_pooled"   # the first layer's, from the pooling la
 FAMILIES = (GEMM_NN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BACKWARD,
             POOL_BACKWARD_TILES, GEMM_TN, CONV_GRAD, CONV_GRAD_POOLED)
 
+# The kernel files (kernels/*.cu) a family's functions are in; conv_tiled.cu's variants (the
+# CONV_GRAD family and the tiled candidates) are built per layer shape, so they have none here.
+_PRODUCTS = ("gemm.cu", "gemm_async.cu")
+FAMILY_FILES = {GEMM_NN: _PRODUCTS, GEMM_TN: _PRODUCTS, CONV_SMALL: ("conv_small.cu",),
+                CONV_SMALL_POOL: ("conv_small.cu",), CONV_GRAD_POOLED: ("conv_small.cu",),
+                POOL_FORWARD: ("pool.cu",), POOL_BACKWARD: ("pool.cu",),
+                POOL_BACKWARD_TILES: ("pool.cu",)}
+# the softmax, the weights' copies and the gradient's sums serve every net
+EVERY_NET_FILES = ("output.cu", "weights.cu")
+
 
 @dataclass(frozen=True)
 class TiledVariants:
@@ -232,6 +242,18 @@ class KernelPlan:
                 tuple(tiled.fwd) if tiled else (), tuple(tiled.bwd) if tiled and index else (),
                 tuple(tiled.grad) if tiled else ()))
         return out
+
+    def kernel_files(self):
+        """The kernel files whose functions this plan may launch, in any evaluation (criterion,
+        outputs or gradient, fused or not): what the runtime builds before the first one."""
+        families = set()
+        for layer in self.arch.all_layers:
+            i = layer.index
+            families.update(self.forward_family(i, fused, delta)
+                            for fused in (False, True) for delta in (False, True))
+            families.update((self.delta_family(i), self.gradient_family(i)))
+        files = [f for family in FAMILIES if family in families for f in FAMILY_FILES.get(family, ())]
+        return tuple(dict.fromkeys(files + list(EVERY_NET_FILES)))
 
     # ------------------------------------------------------------ launch splits and bytes
     def grad_plan(self, index):

@@ -215,6 +215,11 @@ class FirstLayerPool:
                 out.append((f, f"{params.family.upper()}({f}, {consts}, {minb}, {rolled})", params))
         return out
 
+    def build_requests(self):
+        """[(kernel file, defines, kernels)]: what Runtime.specialize builds for this layer
+        (nothing where no fixed variant fits)."""
+        return [("conv_small.cu", {}, self.kernels())] if self.fixed else []
+
     def launch(self, tuner, lp, src, lda, nb, weights, out, ids):
         """The pooled values into out and, unless ids is NULL, the winners into ids."""
         if self.fixed and not self._built:

@@ -13,10 +13,11 @@ import numpy as np
 from ..errors import ConvnetError
 from .graphs import DriverAPI, DriverEvent, Graph
 from .kernel_args import compiled_functions
+from .kernel_cache import CompileJob, KernelCache, split_units
 from .tuning import NN_SHARED, NN_TILES, SHARED_BYTES, tile_source, tn_tiles
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
-# built when a runtime starts
+# built when a backend is made (the files its net needs) or on a function's first launch
 EAGER_FILES = ("gemm.cu", "gemm_async.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu",
                "minibatch.cu")
 # built for one layer shape at a time, when first launched (conv_tiled.py)
@@ -44,6 +45,30 @@ def specialized_source(name, lines):
     """The text of kernels/NAME as Runtime.specialize compiles it: SPECIALIZED defined (the file
     leaves out its own default instantiations) and the instantiation lines appended."""
     return "#define SPECIALIZED\n" + kernel_source(name) + "\n" + "\n".join(lines) + "\n"
+
+
+def _function_files():
+    """({function name: its kernel file}, {kernel file: [(function name, KernelParams)]}) of
+    every function of EAGER_FILES."""
+    by_name, by_file = {}, {f: [] for f in EAGER_FILES}
+    for source, name, params in compiled_functions(NN_TILES, tn_tiles(), tile_source):
+        by_name[name] = source
+        by_file[source].append((name, params))
+    return by_name, by_file
+
+
+def _shared_needs():
+    """{kernel file: [(function name, dynamic shared bytes)]} of the functions that have to opt
+    in to more than SHARED_BYTES when they are loaded."""
+    needs = {}
+    for tile, nbytes in NN_SHARED.items():
+        if nbytes > SHARED_BYTES:
+            needs.setdefault(tile_source(tile), []).append((f"gemm_nn_{tile}", nbytes))
+    return needs
+
+
+def _special_key(name, defines, kernels):
+    return (name, tuple(sorted(defines.items())), tuple(line for _, line, _ in kernels))
 
 
 def ptr(buf, offset_elems=0, itemsize=4):
@@ -100,10 +125,15 @@ class Runtime:
         # the most shared memory one block may have once its kernel opts in (Volta and later)
         self.shared_optin = self.device.get_attribute(
             cuda.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        major, minor = self.device.compute_capability()
+        self.arch = f"sm_{major}{minor}"
+        self.cache = KernelCache()
+        self.modules = {}           # file name or specialisation key -> its units' modules
+        self.functions = {}         # function name -> prepared function
+        self.function_files, self.file_functions = _function_files()
+        self.shared_needs = _shared_needs()
         with self.active():
             self.stream = cuda.Stream()
-            self.functions = {}
-            self._build()
         # CUDA graphs and in-graph timing events need the driver API and the stream's handle
         driver = DriverAPI.load()
         self.driver = driver if driver is not None and hasattr(self.stream, "handle") else None
@@ -127,44 +157,99 @@ class Runtime:
         finally:
             self.stream = own
 
-    def _module(self, name, text=None, defines=None):
-        from pycuda.compiler import SourceModule
-        options = ["-O3"] + [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
-        try:
-            return SourceModule(text or kernel_source(name), no_extern_c=True, options=options)
-        except Exception as e:
-            raise DeviceUnavailable(f"kernel file {name} did not build: {e}") from None
+    def _jobs(self, name, defines=None, appended=()):
+        """The compile jobs of kernels/NAME (split_units), with -D NAME=value for defines;
+        appended: instantiation lines of a specialised build."""
+        options = ("-O3",) + tuple(f"-D{k}={v}" for k, v in sorted((defines or {}).items()))
+        text = specialized_source(name, ()) if appended else kernel_source(name)
+        return [CompileJob(unit, options, self.arch, name)
+                for unit in split_units(text, tuple(appended))]
 
-    def _build(self):
-        self.modules = {name: self._module(name) for name in EAGER_FILES}
-        for source, name, params in compiled_functions(NN_TILES, tn_tiles(), tile_source):
-            f = self.modules[source].get_function(name)
-            f.prepare(params.signature)
-            self.functions[name] = f
-        for tile, nbytes in NN_SHARED.items():
-            if nbytes > SHARED_BYTES:
-                self.allow_shared(f"gemm_nn_{tile}", nbytes)
+    def _load(self, requests):
+        """Builds every unit of requests [(key, jobs)] in one batch (cache, else nvcc side by
+        side) and returns {key: [module, ...]}."""
+        jobs = [job for _, js in requests for job in js]
+        try:
+            cubins = self.cache.build(jobs)
+        except Exception as e:
+            raise DeviceUnavailable(f"kernels did not build: {e}") from None
+        modules, k = {}, 0
+        for key, js in requests:
+            modules[key] = [self._module(job, cubin) for job, cubin in zip(js, cubins[k:k + len(js)])]
+            k += len(js)
+        return modules
+
+    def _module(self, job, cubin):
+        try:
+            return self.cuda.module_from_buffer(cubin)
+        except self.cuda.Error:         # a damaged file: build it again
+            self.cache.forget(job)
+            return self.cuda.module_from_buffer(self.cache.build([job])[0])
+
+    def prepare(self, files=(), specialized=()):
+        """Builds, in one batch, the kernel files named (those of EAGER_FILES not built yet) and
+        the specialised modules [(name, defines, kernels)] (see specialize), so that their
+        compilations run side by side; what a net launches later and was not named here is
+        built on its first launch."""
+        with self.active():
+            requests = [(f, self._jobs(f)) for f in dict.fromkeys(files)
+                        if f not in self.modules]
+            todo = {}
+            for name, defines, kernels in specialized:
+                key = _special_key(name, defines, kernels)
+                if key not in self.modules and key not in todo:
+                    todo[key] = kernels
+                    requests.append((key, self._jobs(name, defines, [k[1] for k in kernels])))
+            for key, modules in self._load(requests).items():
+                self.modules[key] = modules
+                if key in todo:
+                    self._register(modules, [(f, p) for f, _, p in todo[key]])
+                else:
+                    self._register(modules, self.file_functions[key])
+                    for fname, nbytes in self.shared_needs.get(key, ()):
+                        self.allow_shared(fname, nbytes)
+
+    def _register(self, modules, functions):
+        """Prepares each (function name, KernelParams) from the module of modules that has it."""
+        for fname, params in functions:
+            for module in modules:
+                try:
+                    f = module.get_function(fname)
+                except self.cuda.LogicError:
+                    continue
+                f.prepare(params.signature)
+                self.functions[fname] = f
+                break
+            else:
+                raise DeviceUnavailable(f"no kernel {fname} in the modules built")
+
+    def function(self, name):
+        """The prepared kernel `name`, its file built now if it was not yet."""
+        f = self.functions.get(name)
+        if f is None:
+            source = self.function_files.get(name)
+            if source is None:
+                raise KeyError(f"no kernel {name} is known (and none was specialised)")
+            self.prepare([source])
+            f = self.functions[name]
+        return f
 
     def specialize(self, name, defines, kernels):
         """Builds kernels/NAME for the constants `defines` (-D NAME=value) with the given
         instantiations appended: kernels is [(function name, instantiation line, KernelParams)].
         The functions are then launched by name like the others; a second call with the same
-        text only looks them up (and PyCUDA caches the compiled module on disk)."""
-        lines = tuple(line for _, line, _ in kernels)
-        key = (name, tuple(sorted(defines.items())), lines)
-        if key in self.modules:
-            return
-        module = self._module(name, specialized_source(name, lines), defines)
-        for fname, _, params in kernels:
-            f = module.get_function(fname)
-            f.prepare(params.signature)
-            self.functions[fname] = f
-        self.modules[key] = module
+        text only looks them up (and the kernel cache keeps the compiled units on disk)."""
+        self.prepare(specialized=[(name, defines, kernels)])
+
+    def build_line(self):
+        """One line for CUDA.LOG: the kernel modules of this process, from the cache or built,
+        and how long that took."""
+        return self.cache.stats.line()
 
     def allow_shared(self, name, nbytes):
         """Lets kernel `name` start with nbytes of dynamic shared memory (above 48 KB a kernel
         has to opt in; at most shared_optin)."""
-        self.functions[name].set_attribute(
+        self.function(name).set_attribute(
             self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
 
     # ------------------------------------------------------------------ helpers
@@ -182,12 +267,13 @@ class Runtime:
         if self.trace is not None:          # checks: an event pair around every launch
             e0, e1 = self.cuda.Event(), self.cuda.Event()
             e0.record(self.stream)
-            self.functions[name].prepared_async_call(grid, block, self.stream, *args,
-                                                     shared_size=shared)
+            self.function(name).prepared_async_call(grid, block, self.stream, *args,
+                                                    shared_size=shared)
             e1.record(self.stream)
             self.trace.append((name, grid, e0, e1))
             return
-        self.functions[name].prepared_async_call(grid, block, self.stream, *args, shared_size=shared)
+        f = self.functions.get(name) or self.function(name)
+        f.prepared_async_call(grid, block, self.stream, *args, shared_size=shared)
 
     @property
     def can_capture(self):

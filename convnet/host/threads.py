@@ -17,8 +17,6 @@ import ctypes
 import os
 import threading
 
-import numba
-
 _SET_NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
               "openblas_set_num_threads64_", "openblas_set_num_threads")
 _GET_NAMES = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
@@ -32,6 +30,7 @@ _saved = None
 
 def default_threads():
     """All the threads Numba was configured for (its NUMBA_NUM_THREADS; by default every core)."""
+    import numba        # here, not above: a GPU run holds BLAS to one thread without Numba
     return int(numba.config.NUMBA_NUM_THREADS)
 
 
