@@ -203,6 +203,7 @@ def baseline_results(before, folder, keep=None):
 
 def control_runs(device, keep=None, real_gpu=False, only=None):
     from convnet.session import run
+    from convnet.sweep import sweep_of
     out = {}
     folder = tempfile.mkdtemp(prefix="convnet-hashes-")
     try:
@@ -218,7 +219,8 @@ def control_runs(device, keep=None, real_gpu=False, only=None):
                 f.write(text)
             run_out = os.path.join(folder, "out-" + name)
             start = time.perf_counter()
-            run([ctl], out=run_out, seed=1, threads=2, device=device, report=False)
+            run([ctl], out=run_out, seed=1, threads=2, device=device, report=False,
+                sweep_run=1 if sweep_of(ctl) else None)     # a sweep file: its first combination
             files = {}
             for log_name in ("CONVNET.LOG", "CUDA.LOG"):
                 path = os.path.join(run_out, log_name)
