@@ -82,7 +82,6 @@ class _Work:
             # worked on and of the one below it
             self.deltas = tuple(np.empty(capacity * plan.max_neurons) for _ in range(2))
             self.gtmp = np.empty(plan.grad_scratch)
-            self.grad = np.empty(plan.n_weights)
         self.seconds = np.zeros((len(layers) + 1, 3))
         self.calls = np.zeros((len(layers) + 1, 3), dtype=np.int64)
 
@@ -206,12 +205,11 @@ def _criterion_block(plan, w, x, work, n, classes):
     return total
 
 
-def _backward_block(plan, w, work, n):
+def _backward_block(plan, w, work, n, g):
     """Backward pass of one block after :func:`_forward_block` with want_delta; adds the block's
-    (unnormalised) gradient into work.grad. Each delta is made d criterion / d net inputs (times
+    (unnormalised) gradient into g (n_weights). Each delta is made d criterion / d net inputs (times
     tanh') by the step that computes it, so that a max pooling layer hands down the tanh' of its
     winners with the delta itself."""
-    g = work.grad
     sec, calls = work.seconds, work.calls
     nl = len(plan.layers)
 
@@ -276,6 +274,7 @@ class _Job:
 
     def __init__(self, plan, w, x, classes, mode, results, cases, blocks, chunks):
         self.plan, self.w, self.mode, self.results, self.cases = plan, w, mode, results, cases
+        self.n_cases = blocks[-1][1]
         self.xf = x.reshape(x.shape[0], plan.n_inputs)
         self.classes = classes
         self.want_classes = classes.shape[0] > 0
@@ -293,15 +292,13 @@ class _Job:
         with wk.lock:
             for chunk in chunk_numbers:
                 if self.gradient:
-                    wk.grad[:] = 0.0
+                    self.partials[chunk] = 0.0
                 for block in range(*self.chunks[chunk]):
-                    self.run_block(wk, block)
-                if self.gradient:
-                    self.partials[chunk] = wk.grad
+                    self.run_block(wk, block, chunk)
 
-    def run_block(self, wk, block):
-        """One block: its -log likelihood sum, and its gradient, outputs, activations or
-        winners as the computation asks."""
+    def run_block(self, wk, block, chunk):
+        """One block: its -log likelihood sum, and its gradient (into its chunk's partial),
+        outputs, activations or winners as the computation asks."""
         plan, mode, results = self.plan, self.mode, self.results
         b0, b1 = self.blocks[block]
         count = b1 - b0
@@ -313,7 +310,7 @@ class _Job:
         self.totals[block] = _forward_block(plan, self.w, inputs, wk, count, classes,
                                             self.gradient, mode in ("gradient", "outputs"))
         if self.gradient:
-            _backward_block(plan, self.w, wk, count)
+            _backward_block(plan, self.w, wk, count, self.partials[chunk])
         elif mode == "outputs":
             results[b0:b1] = _view(wk.logits, plan.n_classes, count).T
         elif mode == "activations":
@@ -329,13 +326,16 @@ class _Job:
             total += float(v)
         return total
 
-    def gradient_sum(self):
+    def gradient_sum(self, out=None):
+        """The chunks' partial gradients added in chunk order (into ``out`` when given)."""
         if not self.gradient:
             return None
-        grad = self.partials[0].copy()
+        if out is None:
+            out = np.empty(self.plan.n_weights)
+        out[:] = self.partials[0]
         for p in self.partials[1:]:                      # chunk order, whatever the threads
-            grad += p
-        return grad
+            out += p
+        return out
 
 
 # ---------------------------------------------------------------------------------- backend
@@ -463,9 +463,24 @@ class HostBackend:
         is given: (sum of -log likelihood, gradient sum or None)."""
         n = x.shape[0] if cases is None else cases.shape[0]
         blocks, chunks = self.partition(n)
-        n_workers = min(self._threads, len(chunks))
-        works = self._work_areas(n_workers, blocks[0][1] - blocks[0][0], mode == "gradient")
         job = _Job(self._plan, w, x, classes, mode, results, cases, blocks, chunks)
+        self.execute(job)
+        return job.total(), job.gradient_sum()
+
+    def gradient_job(self, inputs, classes):
+        """A gradient computation over every case of ``inputs`` (n, bands, rows, cols) with
+        ``classes`` (n,), to be run again and again by :meth:`execute` on whatever the caller
+        puts in those arrays and the job's ``w`` (convnet/host/batches.py)."""
+        blocks, chunks = self.partition(inputs.shape[0])
+        return _Job(self._plan, None, inputs, classes, "gradient", None, None, blocks, chunks)
+
+    def execute(self, job):
+        """Run a job on the workers (the calling thread is the first of them); the job then
+        holds each block's sum and each chunk's partial gradient. A job may be run again (with
+        new weights or inputs in the same arrays): nothing of it is made anew."""
+        blocks, chunks = job.blocks, job.chunks
+        n_workers = min(self._threads, len(chunks))
+        works = self._work_areas(n_workers, blocks[0][1] - blocks[0][0], job.gradient)
         groups = self._shares(blocks, chunks, n_workers)
         with self._call_lock, single_threaded_blas():
             for wk in works:
@@ -483,7 +498,6 @@ class HostBackend:
             for wk in works:
                 self._seconds += wk.seconds
                 self._calls += wk.calls
-            return job.total(), job.gradient_sum()
 
     def _work_areas(self, n_workers, block, gradient):
         """The work areas of n_workers workers for blocks of ``block`` cases (kept from call to
@@ -514,6 +528,12 @@ class HostEvaluator(Evaluator):
         self.backend = backend
         self.inputs = self.bind(backend.arch, inputs, classes, wpen)
         self.cases = None                 # all cases of self.inputs, in order
+
+    def batch_gradients(self, batch_size):
+        """Gradients of batches of ``batch_size`` of this evaluator's cases into buffers kept
+        from batch to batch (host/batches.py; the results of :meth:`subset`'s gradient)."""
+        from .batches import BatchGradients
+        return BatchGradients(self, batch_size)
 
     def subset(self, case_indices):
         """An evaluator over the cases ``case_indices`` (0-based, of this evaluator's cases) of
