@@ -11,11 +11,8 @@ weight vector in the book's host order:
   indices into its own cases, in the order given; repeats allowed) of the data already bound:
   the data set is not sent to the backend again and nothing is tuned again (for validation sets
   and mini-batches). Its results are those of a fresh evaluator on those cases;
-* ``batch_gradients(batch_size)``: ``f(cases, w)``, the ``gradient`` of ``subset(cases)`` (to
-  the last bit), for one batch after another;
 * ``minibatches(rule, batch_size, rates, weights)``: the steps of mini-batch gradient descent
-  (convnet/minibatch.py), on the host through ``batch_gradients`` unless the backend runs them
-  itself.
+  (convnet/minibatch.py), on the host through ``subset`` unless the backend runs them itself.
 
 What is common to every backend lives here, once: the checks of inputs, classes, weights and
 the penalty (each failure one :class:`~convnet.errors.ConvnetError`), the scale 1 / (n_cases *
@@ -170,15 +167,9 @@ class Evaluator:
         self.penalty = parent.penalty
         return cases
 
-    def batch_gradients(self, batch_size):
-        """``f(cases, w) -> (criterion, gradient)`` for batches of ``batch_size`` of this
-        evaluator's cases: here ``subset(cases).gradient(w)``; a backend may keep its buffers
-        from batch to batch (the host does), with the same results to the last bit."""
-        return lambda cases, w: self.subset(cases).gradient(w)
-
     def minibatches(self, rule, batch_size, rates, weights):
         """The runner of mini-batch descent's steps from ``weights`` (minibatch.py): here the
-        host's, through :meth:`batch_gradients`; a backend that keeps the steps on its own device offers
+        host's, through :meth:`subset`; a backend that keeps the steps on its own device offers
         its own."""
         from .minibatch import HostMiniBatches
         return HostMiniBatches(self, rule, batch_size, rates, weights)

@@ -15,8 +15,8 @@ holds the learning rate of every step of the run (``learning_rates``), so the de
 its step's rate from a table made once.
 
 Every evaluator offers ``minibatches(rule, batch, rates, weights)``: the host's (and any
-evaluator's) is :class:`HostMiniBatches`, through the evaluator's ``batch_gradients`` (the results
-of ``subset(cases).gradient(w)``, whose sums do not depend on the thread count); the device keeps the weights and the rule's state on the GPU
+evaluator's) is :class:`HostMiniBatches`, through ``subset(cases).gradient(w)``, whose sums do not
+depend on the thread count; the device keeps the weights and the rule's state on the GPU
 (device/minibatch.py) and its update kernel's numpy reference calls :func:`update_weights`.
 """
 
@@ -103,8 +103,8 @@ def update_weights(rule, w, grad, first, second, rate, t):
 
 class HostMiniBatches:
     """The steps of mini-batch descent on any evaluator: each batch's gradient from
-    ``evaluator.batch_gradients`` (``subset(batch).gradient(w)``, its sums independent of the
-    thread count), the update in float64 on the host.
+    ``evaluator.subset(batch).gradient(w)`` (its sums independent of the thread count), the
+    update in float64 on the host.
 
         runner.start_epoch(order); while runner.steps_left: runner.step()
         likelihood, w = runner.end_epoch()
@@ -113,7 +113,6 @@ class HostMiniBatches:
     def __init__(self, evaluator, rule, batch_size, rates, weights):
         self.evaluator, self.rule, self.rates = evaluator, rule, np.asarray(rates, np.float64)
         self.batch, self.per_epoch = batch_layout(evaluator.n_cases, batch_size)
-        self.gradient = evaluator.batch_gradients(self.batch)
         self.w = np.array(weights, dtype=np.float64)
         self.first = np.zeros_like(self.w)
         self.second = np.zeros_like(self.w) if rule.kind == ADAM else None
@@ -133,8 +132,9 @@ class HostMiniBatches:
     def step(self):
         """One batch: its gradient at the current weights, then the update."""
         first = self.position * self.batch
-        criterion, grad = self.gradient(self.order[first:first + self.batch], self.w)
-        self.likelihood += criterion - self.evaluator.penalty.value(self.w)
+        part = self.evaluator.subset(self.order[first:first + self.batch])
+        criterion, grad = part.gradient(self.w)
+        self.likelihood += criterion - part.penalty.value(self.w)
         self.t += 1
         update_weights(self.rule, self.w, grad, self.first, self.second,
                        float(self.rates[self.t - 1]), self.t)

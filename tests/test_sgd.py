@@ -12,8 +12,6 @@ from click.testing import CliRunner
 from convnet.architecture import Architecture
 from convnet.cli import main
 from convnet.device import backend as dbe
-from convnet.errors import ConvnetError
-from convnet.evaluator import Evaluator
 from convnet.host.backend import HostBackend
 from convnet.minibatch import (ADAM, SGD, HostMiniBatches, UpdateRule, batch_layout,
                                learning_rates, update_weights)
@@ -74,56 +72,6 @@ def test_batch_gradient_matches_finite_differences():
         down[i] -= h
         numeric = (part.criterion(up) - part.criterion(down)) / (2 * h)
         assert abs(numeric - grad[i]) <= 1e-6 * max(1e-3, abs(grad[i])), i
-
-
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_batch_gradients_are_the_subset_gradients_to_the_bit(threads):
-    """The host's kept buffers give subset(cases).gradient(w) exactly, batch after batch (the
-    gradient buffer is reused), on the whole data set and on a subset of it (indices of the
-    subset's own cases), repeats included."""
-    arch, x, c, w = _problem(n=150)
-    ev = HostBackend(arch, threads=threads).evaluator(x, c, 0.01)
-    part = ev.subset(np.arange(149, 9, -1))
-    rng = np.random.default_rng(4)
-    for source in (ev, part):
-        for size in (1, 10, 64):
-            gradients = source.batch_gradients(size)
-            for _ in range(3):
-                cases = rng.integers(0, source.n_cases, size)
-                want_crit, want_grad = source.subset(cases).gradient(w)
-                crit, grad = gradients(cases, w)
-                assert crit == want_crit and np.array_equal(grad, want_grad)
-
-
-def test_batch_gradients_do_not_depend_on_the_threads():
-    arch, x, c, w = _problem(n=150)
-    cases = np.random.default_rng(8).permutation(150)[:64]
-    results = [HostBackend(arch, threads=t).evaluator(x, c, 0.01).batch_gradients(64)(cases, w)
-               for t in (1, 2, 4)]
-    for crit, grad in results[1:]:
-        assert crit == results[0][0] and np.array_equal(grad, results[0][1])
-
-
-def test_batch_gradients_refuse_a_batch_of_another_size():
-    arch, x, c, w = _problem()
-    gradients = HostBackend(arch, threads=1).evaluator(x, c).batch_gradients(8)
-    with pytest.raises(ConvnetError, match="a batch of 9 cases"):
-        gradients(np.arange(9), w)
-    with pytest.raises(ConvnetError, match="case indices must lie in"):
-        gradients(np.arange(200, 208), w)
-
-
-def test_host_epochs_equal_those_through_subset():
-    """The runner on the host's kept buffers takes the steps the generic runner takes through
-    subset(...).gradient (Evaluator.batch_gradients), to the last bit."""
-    arch, x, c, w = _problem()
-    rule = UpdateRule(SGD, momentum=0.9, nesterov=True)
-    ev = HostBackend(arch, threads=2).evaluator(x, c, 0.001)
-    fast = _epochs(ev, rule, w, 16, 2, 7)
-    generic = HostBackend(arch, threads=2).evaluator(x, c, 0.001)
-    generic.batch_gradients = lambda size: Evaluator.batch_gradients(generic, size)
-    slow = _epochs(generic, rule, w, 16, 2, 7)
-    assert fast[0] == slow[0] and np.array_equal(fast[1], slow[1])
 
 
 # ------------------------------------------------------------------ update rules and schedules

@@ -274,7 +274,6 @@ class _Job:
 
     def __init__(self, plan, w, x, classes, mode, results, cases, blocks, chunks):
         self.plan, self.w, self.mode, self.results, self.cases = plan, w, mode, results, cases
-        self.n_cases = blocks[-1][1]
         self.xf = x.reshape(x.shape[0], plan.n_inputs)
         self.classes = classes
         self.want_classes = classes.shape[0] > 0
@@ -288,7 +287,8 @@ class _Job:
         return self.xf[b0:b1] if self.cases is None else self.xf[self.cases[b0:b1]]
 
     def run_chunks(self, wk, chunk_numbers):
-        """One worker's share: the chunks numbered, each summed into a partial of its own."""
+        """One worker's share: the chunks numbered, each summed into a partial of its own (the
+        blocks add straight into it)."""
         with wk.lock:
             for chunk in chunk_numbers:
                 if self.gradient:
@@ -326,16 +326,13 @@ class _Job:
             total += float(v)
         return total
 
-    def gradient_sum(self, out=None):
-        """The chunks' partial gradients added in chunk order (into ``out`` when given)."""
+    def gradient_sum(self):
         if not self.gradient:
             return None
-        if out is None:
-            out = np.empty(self.plan.n_weights)
-        out[:] = self.partials[0]
+        grad = self.partials[0].copy()
         for p in self.partials[1:]:                      # chunk order, whatever the threads
-            out += p
-        return out
+            grad += p
+        return grad
 
 
 # ---------------------------------------------------------------------------------- backend
@@ -463,24 +460,9 @@ class HostBackend:
         is given: (sum of -log likelihood, gradient sum or None)."""
         n = x.shape[0] if cases is None else cases.shape[0]
         blocks, chunks = self.partition(n)
-        job = _Job(self._plan, w, x, classes, mode, results, cases, blocks, chunks)
-        self.execute(job)
-        return job.total(), job.gradient_sum()
-
-    def gradient_job(self, inputs, classes):
-        """A gradient computation over every case of ``inputs`` (n, bands, rows, cols) with
-        ``classes`` (n,), to be run again and again by :meth:`execute` on whatever the caller
-        puts in those arrays and the job's ``w`` (convnet/host/batches.py)."""
-        blocks, chunks = self.partition(inputs.shape[0])
-        return _Job(self._plan, None, inputs, classes, "gradient", None, None, blocks, chunks)
-
-    def execute(self, job):
-        """Run a job on the workers (the calling thread is the first of them); the job then
-        holds each block's sum and each chunk's partial gradient. A job may be run again (with
-        new weights or inputs in the same arrays): nothing of it is made anew."""
-        blocks, chunks = job.blocks, job.chunks
         n_workers = min(self._threads, len(chunks))
-        works = self._work_areas(n_workers, blocks[0][1] - blocks[0][0], job.gradient)
+        works = self._work_areas(n_workers, blocks[0][1] - blocks[0][0], mode == "gradient")
+        job = _Job(self._plan, w, x, classes, mode, results, cases, blocks, chunks)
         groups = self._shares(blocks, chunks, n_workers)
         with self._call_lock, single_threaded_blas():
             for wk in works:
@@ -498,6 +480,7 @@ class HostBackend:
             for wk in works:
                 self._seconds += wk.seconds
                 self._calls += wk.calls
+            return job.total(), job.gradient_sum()
 
     def _work_areas(self, n_workers, block, gradient):
         """The work areas of n_workers workers for blocks of ``block`` cases (kept from call to
@@ -528,12 +511,6 @@ class HostEvaluator(Evaluator):
         self.backend = backend
         self.inputs = self.bind(backend.arch, inputs, classes, wpen)
         self.cases = None                 # all cases of self.inputs, in order
-
-    def batch_gradients(self, batch_size):
-        """Gradients of batches of ``batch_size`` of this evaluator's cases into buffers kept
-        from batch to batch (host/batches.py; the results of :meth:`subset`'s gradient)."""
-        from .batches import BatchGradients
-        return BatchGradients(self, batch_size)
 
     def subset(self, case_indices):
         """An evaluator over the cases ``case_indices`` (0-based, of this evaluator's cases) of
