@@ -11,7 +11,8 @@ trains, the weights are kept at the first check point (a conjugate-gradient iter
 after every --every seconds of training; after the run's TEST each kept set is tested on the same
 test cases (that testing and the keeping are not in the seconds). A row: the method, the seed,
 TRAIN's seconds, the final training criterion, the TEST misclassification, the load average
-before and after the run, and the curve [(seconds, test error %)]. The JSON also names the
+before and after the run, and the curve [(seconds, test error %, training criterion)] (the
+criterion of the last iteration or epoch, of its batches for SGD and Adam). The JSON also names the
 machine (lscpu's model name and cores); the PNG draws every curve, the 5 % line and 60 s.
 """
 
@@ -29,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # The settings compared (benchmarks/NOTES.md, "Mini-batch training on the host", says why these).
 METHODS = {
     "CG": [],                                          # the book's: annealing, conjugate gradients
-    "SGD": ["TRAIN METHOD = SGD", "ANNEAL ITERS = 0", "BATCH SIZE = 256", "EPOCHS = 400",
-            "LEARNING RATE = 4", "NESTEROV = YES", "LR SCHEDULE = CONSTANT"],
-    "ADAM": ["TRAIN METHOD = ADAM", "ANNEAL ITERS = 0", "BATCH SIZE = 256", "EPOCHS = 400",
+    "SGD": ["TRAIN METHOD = SGD", "ANNEAL ITERS = 0", "BATCH SIZE = 256", "EPOCHS = 600",
+            "LEARNING RATE = 1", "NESTEROV = YES", "LR SCHEDULE = CONSTANT"],
+    "ADAM": ["TRAIN METHOD = ADAM", "ANNEAL ITERS = 0", "BATCH SIZE = 256", "EPOCHS = 600",
              "LEARNING RATE = 0.01", "LR SCHEDULE = CONSTANT"],
 }
 
@@ -43,31 +44,36 @@ def child(spec_path):
     import convnet
     from convnet.train import trainer
     from convnet.train.confusion import confusion_matrix, misclassification
-    kept, clock = [], {"excluded": 0.0, "last": -1e9}
-    original_validate, original_test = trainer.TrainContext.validate, trainer.test
+    kept, clock = [], {"excluded": 0.0, "last": -1e9, "criterion": None}
+    original = trainer.TrainContext.report, trainer.TrainContext.validate, trainer.test
+
+    def report(context, phase, step, criterion, *rest):
+        clock["criterion"] = float(criterion)
+        return original[0](context, phase, step, criterion, *rest)
 
     def validate(context, phase, step):
-        original_validate(context, phase, step)
+        original[1](context, phase, step)
         t0 = time.perf_counter()
         seconds = t0 - context.started - clock["excluded"]
         if seconds - clock["last"] >= spec["every"]:
-            kept.append((seconds, np.array(context.model.weights, copy=True)))
+            kept.append((seconds, clock["criterion"], np.array(context.model.weights, copy=True)))
             clock["last"] = seconds
         clock["excluded"] += time.perf_counter() - t0
 
     curve = []
 
     def test_and_curve(model, dataset, log):
-        result = original_test(model, dataset, log)
+        result = original[2](model, dataset, log)
         final = model.weights.copy()
         ev = model.evaluator(dataset.inputs, dataset.classes, 0.0)
-        for seconds, w in kept:
+        for seconds, criterion, w in kept:
             matrix = confusion_matrix(ev.outputs(w), dataset.classes, model.arch.n_classes)
-            curve.append([round(seconds, 3), misclassification(matrix)])
+            curve.append([round(seconds, 3), misclassification(matrix), criterion])
         model.weights = final
         return result
 
-    trainer.TrainContext.validate, trainer.test = validate, test_and_curve
+    trainer.TrainContext.report, trainer.TrainContext.validate = report, validate
+    trainer.test = test_and_curve
     convnet.run(spec["ctl"], out=spec["out"], seed=spec["seed"], threads=spec["threads"],
                 quiet=True, report=False)
     runs = json.loads((Path(spec["out"]) / "results.json").read_text())["runs"]
@@ -76,7 +82,7 @@ def child(spec_path):
     row = {"train_s": train["seconds"]["total"] - clock["excluded"],
            "criterion": train["final_criterion"], "test_error": test["misclassification"],
            "curve": curve + [[round(train["seconds"]["total"] - clock["excluded"], 3),
-                              test["misclassification"]]]}
+                              test["misclassification"], train["final_criterion"]]]}
     Path(spec_path).with_suffix(".row.json").write_text(json.dumps(row))
 
 
@@ -123,7 +129,7 @@ def plot(data, png):
     colors = {"CG": "tab:blue", "SGD": "tab:orange", "ADAM": "tab:green"}
     fig, ax = plt.subplots(figsize=(8, 5))
     for row in data["rows"]:
-        s, e = zip(*row["curve"])
+        s, e, _ = zip(*row["curve"])
         label = row["method"] if row["seed"] == data["seeds"][0] else None
         ax.plot(s, e, color=colors.get(row["method"], "gray"), alpha=0.8, label=label)
         ax.plot(s[-1], e[-1], "o", color=colors.get(row["method"], "gray"))
