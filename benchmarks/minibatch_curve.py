@@ -7,7 +7,7 @@ convnet/minibatch.py driven directly (no control file), the test error of the we
 The training cases are MNIST test digits 1-2000 and the test cases 2001-3000 (data/), as in
 controlfiles/mnist-small.ctl; the start is one random draw within --range (ANNEAL ITERS = 0),
 WPEN as there. Each line: epoch, training seconds so far, the likelihood term of the epoch's
-batches, the test misclassification.
+batches, the weight penalty (and the weights' root mean square), the test misclassification.
 """
 
 import argparse
@@ -70,8 +70,9 @@ def main(argv=None):
         seconds += time.perf_counter() - t0
         if epoch % a.every == 0 or epoch == a.epochs:
             error = 100 * np.mean(np.argmax(test.outputs(w), axis=1) != test_classes)
-            print(f"epoch {epoch} {seconds:.1f} s likelihood {likelihood:.3g} test {error:.2f} %",
-                  flush=True)
+            print(f"epoch {epoch} {seconds:.1f} s likelihood {likelihood:.3g} penalty "
+                  f"{train.penalty.value(w):.3g} (rms weight {np.sqrt(np.mean(w * w)):.3g}) "
+                  f"test {error:.2f} %", flush=True)
 
 
 if __name__ == "__main__":
