@@ -34,6 +34,8 @@ METHODS = {
             "LEARNING RATE = 1", "NESTEROV = YES", "LR SCHEDULE = CONSTANT"],
     "ADAM": ["TRAIN METHOD = ADAM", "ANNEAL ITERS = 0", "BATCH SIZE = 256", "EPOCHS = 600",
              "LEARNING RATE = 0.01", "LR SCHEDULE = CONSTANT"],
+    "ADAM-WPEN": ["TRAIN METHOD = ADAM", "ANNEAL ITERS = 0", "BATCH SIZE = 256", "EPOCHS = 600",
+                  "LEARNING RATE = 0.01", "LR SCHEDULE = CONSTANT", "WPEN = 0.01"],
 }
 
 
@@ -126,7 +128,7 @@ def plot(data, png):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    colors = {"CG": "tab:blue", "SGD": "tab:orange", "ADAM": "tab:green"}
+    colors = {"CG": "tab:blue", "SGD": "tab:orange", "ADAM": "tab:green", "ADAM-WPEN": "tab:red"}
     fig, ax = plt.subplots(figsize=(8, 5))
     for row in data["rows"]:
         s, e, _ = zip(*row["curve"])
@@ -149,7 +151,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("ctl", type=Path, nargs="?")
     ap.add_argument("--child")
-    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--methods", default="CG,SGD,ADAM")
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--every", type=float, default=5.0, help="seconds between kept weights")
