@@ -82,7 +82,6 @@ class _Work:
             # worked on and of the one below it
             self.deltas = tuple(np.empty(capacity * plan.max_neurons) for _ in range(2))
             self.gtmp = np.empty(plan.grad_scratch)
-            self.grad = np.empty(plan.n_weights)
         self.seconds = np.zeros((len(layers) + 1, 3))
         self.calls = np.zeros((len(layers) + 1, 3), dtype=np.int64)
 
@@ -206,12 +205,11 @@ def _criterion_block(plan, w, x, work, n, classes):
     return total
 
 
-def _backward_block(plan, w, work, n):
+def _backward_block(plan, w, work, n, g):
     """Backward pass of one block after :func:`_forward_block` with want_delta; adds the block's
-    (unnormalised) gradient into work.grad. Each delta is made d criterion / d net inputs (times
+    (unnormalised) gradient into g (n_weights). Each delta is made d criterion / d net inputs (times
     tanh') by the step that computes it, so that a max pooling layer hands down the tanh' of its
     winners with the delta itself."""
-    g = work.grad
     sec, calls = work.seconds, work.calls
     nl = len(plan.layers)
 
@@ -289,19 +287,18 @@ class _Job:
         return self.xf[b0:b1] if self.cases is None else self.xf[self.cases[b0:b1]]
 
     def run_chunks(self, wk, chunk_numbers):
-        """One worker's share: the chunks numbered, each summed into a partial of its own."""
+        """One worker's share: the chunks numbered, each summed into a partial of its own (the
+        blocks add straight into it)."""
         with wk.lock:
             for chunk in chunk_numbers:
                 if self.gradient:
-                    wk.grad[:] = 0.0
+                    self.partials[chunk] = 0.0
                 for block in range(*self.chunks[chunk]):
-                    self.run_block(wk, block)
-                if self.gradient:
-                    self.partials[chunk] = wk.grad
+                    self.run_block(wk, block, chunk)
 
-    def run_block(self, wk, block):
-        """One block: its -log likelihood sum, and its gradient, outputs, activations or
-        winners as the computation asks."""
+    def run_block(self, wk, block, chunk):
+        """One block: its -log likelihood sum, and its gradient (into its chunk's partial),
+        outputs, activations or winners as the computation asks."""
         plan, mode, results = self.plan, self.mode, self.results
         b0, b1 = self.blocks[block]
         count = b1 - b0
@@ -313,7 +310,7 @@ class _Job:
         self.totals[block] = _forward_block(plan, self.w, inputs, wk, count, classes,
                                             self.gradient, mode in ("gradient", "outputs"))
         if self.gradient:
-            _backward_block(plan, self.w, wk, count)
+            _backward_block(plan, self.w, wk, count, self.partials[chunk])
         elif mode == "outputs":
             results[b0:b1] = _view(wk.logits, plan.n_classes, count).T
         elif mode == "activations":
