@@ -24,7 +24,6 @@ import json
 import math
 import os
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, NamedTuple, Optional, Tuple
@@ -33,6 +32,7 @@ import numpy as np
 
 from ._version import __version__
 from .architecture import Architecture
+from .atomic import write_atomically
 from .errors import ConvnetError
 
 MAGIC = b"CONVNETM"
@@ -130,54 +130,7 @@ def save_model(path, model, series_info=None, extra=None, class_names=None):
     it cannot be written.
     """
     write_atomically(path, encode_model(model.arch, model.weights, series_info, extra,
-                                         class_names))
-
-
-def write_atomically(path, data, what="model file"):
-    """Write the bytes ``data`` to ``path`` through a temporary file beside it, flushed to disk and
-    renamed over ``path``. Raises ConvnetError naming the file (``what`` says what it is) when it
-    cannot be written."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.lexists(path) and not os.path.isfile(path):
-        # renaming over it would replace a folder's entry such as a device (/dev/null) or a link
-        raise ConvnetError(f"cannot write the {what}: it exists and is not a regular file",
-                           file=path)
-    tmp = None
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                                   dir=folder)
-        # mkstemp makes the file private (0600); the file gets the mode any new file gets
-        os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:
-        raise ConvnetError(f"cannot write the {what}: {e.strerror or e}", file=path) from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-
-def current_umask():
-    """The process's umask (from /proc where it can be read, so no thread ever sees it changed)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+                                         class_names), what="model file")
 
 
 def decode_model(data, path="<model>"):

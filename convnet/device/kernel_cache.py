@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Tuple
 
+from ..atomic import replace_file
 from ..errors import ConvnetError
 
 # Bumped when the way a key is formed changes, so that older files are never read as newer.
@@ -203,7 +204,7 @@ class KernelCache:
     def _compile(self, job, path):
         cubin = self.compile(job.text, job.options, job.arch)
         try:
-            _write_atomically(path, cubin)
+            replace_file(path, cubin)
         except OSError:             # a read-only or full cache costs time, never a result
             pass
         return cubin
@@ -215,19 +216,3 @@ def _read(path):
             return f.read() or None
     except OSError:
         return None
-
-
-def _write_atomically(path, data):
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".cubin")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise

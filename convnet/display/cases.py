@@ -5,13 +5,12 @@ and any other number of bands shows its first band in grey. Each file is written
 temporary name and renamed into place.
 """
 
-import os
-import tempfile
+import io
 
 import numpy as np
 from PIL import Image
 
-from ..errors import ConvnetError
+from ..atomic import write_atomically
 
 
 def case_image(planes):
@@ -25,28 +24,7 @@ def case_image(planes):
 
 def save_case(planes, path):
     """Write one case's picture at ``path`` (its folder made as needed)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    temporary = None
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=".case.", suffix=".png", dir=folder)
-        with os.fdopen(fd, "wb") as f:
-            case_image(planes).save(f, format="PNG")
-        os.chmod(temporary, 0o666 & ~_umask())      # mkstemp's files are private
-        os.replace(temporary, path)
-        temporary = None
-    except OSError as e:
-        raise ConvnetError(f"cannot write {path}: {e.strerror or e}") from None
-    finally:
-        if temporary is not None:
-            try:
-                os.unlink(temporary)
-            except OSError:
-                pass
+    picture = io.BytesIO()
+    case_image(planes).save(picture, format="PNG")
+    write_atomically(path, picture.getvalue(), what="case picture")
     return path
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

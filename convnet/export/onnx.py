@@ -100,7 +100,7 @@ def onnx_model(arch, weights, class_names=None):
 def export_onnx(path, arch, weights, class_names=None):
     """Write the ONNX model of ``arch`` and ``weights`` to ``path`` (atomically); returns the
     model. ConvnetError naming the file when it cannot be written."""
-    from ..modelfile import write_atomically
+    from ..atomic import write_atomically
     model = onnx_model(arch, weights, class_names)
     write_atomically(path, model.SerializeToString(), what="ONNX file")
     return model

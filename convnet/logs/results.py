@@ -11,8 +11,8 @@ never sees half of one. Numbers that are not finite are written as null (JSON ha
 import json
 import math
 import os
-import tempfile
 
+from ..atomic import replace_file
 from ..errors import ConvnetError
 from .reader import BOOK_PHASES, LogFile, LogPhase, Run, compact_layers, read_log
 
@@ -40,26 +40,8 @@ def json_safe(value):
 
 
 def write_atomic(path, text):
-    """Replace ``path`` by ``text`` at once: write a temporary file beside it, then rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(temporary, 0o666 & ~_umask())
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    """Replace ``path`` by ``text`` (UTF-8) at once (OSError when it cannot be written)."""
+    replace_file(path, text.encode("utf-8"))
 
 
 def write_results(path, data):
