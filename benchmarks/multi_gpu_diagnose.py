@@ -10,7 +10,6 @@ overlap and the rest is host work; if they take about the sum, something seriali
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,22 @@ def profile(fn):
     prof = cProfile.Profile()
     prof.runcall(fn)
     pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+
+
+def timing_rows(backend, ev, ws, repeat):
+    """(what, median ms) of each shard alone, the shards at once and one after another, the whole
+    multi-device gradient, and the host's float64 sum of the parts."""
+    rows = [(f"shard {k} alone", median_ms(lambda i, p=part: p.gradient(ws[i % 2]), repeat))
+            for k, part in enumerate(ev.parts)]
+    both = [lambda i, p=p: p.gradient(ws[i % 2]) for p in ev.parts]
+    rows.append(("shards at once", median_ms(
+        lambda i: backend.run_each([lambda f=f: f(i) for f in both]), repeat)))
+    rows.append(("shards one after another", median_ms(lambda i: [f(i) for f in both], repeat)))
+    rows.append(("whole multi gradient", median_ms(lambda i: ev.gradient(ws[i % 2]), repeat)))
+    part = np.array(ev.parts[0].gradient(ws[0])[1])
+    rows.append(("host float64 sum of parts", median_ms(
+        lambda i: sum(share * part for share in ev.weights_share), repeat)))
+    return rows
 
 
 def main(argv=None):
@@ -50,28 +65,14 @@ def main(argv=None):
             ev = backend.evaluator(x, c, 0.0)
             for i in range(3):
                 ev.gradient(ws[i % 2])
-            rows = []
-            for k, part in enumerate(ev.parts):
-                rows.append((f"shard {k} alone", median_ms(lambda i: part.gradient(ws[i % 2]),
-                                                           args.repeat)))
-            both = [lambda i, p=p: p.gradient(ws[i % 2]) for p in ev.parts]
-            rows.append(("shards at once", median_ms(
-                lambda i: backend.run_each([lambda f=f: f(i) for f in both]), args.repeat)))
-            rows.append(("shards one after another", median_ms(
-                lambda i: [f(i) for f in both], args.repeat)))
-            rows.append(("whole multi gradient", median_ms(lambda i: ev.gradient(ws[i % 2]),
-                                                           args.repeat)))
-            t0 = time.perf_counter()
-            g = [np.array(ev.parts[0].gradient(ws[0])[1]) for _ in range(1)]
-            sums = median_ms(lambda i: sum(s * g[0] for s in ev.weights_share), args.repeat)
-            rows.append(("host float64 sum of parts", sums))
+            rows = timing_rows(backend, ev, ws, args.repeat)
             print(f"{name} ({label}, {len(x)} cases, {arch.n_weights} weights)")
             for what, ms in rows:
                 print(f"    {what:<30}{ms:>9.2f} ms", flush=True)
             if label == "split upload":
                 profile(lambda: [ev.gradient(ws[i % 2]) for i in range(20)])
             backend.close()
-            del ev, backend, t0
+            ev = backend = None      # free this backend's GPU memory before the next
 
 
 if __name__ == "__main__":

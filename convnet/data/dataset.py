@@ -139,11 +139,7 @@ class Dataset:
         cases, and the kept windows are imaged and classed with them, unless the images were made
         with a trained model's scale and thresholds (a test series): those are kept as they are.
         """
-        first, last = int(first), int(last)
-        if first < 1 or last < first or last > self.n_cases:
-            raise ConvnetError(
-                f"KEEP CASES {first} {last}: the data has {_plural(self.n_cases, 'case')}, "
-                f"so the range must lie within 1..{self.n_cases} with First <= Last")
+        first, last = self._case_range("KEEP CASES", first, last)
         if self.source == "MNIST" and self.classes is None:
             raise ConvnetError(f"KEEP CASES {first} {last}: read the MNIST labels first "
                                "(READ MNIST LABELS), then keep cases")
@@ -157,14 +153,19 @@ class Dataset:
         return Dataset(self.inputs[first - 1:last].copy(), classes, self.n_classes, self.source,
                        self.series, None, self.class_names, cases)
 
-    def hold_out(self, first, last):
-        """A data set of these same cases with cases ``first``..``last`` (1-based, inclusive)
-        held out for validation: at least one case must remain to train on."""
+    def _case_range(self, command, first, last):
+        """(first, last) as ints, refused (naming ``command``) unless 1 <= first <= last <= cases."""
         first, last = int(first), int(last)
         if first < 1 or last < first or last > self.n_cases:
             raise ConvnetError(
-                f"VALIDATION CASES {first} {last}: the data has {_plural(self.n_cases, 'case')}, "
+                f"{command} {first} {last}: the data has {_plural(self.n_cases, 'case')}, "
                 f"so the range must lie within 1..{self.n_cases} with First <= Last")
+        return first, last
+
+    def hold_out(self, first, last):
+        """A data set of these same cases with cases ``first``..``last`` (1-based, inclusive)
+        held out for validation: at least one case must remain to train on."""
+        first, last = self._case_range("VALIDATION CASES", first, last)
         if last - first + 1 >= self.n_cases:
             raise ConvnetError(f"VALIDATION CASES {first} {last} holds out all "
                                f"{_plural(self.n_cases, 'case')}: none would be left to train on")
