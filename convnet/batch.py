@@ -321,7 +321,7 @@ def prepare(files, out, seed, overwrite, allow_large, device, progress):
     planned = plan_runs(files, out, seed, allow_large)
     resuming = open_batch_folder(out, files, overwrite)
     progress.planned(len(planned))
-    rows, to_run = [None] * len(planned), {}
+    rows, to_run, digests = [None] * len(planned), {}, {}
     for i, run in enumerate(planned):
         row = BatchRow.planned(run, out)
         if run.error is not None:
@@ -329,7 +329,7 @@ def prepare(files, out, seed, overwrite, allow_large, device, progress):
             rows[i] = row
             progress.ended(row, was_started=False)
             continue
-        inputs = run_inputs(run, device)
+        inputs = run_inputs(run, device, digests)
         done = finished_with(run.folder, inputs) if resuming else None
         if done is not None:
             rows[i] = reused_row(row, done)

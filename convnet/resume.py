@@ -127,9 +127,12 @@ def _matches_digest(pattern):
     return digest.hexdigest()
 
 
-def run_inputs(run, device):
+def run_inputs(run, device, digests=None):
     """The inputs of a planned run (see the module notes); None when its file does not parse
-    (such a run is never reused: its session says what is wrong)."""
+    (such a run is never reused: its session says what is wrong). ``digests``, a dict shared by
+    the runs of one batch, keeps each data file's digest so that the runs of a sweep, which read
+    the same files, read each of them once."""
+    digests = {} if digests is None else digests
     try:
         commands, lines, _ = parse_control(run.file, sweep_run=run.sweep_run)
     except ConvnetError:
@@ -138,7 +141,10 @@ def run_inputs(run, device):
     for cmd in commands:
         path = cmd.args.get("path")
         if path is not None:
-            files[os.path.abspath(path)] = content_digest(path)
+            full = os.path.abspath(path)
+            if full not in digests:
+                digests[full] = content_digest(path)
+            files[full] = digests[full]
     control = hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
     return {"control_sha256": control, "seed": run.seed, "files": files, "device": device,
             "convnet_version": __version__}
