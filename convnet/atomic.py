@@ -31,16 +31,17 @@ def replace_file(path, data, sync=False):
         raise
 
 
-def write_atomically(path, data, what="file"):
-    """replace_file, flushed to disk, with one ConvnetError naming the file (``what`` says what it
-    is) when it cannot be written, or when ``path`` exists and is not a regular file."""
+def write_atomically(path, data, what="file", sync=True):
+    """replace_file (``sync``: flushed to disk first) with one ConvnetError naming the file
+    (``what`` says what it is) when it cannot be written, or when ``path`` exists and is not a
+    regular file."""
     path = os.fspath(path)
     if os.path.lexists(path) and not os.path.isfile(path):
         # renaming over it would replace a folder's entry such as a device (/dev/null) or a link
         raise ConvnetError(f"cannot write the {what}: it exists and is not a regular file",
                            file=path)
     try:
-        replace_file(path, data, sync=True)
+        replace_file(path, data, sync)
     except OSError as e:
         raise ConvnetError(f"cannot write the {what}: {e.strerror or e}", file=path) from None
 

@@ -26,5 +26,6 @@ def save_case(planes, path):
     """Write one case's picture at ``path`` (its folder made as needed)."""
     picture = io.BytesIO()
     case_image(planes).save(picture, format="PNG")
-    write_atomically(path, picture.getvalue(), what="case picture")
+    # a picture is cheap to draw again: no flush to disk for each of a TEST's worst cases
+    write_atomically(path, picture.getvalue(), what="case picture", sync=False)
     return path
