@@ -93,17 +93,16 @@ def host_available():
     return min(found) if found else None
 
 
-def device_available():
-    """Free bytes on the CUDA device (device 0's primary context), or None when it cannot be told."""
+def device_available(device=0):
+    """Free bytes on CUDA device ``device``, or None when it cannot be told. It asks through the
+    runtime that will compute there, so the run's own context answers: a context made only for
+    this question would be torn down and made again (a few tenths of a second) when the run
+    starts."""
     try:
-        import pycuda.driver as drv
-        drv.init()
-        context = drv.Device(0).retain_primary_context()
-        context.push()
-        try:
-            free, _ = drv.mem_get_info()
-        finally:
-            context.pop()
+        from .device.runtime import Runtime
+        rt = Runtime.get(device)
+        with rt.active():
+            free, _ = rt.cuda.mem_get_info()
         return int(free)
     except Exception:        # no PyCUDA, no device, a driver error: the device check is skipped
         return None
@@ -194,9 +193,10 @@ def device_training_bytes(arch, n_cases, max_batch=None):
     return device_bytes(arch, int(n_cases), batch, DeviceParams(max_batch=max_batch))
 
 
-def require_model(arch, n_cases, threads, training, device, max_batch=None):
+def require_model(arch, n_cases, threads, training, device, max_batch=None, cuda_devices=None):
     """Refuse a TRAIN (``training``) or TEST whose model and work areas cannot fit in host memory,
-    or in the CUDA device's when ``device`` ("cpu", "cuda" or "auto") uses a usable GPU."""
+    or in the memory of a CUDA device it uses (``cuda_devices``, a CUDA DEVICES value; each holds
+    its share of the cases) when ``device`` ("cpu", "cuda" or "auto") uses a usable GPU."""
     if training:
         need = host_training_bytes(arch, threads)
     else:
@@ -211,9 +211,16 @@ def require_model(arch, n_cases, threads, training, device, max_batch=None):
     from .devices import cuda_status
     if not cuda_status()[0]:
         return
-    require(device_training_bytes(arch, n_cases, max_batch),
-            f"{n_cases} cases and the model's {arch.n_weights:,} weights on the CUDA device",
-            device_available(), where="device")
+    from .device.multi import resolve_devices, shard_bounds
+    try:
+        indices = resolve_devices(cuda_devices)
+    except ConvnetError:
+        return                  # the backend says what is wrong with the devices
+    shards = shard_bounds(n_cases, len(indices))
+    for index, (start, stop) in zip(indices, shards):
+        require(device_training_bytes(arch, stop - start, max_batch),
+                f"{stop - start} cases and the model's {arch.n_weights:,} weights on CUDA "
+                f"device {index}", device_available(index), where="device")
 
 
 def require_picture(geometry, bands):

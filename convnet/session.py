@@ -304,8 +304,9 @@ class Session(DataCommands, ImageCommands):
 
     def _require_memory(self, arch, data, training):
         """Refuse a TRAIN or TEST whose model and work areas cannot fit in host (or device) memory."""
+        device = self.settings().device
         memory.require_model(arch, data.n_cases, self._host_threads(), training,
-                             self.current_device(), self.settings().device.max_batch)
+                             self.current_device(), device.max_batch, device.cuda_devices)
 
     def _log_parameters(self, device, title="Training parameters"):
         """Every parameter in force (SPEC 2.4, the annealing scale and the seed), then the device

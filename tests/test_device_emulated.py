@@ -164,6 +164,10 @@ class FakeRuntime:
         self.cuda.need_context("alloc")
         return self.mem.alloc(max(int(nbytes), 16))
 
+    def pinned_for_all(self, n, dtype):
+        with self.active():
+            return self.cuda.pagelocked_empty(n, dtype)
+
     def upload(self, array):
         a = np.ascontiguousarray(array)
         buf = self.alloc(a.nbytes)

@@ -118,7 +118,7 @@ def test_device_need_arithmetic():
 def test_device_memory_is_checked_when_cuda_is_used(tmp_path, monkeypatch):
     import convnet.devices
     monkeypatch.setattr(convnet.devices, "cuda_status", lambda: (True, "1 CUDA device"))
-    monkeypatch.setattr(memory, "device_available", lambda: 1 << 20)
+    monkeypatch.setattr(memory, "device_available", lambda device=0: 1 << 20)
     path = tmp_path / "dev.ctl"
     path.write_text("CUDA = YES\nMAKE IMAGE 28 28 1 10 60000\nFULLY CONNECTED LAYER 100\nTRAIN\n")
     result = invoke("check", path)

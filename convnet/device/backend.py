@@ -165,6 +165,12 @@ class DeviceBackend:
             self.before_tail = rt.cuda.Event(flags)
             self.tail_sent = rt.cuda.Event(flags)
 
+    def share_staging(self, buffer):
+        """Send the weights from ``buffer`` (page-locked for every context) instead of this
+        device's own staging buffer, so that several devices take one host copy."""
+        assert buffer.shape == self.h_w64.shape and buffer.dtype == self.h_w64.dtype
+        self.h_w64 = buffer
+
     # ------------------------------------------------------------------ public interface
     def evaluator(self, inputs, classes, wpen=0.0):
         return DeviceEvaluator(self, inputs, classes, wpen)
@@ -213,7 +219,11 @@ class DeviceBackend:
 
         The device computes in float32, but the rounding and the penalty's sum happen there
         (queue_upload): the host makes one copy and no compiled pass, so a GPU run never starts
-        the compiler."""
+        the compiler. weights None: the caller staged them already (one buffer for several
+        devices: share_staging); only counted."""
+        if weights is None:
+            self.weight_uploads += lo == 0
+            return
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (self.n_weights,):
             raise ConvnetError(f"this model has {self.n_weights} weights; got an array of shape {w.shape}")

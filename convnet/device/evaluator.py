@@ -129,6 +129,12 @@ class DeviceEvaluator(Evaluator):
 
     # ------------------------------------------------------------------ public
     def criterion(self, weights):
+        self.queue_criterion(weights)
+        return self.finish_criterion()
+
+    def queue_criterion(self, weights):
+        """Queue a criterion at host weights without waiting for it (finish_criterion waits);
+        weights None: those the caller put in the backend's staging buffer (h_w64)."""
         b = self.backend
         self.need_classes()
         with b.rt.active():
@@ -136,12 +142,23 @@ class DeviceEvaluator(Evaluator):
             b.last_allocation = self.allocation
             self._run_host("criterion", weights, self._criterion_launches,
                            pen_out=ptr(self.d_crit, 1, 8))
+
+    def finish_criterion(self):
+        b = self.backend
+        with b.rt.active():
             crit = self._read(self.h_crit, 0)
             pen = float(self.h_crit[1])
             b.timer.resolve()
         return crit / (self.n_cases * b.arch.n_classes) + self._penalty(pen)
 
     def gradient(self, weights):
+        self.queue_gradient(weights)
+        crit, grad = self.finish_gradient()
+        return crit, np.array(grad)
+
+    def queue_gradient(self, weights):
+        """Queue a gradient at host weights without waiting for it (finish_gradient waits);
+        weights None: those the caller put in the backend's staging buffer (h_w64)."""
         b = self.backend
         rt = b.rt
         self.need_classes()
@@ -152,11 +169,16 @@ class DeviceEvaluator(Evaluator):
                 self.line_state.latest = None           # d_grad is about to change
             self._run_host("gradient", weights, self._gradient_launches,
                            pen_out=ptr(self.d_grad, b.n_weights + 1, 8))
+
+    def finish_gradient(self):
+        """Wait for the queued gradient: (criterion, gradient), the gradient a view of the
+        page-locked buffer that the next gradient overwrites."""
+        b = self.backend
+        with b.rt.active():
             crit = self._read(self.h_grad, b.n_weights)
             pen = float(self.h_grad[b.n_weights + 1])
             b.timer.resolve()
-            grad = np.array(self.h_grad[:b.n_weights])
-        return crit * self.scale + self._penalty(pen), grad
+        return crit * self.scale + self._penalty(pen), self.h_grad[:b.n_weights]
 
     def outputs(self, weights):
         b = self.backend

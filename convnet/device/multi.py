@@ -14,10 +14,11 @@ with one device to within the float32 rounding of the partial sums (about 1e-7 r
 Shard boundaries fall on multiples of CHUNK cases where the data allow it, so that every case
 lands in the same gradient partial-sum chunk as on one device.
 
-The shards are computed at the same time: the first on the calling thread, the others on one
-worker thread per device. A thread spends most of an evaluation waiting for its device (PyCUDA
-releases the interpreter lock while it synchronizes), so the devices overlap; only the launch
-calls themselves take turns.
+The shards are computed at the same time. The calling thread stages the weights once in a
+page-locked buffer every device copies from, queues every device's evaluation (CUDA graphs,
+asynchronous), and only then waits for each in turn and adds its part; each device divides its
+gradient part by the whole case count, so the host's share of the work is one float64 addition
+per device. (Evaluators are made, and outputs computed, on one worker thread per device.)
 """
 
 import dataclasses
@@ -119,6 +120,10 @@ class MultiDeviceBackend:
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.backends) - 1),
                                         thread_name_prefix="convnet-device")
         self.shards = []            # (device, start, stop) of the last evaluator, for CUDA.LOG
+        # the weights of an evaluation: one host copy, which every device sends itself
+        self.staging = first.rt.pinned_for_all(self.n_weights, np.float64)
+        for b in self.backends:
+            b.share_staging(self.staging)
 
     def evaluator(self, inputs, classes, wpen=0.0):
         return MultiDeviceEvaluator(self, inputs, classes, wpen)
@@ -177,6 +182,8 @@ class MultiDeviceEvaluator(Evaluator):
         self.parts = multi.run_each([bind(be, a, b) for be, (a, b) in zip(backends, self.bounds)])
         multi.shards = [(i, a, b) for i, (a, b) in zip(multi.indices, self.bounds)]
         self.weights_share = np.array([(b - a) / self.n_cases for a, b in self.bounds])
+        for part in self.parts:     # each device's gradient part divided by the whole case count
+            part.scale = self.scale
 
     def _weights(self, weights):
         return check_weights(self.multi.arch, weights)
@@ -187,24 +194,39 @@ class MultiDeviceEvaluator(Evaluator):
         raise ConvnetError("an evaluator over several CUDA devices (CUDA DEVICES) cannot take a "
                            "subset of its cases; use one device")
 
+    def _stage(self, weights):
+        """The weights, checked, into the staging buffer every device sends from."""
+        w = self._weights(weights)
+        np.copyto(self.multi.staging, w)
+        return w
+
     def criterion(self, weights):
         self.need_classes()
-        w = self._weights(weights)
-        means = self.multi.run_each([(lambda ev=ev: ev.criterion(w)) for ev in self.parts])
+        w = self._stage(weights)
+        for ev in self.parts:               # every device starts before any is waited for
+            ev.queue_criterion(None)
         total = 0.0
-        for share, mean in zip(self.weights_share, means):      # device order, always
-            total += share * mean
+        for share, ev in zip(self.weights_share, self.parts):      # device order, always
+            total += share * ev.finish_criterion()
         return total + self.penalty.value(w)
 
     def gradient(self, weights):
+        """Every device's part queued from this thread, then each waited for and added in device
+        order (the parts are scaled by the whole case count on the devices, so the host only
+        adds them)."""
         self.need_classes()
-        w = self._weights(weights)
-        results = self.multi.run_each([(lambda ev=ev: ev.gradient(w)) for ev in self.parts])
+        w = self._stage(weights)
+        for ev in self.parts:
+            ev.queue_gradient(None)
         crit = 0.0
-        grad = np.zeros(self.multi.n_weights)
-        for share, (mean, g) in zip(self.weights_share, results):   # device order, always
-            crit += share * mean
-            grad += share * g
+        grad = np.empty(self.multi.n_weights)
+        for k, ev in enumerate(self.parts):                         # device order, always
+            part_crit, part_grad = ev.finish_gradient()
+            crit += part_crit
+            if k == 0:
+                np.copyto(grad, part_grad)
+            else:
+                grad += part_grad
         # as a device adds it: the penalty's gradient at the float32 weights it holds
         self.penalty.add_gradient(w.astype(np.float32).astype(np.float64), grad)
         return crit + self.penalty.value(w), grad

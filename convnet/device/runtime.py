@@ -253,6 +253,12 @@ class Runtime:
             self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
 
     # ------------------------------------------------------------------ helpers
+    def pinned_for_all(self, n, dtype):
+        """A page-locked host array that every context may copy from asynchronously."""
+        with self.active():
+            return self.cuda.pagelocked_empty(n, dtype,
+                                              mem_flags=self.cuda.host_alloc_flags.PORTABLE)
+
     def alloc(self, nbytes):
         return self.cuda.mem_alloc(max(int(nbytes), 16))
 
