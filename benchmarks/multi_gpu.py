@@ -124,16 +124,19 @@ def batch_files(folder, kind, n=8):
     return files
 
 
-def batch_part(gpus, kind):
+def batch_part(gpus, kind, ways=("one", "jobs2", "gpus")):
     print(f"\nBatch of 8 LeNet control files ({BATCHES[kind][0]})")
     print(f"{'how':<38}{'wall s':>9}{'per file s':>12}  rows")
     with tempfile.TemporaryDirectory() as tmp:
         files = batch_files(tmp, kind)
         one = str(gpus[0])
         everything = ",".join(map(str, gpus))
-        for label, extra in ((f"--gpus {one} (one session at a time)", ["--gpus", one]),
-                             (f"--gpus {one} --jobs 2", ["--gpus", one, "--jobs", "2"]),
-                             (f"--gpus {everything} (one session per GPU)", ["--gpus", everything])):
+        for way, label, extra in (
+                ("one", f"--gpus {one} (one session at a time)", ["--gpus", one]),
+                ("jobs2", f"--gpus {one} --jobs 2", ["--gpus", one, "--jobs", "2"]),
+                ("gpus", f"--gpus {everything} (one session per GPU)", ["--gpus", everything])):
+            if way not in ways:
+                continue
             out = Path(tmp) / f"out{len(extra)}{extra[1]}"
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "convnet", "batch", *files, "--out",
@@ -150,6 +153,9 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--batch", default="digits", choices=sorted(BATCHES),
                     help="what each file of the batch part trains on")
+    ap.add_argument("--ways", default="one,jobs2,gpus",
+                    help="the batch part's ways: one (a session at a time on the first GPU), "
+                         "jobs2 (two sessions share it), gpus (a session per GPU)")
     args = ap.parse_args(argv)
     from convnet.device.multi import resolve_devices
     gpus = resolve_devices(args.gpus.upper() if args.gpus.lower() == "all" else args.gpus)
@@ -159,7 +165,7 @@ def main(argv=None):
     if "gradient" in parts:
         gradient_part(gpus, args.repeat)
     if "batch" in parts:
-        batch_part(gpus, args.batch)
+        batch_part(gpus, args.batch, args.ways.split(","))
 
 
 if __name__ == "__main__":

@@ -67,6 +67,9 @@ class DeviceEvaluator(Evaluator):
         rt = backend.rt
         n = self.n_cases
         n_classes = backend.plan.n_classes
+        # the criterion's mean is over this many cases: another count when this evaluator holds
+        # one device's part of a data set split across devices (multi.py)
+        self.mean_over_cases = n
         self.batches = self.batch_plan.batches
         self.nb = self.batch_plan.batch_cases
         with rt.active():
@@ -149,7 +152,7 @@ class DeviceEvaluator(Evaluator):
             crit = self._read(self.h_crit, 0)
             pen = float(self.h_crit[1])
             b.timer.resolve()
-        return crit / (self.n_cases * b.arch.n_classes) + self._penalty(pen)
+        return crit / (self.mean_over_cases * b.arch.n_classes) + self._penalty(pen)
 
     def gradient(self, weights):
         self.queue_gradient(weights)

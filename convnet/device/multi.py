@@ -16,9 +16,9 @@ lands in the same gradient partial-sum chunk as on one device.
 
 The shards are computed at the same time. The calling thread stages the weights once in a
 page-locked buffer every device copies from, queues every device's evaluation (CUDA graphs,
-asynchronous), and only then waits for each in turn and adds its part; each device divides its
-gradient part by the whole case count, so the host's share of the work is one float64 addition
-per device. (Evaluators are made, and outputs computed, on one worker thread per device.)
+asynchronous), and only then waits for each in turn and adds its part. Each device divides its
+part by the whole case count and the first adds the weight penalty (as one device does, from the
+weights it holds), so the host's share of the work is one float64 addition per device. (Evaluators are made, and outputs computed, on one worker thread per device.)
 """
 
 import dataclasses
@@ -175,15 +175,16 @@ class MultiDeviceEvaluator(Evaluator):
         backends = multi.backends[:len(self.bounds)]
         cls = self.classes
 
-        def bind(backend, a, b):
-            return lambda: backend.evaluator(x[a:b], None if cls is None else cls[a:b], 0.0)
+        def bind(backend, a, b, part_wpen):
+            return lambda: backend.evaluator(x[a:b], None if cls is None else cls[a:b], part_wpen)
 
-        # the shards are uploaded at the same time; each evaluator has no penalty of its own
-        self.parts = multi.run_each([bind(be, a, b) for be, (a, b) in zip(backends, self.bounds)])
+        # the shards are uploaded at the same time; the first device's part adds the penalty
+        self.parts = multi.run_each([bind(be, a, b, wpen if k == 0 else 0.0)
+                                     for k, (be, (a, b)) in enumerate(zip(backends, self.bounds))])
         multi.shards = [(i, a, b) for i, (a, b) in zip(multi.indices, self.bounds)]
-        self.weights_share = np.array([(b - a) / self.n_cases for a, b in self.bounds])
-        for part in self.parts:     # each device's gradient part divided by the whole case count
+        for part in self.parts:     # each device's part divided by the whole case count
             part.scale = self.scale
+            part.mean_over_cases = self.n_cases
 
     def _weights(self, weights):
         return check_weights(self.multi.arch, weights)
@@ -196,26 +197,24 @@ class MultiDeviceEvaluator(Evaluator):
 
     def _stage(self, weights):
         """The weights, checked, into the staging buffer every device sends from."""
-        w = self._weights(weights)
-        np.copyto(self.multi.staging, w)
-        return w
+        np.copyto(self.multi.staging, self._weights(weights))
 
     def criterion(self, weights):
         self.need_classes()
-        w = self._stage(weights)
+        self._stage(weights)
         for ev in self.parts:               # every device starts before any is waited for
             ev.queue_criterion(None)
         total = 0.0
-        for share, ev in zip(self.weights_share, self.parts):      # device order, always
-            total += share * ev.finish_criterion()
-        return total + self.penalty.value(w)
+        for ev in self.parts:                                       # device order, always
+            total += ev.finish_criterion()
+        return total
 
     def gradient(self, weights):
         """Every device's part queued from this thread, then each waited for and added in device
-        order (the parts are scaled by the whole case count on the devices, so the host only
-        adds them)."""
+        order: the parts come divided by the whole case count, the first with the penalty, so
+        the host only adds them."""
         self.need_classes()
-        w = self._stage(weights)
+        self._stage(weights)
         for ev in self.parts:
             ev.queue_gradient(None)
         crit = 0.0
@@ -227,9 +226,7 @@ class MultiDeviceEvaluator(Evaluator):
                 np.copyto(grad, part_grad)
             else:
                 grad += part_grad
-        # as a device adds it: the penalty's gradient at the float32 weights it holds
-        self.penalty.add_gradient(w.astype(np.float32).astype(np.float64), grad)
-        return crit + self.penalty.value(w), grad
+        return crit, grad
 
     def outputs(self, weights):
         w = self._weights(weights)
