@@ -94,7 +94,7 @@ def device_label(model, threads):
     parts = getattr(backend, "backends", None) or [backend]
     runtime = getattr(parts[0], "rt", None)
     if runtime is None:
-        return f"host, {threads} threads"
+        return f"host, {threads} thread{'' if threads == 1 else 's'}"
     name = runtime.device.name()
     return name if len(parts) == 1 else f"{len(parts)} x {name}"
 

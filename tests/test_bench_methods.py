@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_device_emulated import fake_runtime  # noqa: F401  (the emulated CUDA runtime)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "methods.py"
@@ -111,7 +112,7 @@ def test_a_small_comparison_on_the_host_writes_its_rows_and_plot(tmp_path):
     assert data["methods"]["CG"] == ["EPOCHS = 2", "BATCH SIZE = 32"]
     assert [(r["method"], r["seed"]) for r in data["rows"]] == [("CG", 1), ("SGD", 1)]
     for row in data["rows"]:
-        assert row["device"] == "cpu" and row["device_label"] == "host, 1 threads"
+        assert row["device"] == "cpu" and row["device_label"] == "host, 1 thread"
         assert 0 <= row["test_error"] <= 100 and row["train_s"] > 0
         seconds = [point[0] for point in row["curve"]]
         assert seconds == sorted(seconds)
@@ -121,3 +122,22 @@ def test_a_small_comparison_on_the_host_writes_its_rows_and_plot(tmp_path):
     assert len(sgd["curve"]) == 2 + 1         # each of the 2 epochs (--set EPOCHS = 2), the end
     assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "out.png", "tiny.ctl"]
+
+
+def test_the_device_label_comes_from_the_model_s_runtime(methods, fake_runtime, monkeypatch):
+    import numpy as np
+    from types import SimpleNamespace
+    from convnet.architecture import Architecture
+    from convnet.model import Model
+    monkeypatch.setattr(fake_runtime, "device", SimpleNamespace(name=lambda: "Emulated GPU"),
+                        raising=False)
+    arch = Architecture.from_lines(["FULLY CONNECTED LAYER 3"], 4, 4, 1, 2)
+    model = Model(arch, device="cuda")
+    rng = np.random.default_rng(1)
+    model.weights = rng.normal(0, 0.1, arch.n_weights)
+    model.evaluator(rng.uniform(-1, 1, (5, 1, 4, 4)), rng.integers(0, 2, 5), 0.0)
+    assert methods.device_label(model, None) == "Emulated GPU"
+    several = SimpleNamespace(backend=SimpleNamespace(backends=[model.backend] * 2))
+    assert methods.device_label(several, None) == "2 x Emulated GPU"
+    host = Model(arch, device="cpu", threads=1)
+    assert methods.device_label(host, 1) == "host, 1 thread"
