@@ -147,5 +147,9 @@ class HostMiniBatches:
         self.order = None
         return mean, self.w.copy()
 
+    def penalty(self):
+        """The weight penalty at the weights now."""
+        return self.evaluator.penalty.value(self.w)
+
     def weights(self):
         return self.w.copy()

@@ -46,7 +46,7 @@ def _epochs(evaluator, rule, w, batch, epochs, seed, rates=None):
         while runner.steps_left:
             runner.step()
         likelihood, w_now = runner.end_epoch()
-        trace.append(likelihood)
+        trace.append(likelihood + runner.penalty())     # the epoch's criterion, as logged
     return trace, w_now
 
 
@@ -185,6 +185,10 @@ def test_emulated_device_epoch_agrees_with_the_host(fake_runtime, kind, nesterov
     # 6 steps: the first runs its launches, the second is captured, then replayed
     assert fake_runtime.graph_launches - graphs_before >= 5
     assert abs(device[0][0] - host[0][0]) <= 1e-5 * abs(host[0][0])
+    # the penalty summed on the device from its weights, as the host sums it from its own
+    penalty = device_ev.penalty.value(device[1])
+    assert penalty > 0 and abs(device_ev.minibatches(rule, 16, [0.1] * 7, device[1]).penalty()
+                               - penalty) <= 1e-12 * penalty
     change = host[1] - w
     assert np.linalg.norm(device[1] - host[1]) <= 1e-4 * np.linalg.norm(change)
 

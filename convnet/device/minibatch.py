@@ -51,6 +51,8 @@ class DeviceMiniBatches:
             self.d_rates = rt.upload(np.ascontiguousarray(rates, dtype=np.float64))
             self.d_counters = b.alloc(8)
             self.d_epoch_ll = b.alloc(8)
+            self.d_penalty = b.alloc(8)
+            self.h_penalty = rt.cuda.pagelocked_empty(1, np.float64)
             self.d_order = b.alloc(4 * evaluator.n_cases)
             self.h_order = rt.cuda.pagelocked_empty(evaluator.n_cases, np.int32)
             self.h_epoch_ll = rt.cuda.pagelocked_empty(1, np.float64)
@@ -116,6 +118,21 @@ class DeviceMiniBatches:
         self.in_epoch = False
         mean = float(self.h_epoch_ll[0]) * self.part.scale / steps if steps else float("nan")
         return mean, np.array(self.h_w)
+
+    def penalty(self):
+        """The weight penalty at the weights now, summed on the device (a GPU run never loads
+        the host's compiled sums)."""
+        ev, b = self.evaluator, self.backend
+        if not ev.wpen:
+            return 0.0
+        rt = b.rt
+        with rt.active():
+            K.line_point(rt, x=self.d_w, d=self.d_w, t=NULL, n=self.n, mask=b.d_mask,
+                         w32=b.d_w32, pen_part=b.d_pen_part)
+            b.queue_penalty(self.d_penalty)
+            rt.cuda.memcpy_dtoh_async(self.h_penalty, self.d_penalty, rt.stream)
+            rt.stream.synchronize()
+        return ev._penalty(float(self.h_penalty[0]))
 
     def weights(self):
         rt = self.backend.rt

@@ -86,8 +86,7 @@ class MiniBatchPhase(Phase):
 
     def _end_epoch(self):
         likelihood, w = self.runner.end_epoch()
-        ev = self.context.evaluator
-        criterion = likelihood + ev.penalty.value(w)
+        criterion = likelihood + self.runner.penalty()
         self.epoch += 1
         self.weights = w
         self.context.model.weights = w
