@@ -66,6 +66,15 @@ def run(files, out, overwrite, device, threads, seed, quiet, gpus, sweep_run):
     Each run writes to a folder of its own (runs/<name>-<n> unless --out says where); an --out
     holding an earlier run's results is refused unless --overwrite.
     """
+    from .display import figures
+    figures.start()                 # matplotlib loads in a process beside the run, not in it
+    try:
+        _run(files, out, overwrite, device, threads, seed, quiet, gpus, sweep_run)
+    finally:
+        figures.stop()
+
+
+def _run(files, out, overwrite, device, threads, seed, quiet, gpus, sweep_run):
     from .runfolder import check_control_files, choose_out
     from .session import Session
     from .summary import summary_lines

@@ -332,7 +332,7 @@ class Session(DataCommands, ImageCommands):
 
     def _after_train(self, result, device, cmd):
         """Pictures and the device log that follow a TRAIN."""
-        from .display.plots import criterion_curve
+        from .display.figures import criterion_curve
         path = criterion_curve(result, os.path.join(self.out, "criterion.png"))
         self._record_made(Artifact(path, "criterion curve of TRAIN"), cmd)
         if device == "cpu":

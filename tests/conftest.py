@@ -1,12 +1,17 @@
 """Shared fixtures: the golden reference vectors and small random problems."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from convnet.architecture import Architecture, LayerSpec
+
+# A run's figures are drawn in the test's own process, which imports matplotlib once, rather than
+# by a drawing process of each run's own (tests/test_figures.py tests that process).
+os.environ.setdefault("CONVNET_DRAW_INLINE", "1")
 
 # The golden vectors made by the author's C++ code (see its README.md), kept in the repository so
 # that every checkout runs them; this is the one place the tests look for them.

@@ -435,7 +435,7 @@ class GradientSteps(Phase):
 
 def test_a_method_of_other_phases_runs_records_and_draws(tmp_path):
     """The driver, the results record, the log's times and the plots take any phases."""
-    from convnet.display.plots import criterion_curve
+    from convnet.display.figures import criterion_curve
     from convnet.logs.results import train_entry
     from convnet.train.anneal import AnnealingPhase
     model, data = problem()

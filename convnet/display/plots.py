@@ -254,6 +254,13 @@ def save_png(fig, path):
     return path
 
 
+def png_bytes(fig):
+    """The figure as PNG bytes (what save_png writes)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
 def svg_markup(fig):
     """The figure as an ``<svg>`` element (no XML prolog), its text kept as text."""
     buffer = io.StringIO()
@@ -271,14 +278,6 @@ def log_curve(run, path, title=None):
     if not any(p.trace or p.criterion is not None for p in run.phases):
         raise ConvnetError(f"TRAIN {run.index} of the log records no criterion to plot")
     return save_png(criterion_figure(run.phases, title=title), path)
-
-
-def criterion_curve(result, path):
-    """The ``criterion.png`` every TRAIN writes, from its TrainResult: each phase's criterion
-    but the last's named in the title, then the final criterion."""
-    named = [f"{p.name} {p.criterion:.6g}" for p in result.phases[:-1]]
-    title = "TRAIN: " + ", ".join(named + [f"final {result.final_criterion:.6g}"])
-    return save_png(criterion_figure(result.phases, title=title), path)
 
 
 # ------------------------------------------------------------------- a sweep's measures

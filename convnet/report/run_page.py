@@ -13,7 +13,7 @@ the run has ended it has no refresh.
 import glob
 import os
 
-from ..display import plots
+from ..display import figures
 from ..logs.results import target_words
 from ..params import DEFAULTS
 from .html import (REFRESH_SECONDS, cell, data_uri, esc, number, page, status_badge, table)
@@ -28,11 +28,12 @@ class FigureCache:
     def __init__(self):
         self.svg = {}
 
-    def get(self, key, make):
+    def get(self, key, builder, *args, **kwargs):
+        """The SVG of ``plots.<builder>(*args, **kwargs)``; ``key`` None: a figure not kept."""
         if key is None:
-            return plots.svg_markup(make())
+            return figures.svg(builder, *args, **kwargs)
         if key not in self.svg:
-            self.svg[key] = plots.svg_markup(make())
+            self.svg[key] = figures.svg(builder, *args, **kwargs)
         return self.svg[key]
 
 
@@ -143,8 +144,8 @@ def run_section(run, cache, seed=None, folder="."):
         "<thead><tr><th></th><th></th></tr></thead>", ""))
     if run["command"] == "TRAIN":
         phases = run.get("phases") or []
-        svg = cache.get(("curve", key) if key else None, lambda: plots.criterion_figure(
-            phases, size=(1040, 400)))
+        svg = cache.get(("curve", key) if key else None, "criterion_figure", phases,
+                        size=(1040, 400))
         out.append("<h3>Criterion</h3>")
         words = ", ".join(f"{p.get('title') or p['name']} ({p.get('unit') or 'step'}s)"
                           for p in phases) or "No phase started"
@@ -152,10 +153,10 @@ def run_section(run, cache, seed=None, folder="."):
     if run.get("validation"):
         out.append(validation_section(run, cache, key, done))
     if run.get("confusion"):
-        svg = cache.get(("confusion", key) if key else None, lambda: plots.confusion_figure(
-            run["confusion"], title=f"{run['command']} {run['index']}: "
-                                    f"{number(run.get('misclassification'), '.4f')} % misclassified",
-            class_names=run.get("class_names")))
+        svg = cache.get(("confusion", key) if key else None, "confusion_figure", run["confusion"],
+                        title=f"{run['command']} {run['index']}: "
+                              f"{number(run.get('misclassification'), '.4f')} % misclassified",
+                        class_names=run.get("class_names"))
         out.append("<h3>Confusion matrix</h3>")
         out.append(_figure(svg, "Rows: true class; columns: predicted class; colour: percent of "
                                 "the true class; numbers: cases"))
@@ -209,8 +210,8 @@ def validation_section(run, cache, key, done):
     summary = run.get("validation_summary") or {}
     cases = summary.get("cases") or "validation"
     target = (summary.get("target") or {}).get("error")
-    svg = cache.get(("validation", key) if key else None, lambda: plots.validation_figure(
-        run["validation"], target, cases))
+    svg = cache.get(("validation", key) if key else None, "validation_figure", run["validation"],
+                    target, cases)
     out = ["<h3>Validation</h3>", _figure(svg, f"Misclassification of the {cases} cases at each "
                                           "check" + ("" if done else " so far"))]
     best = summary.get("best")

@@ -1,0 +1,129 @@
+"""Figures as bytes (PNG) or text (SVG), drawn by a process of their own when a run started one.
+
+matplotlib takes the better part of a second to import, and the first figure another while its
+fonts load: more than the rest of a short run's start. A run that will draw (a TRAIN or a TEST:
+the criterion curve, the report's charts) calls ``start()`` as it begins; the drawing process
+(figure_worker.py) then imports matplotlib and draws a first figure while the run reads its data
+and trains, on a core of its own, so the run itself never imports matplotlib. Without that process
+(never started, or gone) a figure is drawn here by the same code, so it is the same figure. A
+machine of one core, or CONVNET_DRAW_INLINE=1 in the environment (the tests set it, so that a
+test run imports matplotlib once), draws in the run's own process.
+
+A request is the name of a builder in plots.py, its arguments and the format; the answer is the
+figure's bytes or text, or the user error the builder raised (figure_worker.py).
+"""
+
+import atexit
+import os
+import subprocess
+import sys
+
+from ..atomic import replace_file
+from ..errors import ConvnetError
+from .figure_worker import answer_to, receive, send
+
+INLINE_VARIABLE = "CONVNET_DRAW_INLINE"     # set (to anything but empty): no drawing process
+PHASE_FIELDS = ("name", "title", "unit", "chart", "trace", "criterion")   # what a curve draws
+
+
+class DrawingProcess:
+    """The one drawing process of this process (``process``), started at most once."""
+
+    def __init__(self):
+        self.proc = None
+
+    def start(self):
+        if self.proc is not None or os.environ.get(INLINE_VARIABLE) or available_cores() < 2:
+            return
+        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (package_parent, os.environ.get("PYTHONPATH")) if p))
+        try:
+            # a session of its own: Ctrl-C at the terminal reaches the run, which stops it
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "convnet.display.figure_worker"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                start_new_session=True)
+        except OSError:
+            self.proc = None
+            return
+        atexit.register(self.stop)
+
+    def ask(self, request):
+        """The answer to ``request``, or None when there is no process (or it failed)."""
+        if self.proc is None:
+            return None
+        try:
+            send(self.proc.stdin, request)
+            return receive(self.proc.stdout)
+        except Exception:             # gone, or a request it cannot take: drawn here instead
+            self.stop()
+            return None
+
+    def stop(self):
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.kill()                     # it holds nothing to keep, and may still be loading
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+process = DrawingProcess()
+
+
+def available_cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def start():
+    """Start the drawing process (once; a process that cannot start leaves drawing here)."""
+    process.start()
+
+
+def stop():
+    process.stop()
+
+
+def draw(kind, builder, *args, **kwargs):
+    """The figure ``plots.<builder>(*args, **kwargs)`` as SVG text (``kind`` "svg") or PNG bytes
+    ("png"); a ConvnetError where the builder raises one."""
+    request = (kind, builder, args, kwargs)
+    answer = process.ask(request)
+    if answer is None or answer[0] == "failed":
+        answer = answer_to(request)
+    status, value = answer
+    if status == "error":
+        raise ConvnetError(value)
+    return value
+
+
+def svg(builder, *args, **kwargs):
+    """The figure as an ``<svg>`` element to put in a page (plots.svg_markup)."""
+    return draw("svg", builder, *args, **kwargs)
+
+
+def save_png(path, builder, *args, **kwargs):
+    """Write the figure to ``path`` as a PNG, replaced at once; returns the path."""
+    data = draw("png", builder, *args, **kwargs)
+    try:
+        replace_file(path, data)
+    except OSError as e:
+        raise ConvnetError(f"cannot write {path}: {e.strerror or e}") from None
+    return path
+
+
+def criterion_curve(result, path):
+    """The ``criterion.png`` every TRAIN writes, from its TrainResult: each phase's criterion
+    but the last's named in the title, then the final criterion."""
+    named = [f"{p.name} {p.criterion:.6g}" for p in result.phases[:-1]]
+    title = "TRAIN: " + ", ".join(named + [f"final {result.final_criterion:.6g}"])
+    phases = [{name: getattr(p, name, None) for name in PHASE_FIELDS} for p in result.phases]
+    return save_png(path, "criterion_figure", phases, title=title)
