@@ -132,19 +132,20 @@ class DeviceEvaluator(Evaluator):
 
     # ------------------------------------------------------------------ public
     def criterion(self, weights):
-        self.queue_criterion(weights)
+        self.queue_criterion(weights)()
         return self.finish_criterion()
 
     def queue_criterion(self, weights):
         """Queue a criterion at host weights without waiting for it (finish_criterion waits);
-        weights None: those the caller put in the backend's staging buffer (h_w64)."""
+        returns the callable that queues its second part (_run_host_head: weights None, staged
+        by the caller)."""
         b = self.backend
         self.need_classes()
         with b.rt.active():
             b.timer.start(b.rt.stream)
             b.last_allocation = self.allocation
-            self._run_host("criterion", weights, self._criterion_launches,
-                           pen_out=ptr(self.d_crit, 1, 8))
+            return self._run_host_head("criterion", weights, self._criterion_launches,
+                                       pen_out=ptr(self.d_crit, 1, 8))
 
     def finish_criterion(self):
         b = self.backend
@@ -155,13 +156,13 @@ class DeviceEvaluator(Evaluator):
         return crit / (self.mean_over_cases * b.arch.n_classes) + self._penalty(pen)
 
     def gradient(self, weights):
-        self.queue_gradient(weights)
+        self.queue_gradient(weights)()
         crit, grad = self.finish_gradient()
         return crit, np.array(grad)
 
     def queue_gradient(self, weights):
         """Queue a gradient at host weights without waiting for it (finish_gradient waits);
-        weights None: those the caller put in the backend's staging buffer (h_w64)."""
+        returns the callable that queues its second part (as queue_criterion)."""
         b = self.backend
         rt = b.rt
         self.need_classes()
@@ -170,8 +171,8 @@ class DeviceEvaluator(Evaluator):
             b.last_allocation = self.allocation
             if self.line_state is not None:
                 self.line_state.latest = None           # d_grad is about to change
-            self._run_host("gradient", weights, self._gradient_launches,
-                           pen_out=ptr(self.d_grad, b.n_weights + 1, 8))
+            return self._run_host_head("gradient", weights, self._gradient_launches,
+                                       pen_out=ptr(self.d_grad, b.n_weights + 1, 8))
 
     def finish_gradient(self):
         """Wait for the queued gradient: (criterion, gradient), the gradient a view of the
@@ -223,7 +224,21 @@ class DeviceEvaluator(Evaluator):
 
     def _run_host(self, evaluation, weights, queue_launches, pen_out):
         """Queue one evaluation at host weights (queue_launches(part) queues the launches of a part,
-        or of all with part None); pen_out receives the penalty's sum of squares.
+        or of all with part None); pen_out receives the penalty's sum of squares."""
+        self._run_host_head(evaluation, weights, queue_launches, pen_out)()
+
+    def head_weights(self):
+        """How many weights (from the first) the first part of an evaluation at host weights
+        sends: those to stage before _run_host_head; the rest before the callable it returns."""
+        b = self.backend
+        if b.upload_split is None or b.timer.host_sync or b.rt.trace is not None:
+            return b.n_weights
+        return b.upload_split.weight
+
+    def _run_host_head(self, evaluation, weights, queue_launches, pen_out):
+        """Queue the first part of an evaluation at host weights; returns the callable that
+        queues the rest (weights None: staged by the caller, head_weights() of them now, the
+        rest before that callable is called).
 
         With the backend's upload_split the weights go in two parts: the host stages the first
         part, the device sends it and starts on the HEAD launches; meanwhile the host stages the
@@ -232,25 +247,29 @@ class DeviceEvaluator(Evaluator):
         first layers. The same kernels add in the same order: the results are the same bits."""
         b = self.backend
         rt = b.rt
-        split = b.upload_split
-        if split is None or b.timer.host_sync or rt.trace is not None:
+        lo, n = self.head_weights(), b.n_weights
+        if lo == n:
             b.stage_weights(weights)
             self._run(evaluation, HOST_WEIGHTS, queue_launches, pen_out)
-            return
-        lo, n = split.weight, b.n_weights
+            return lambda: None
         b.stage_weights(weights, 0, lo)
         b.before_tail.record(rt.stream)     # earlier evaluations' reads of these weights are done
         self._queue((evaluation, HEAD), lambda: (b.queue_upload(NULL, 0, lo), queue_launches(HEAD)))
-        b.stage_weights(weights, lo, n)
-        side = b.upload_stream
-        side.wait_for_event(b.before_tail)
-        # no timing marks on that stream: CUDA.LOG's table follows the main stream, where the
-        # tail costs only what the REST launches wait for it (counted in the next activity)
-        with rt.on_stream(side):
-            self._queue((evaluation, TAIL), lambda: b.queue_upload(NULL, lo, n, mark=False))
-        b.tail_sent.record(side)
-        rt.stream.wait_for_event(b.tail_sent)
-        self._queue((evaluation, REST), lambda: (b.queue_penalty(pen_out), queue_launches(REST)))
+
+        def rest():
+            with rt.active():
+                b.stage_weights(weights, lo, n)
+                side = b.upload_stream
+                side.wait_for_event(b.before_tail)
+                # no timing marks on that stream: CUDA.LOG's table follows the main stream,
+                # where the tail costs only what the REST launches wait for it
+                with rt.on_stream(side):
+                    self._queue((evaluation, TAIL), lambda: b.queue_upload(NULL, lo, n, mark=False))
+                b.tail_sent.record(side)
+                rt.stream.wait_for_event(b.tail_sent)
+                self._queue((evaluation, REST),
+                            lambda: (b.queue_penalty(pen_out), queue_launches(REST)))
+        return rest
 
     def _run(self, evaluation, upload, queue_launches, pen_out=NULL):
         """Queue one evaluation: the weights (upload: HOST_WEIGHTS for the staged ones, whose

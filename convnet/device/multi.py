@@ -195,15 +195,23 @@ class MultiDeviceEvaluator(Evaluator):
         raise ConvnetError("an evaluator over several CUDA devices (CUDA DEVICES) cannot take a "
                            "subset of its cases; use one device")
 
-    def _stage(self, weights):
-        """The weights, checked, into the staging buffer every device sends from."""
-        np.copyto(self.multi.staging, self._weights(weights))
+    def _queue_all(self, weights, queue):
+        """Stage the weights in the buffer every device sends from and queue(ev) an evaluation on
+        every device: the first part of each (from the first weights staged), then the rest of the
+        weights staged and the second part of each (see DeviceEvaluator._run_host_head), so that
+        every device starts before the host has copied them all."""
+        w = self._weights(weights)
+        staging = self.multi.staging
+        head = max(ev.head_weights() for ev in self.parts)
+        np.copyto(staging[:head], w[:head])
+        rests = [queue(ev) for ev in self.parts]
+        np.copyto(staging[head:], w[head:])
+        for rest in rests:
+            rest()
 
     def criterion(self, weights):
         self.need_classes()
-        self._stage(weights)
-        for ev in self.parts:               # every device starts before any is waited for
-            ev.queue_criterion(None)
+        self._queue_all(weights, lambda ev: ev.queue_criterion(None))
         total = 0.0
         for ev in self.parts:                                       # device order, always
             total += ev.finish_criterion()
@@ -214,18 +222,17 @@ class MultiDeviceEvaluator(Evaluator):
         order: the parts come divided by the whole case count, the first with the penalty, so
         the host only adds them."""
         self.need_classes()
-        self._stage(weights)
-        for ev in self.parts:
-            ev.queue_gradient(None)
-        crit = 0.0
-        grad = np.empty(self.multi.n_weights)
-        for k, ev in enumerate(self.parts):                         # device order, always
+        self._queue_all(weights, lambda ev: ev.queue_gradient(None))
+        crit, parts = 0.0, []
+        for ev in self.parts:                                       # device order, always
             part_crit, part_grad = ev.finish_gradient()
             crit += part_crit
-            if k == 0:
-                np.copyto(grad, part_grad)
-            else:
-                grad += part_grad
+            parts.append(part_grad)
+        if len(parts) == 1:
+            return crit, np.array(parts[0])
+        grad = np.add(parts[0], parts[1])
+        for part in parts[2:]:
+            grad += part
         return crit, grad
 
     def outputs(self, weights):
