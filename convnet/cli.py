@@ -221,6 +221,17 @@ def batch(files, out, jobs, device, threads, seed, gpus, scheduler, overwrite, r
     the others run; another batch's OUT is refused unless --overwrite. One failing file does
     not stop the others; the exit status is 0 when every run ended without error, else 2.
     """
+    from .display import figures
+    figures.start()             # matplotlib loads beside the batch, for its report's charts
+    try:
+        _batch(files, out, jobs, device, threads, seed, gpus, scheduler, overwrite, retry,
+               allow_large_sweep)
+    finally:
+        figures.stop()
+
+
+def _batch(files, out, jobs, device, threads, seed, gpus, scheduler, overwrite, retry,
+           allow_large_sweep):
     from .batch import run_batch, summary_table
     from .display.progress import BatchProgress
     if scheduler is not None and (jobs is not None or gpus is not None):

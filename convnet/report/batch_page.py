@@ -10,7 +10,7 @@ address (``report.html#sort=final_criterion``, ``#sort=-seconds``), so it can be
 
 import os
 
-from ..display import plots
+from ..display import figures
 from ..logs.results import load_results
 from ..errors import ConvnetError
 from .html import SORT_SCRIPT, cell, esc, number, page, relative_link, status_badge, write_page
@@ -105,8 +105,8 @@ def batch_page(rows, out):
               for r, p in zip(rows, lasts)]
     named = next((p for p in lasts if p), {})
     title, unit = named.get("title") or "Refinement", named.get("unit") or "iteration"
-    chart = plots.svg_markup(plots.overlay_figure(curves, best=best, title=f"{title} of every run",
-                                                  unit=unit))
+    chart = figures.svg("overlay_figure", curves, best=best, title=f"{title} of every run",
+                        unit=unit)
     failed = sum(not r.ok for r in rows)
     best_text = ("no run finished without error" if best is None else
                  f"best ({measure}): {rows[best].file} (test error "

@@ -2,7 +2,7 @@
 standard deviation and 95 % interval of every measure, the best marked) and each measure drawn
 against each swept value with its interval as error bars (convnet/stats.py computes them)."""
 
-from ..display import plots
+from ..display import figures as drawing
 from ..stats import best_group, groups, measures_present, swept_names
 from .html import cell, esc, number
 
@@ -70,8 +70,9 @@ def _figures(found, names, present):
                 stat = g.stats.get(key)
                 if stat is not None:
                     line[ticks.index(g.values.get(name))] = (stat.mean, stat.half_width)
-            fig = plots.errorbar_figure(ticks, [(label, pts) for (_, label), pts in series.items()],
-                                        f"{title} against {name}", name, title)
+            chart = drawing.svg("errorbar_figure", ticks,
+                                [(label, pts) for (_, label), pts in series.items()],
+                                f"{title} against {name}", name, title)
             figures.append(f'<figure data-measure="{esc(key)}" data-swept="{esc(name)}">'
-                           f"{plots.svg_markup(fig)}</figure>")
+                           f"{chart}</figure>")
     return figures
