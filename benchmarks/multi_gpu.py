@@ -124,6 +124,17 @@ def batch_files(folder, kind, n=8):
     return files
 
 
+def session_seconds(out):
+    """Each session's wall seconds as summary.csv gives them (mean, min-max): what two sessions
+    at once cost each other, beside what the batch itself adds."""
+    import csv
+    with open(Path(out) / "summary.csv", newline="") as f:
+        seconds = [float(row["seconds"]) for row in csv.DictReader(f) if row["seconds"]]
+    if not seconds:
+        return "none"
+    return f"mean {np.mean(seconds):.2f} s, {min(seconds):.2f}-{max(seconds):.2f} s"
+
+
 def batch_part(gpus, kind, ways=("one", "jobs2", "gpus")):
     print(f"\nBatch of 8 LeNet control files ({BATCHES[kind][0]})")
     print(f"{'how':<38}{'wall s':>9}{'per file s':>12}  rows")
@@ -144,6 +155,8 @@ def batch_part(gpus, kind, ways=("one", "jobs2", "gpus")):
             wall = time.perf_counter() - t0
             status = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr
             print(f"{label:<38}{wall:>9.1f}{wall / len(files):>12.2f}  {status}", flush=True)
+            print(f"{'':<38}sessions' own seconds (results.json): {session_seconds(out)}",
+                  flush=True)
 
 
 def main(argv=None):

@@ -446,6 +446,7 @@ def test_tanhf_rises_outside_the_dip():
     outside TANH_DIP_LO..TANH_DIP_HI, and every value inside lies between the tanhf of the floats
     just outside. Then the largest of any net inputs has the largest tanhf unless it is near the
     dip."""
+    from convnet.device.kernel_cache import CompileJob
     from convnet.device.runtime import Runtime, kernel_source
     rt = Runtime.get()
     common = kernel_source("output.cu")         # common.cuh inlined, with the dip's bounds
@@ -467,7 +468,8 @@ extern "C" __global__ void tanh_scan(unsigned base, unsigned n, unsigned* bad)
 }
 """
     with rt.active():
-        f = rt._module("tanh_scan", text).get_function("tanh_scan")
+        job = CompileJob(text, ("-O3",), rt.arch, "tanh_scan")
+        f = rt._module(job, rt.cache.build([job])[0]).get_function("tanh_scan")
         bad = rt.alloc(16)
         rt.cuda.memset_d32(bad, 0, 4)
         step = 1 << 30
