@@ -124,9 +124,11 @@ def default_threads(jobs):
     return max(1, (os.cpu_count() or 1) // max(1, jobs))
 
 
-def _environment():
-    """The sessions import the same convnet package as this process, installed or not."""
-    env = dict(os.environ)
+def _environment(gpu=None):
+    """The sessions import the same convnet package as this process, installed or not; a
+    session given a GPU sees that one alone (devices.session_environment)."""
+    from .devices import session_environment
+    env = dict(os.environ) if gpu is None else session_environment(gpu)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
@@ -141,7 +143,7 @@ def _command(path, folder, device, threads, seed, gpu=None, sweep_run=None):
     if sweep_run is not None:
         cmd += ["--sweep-run", str(sweep_run)]
     if gpu is not None:
-        cmd += ["--gpus", str(gpu)]
+        cmd += ["--gpus", "0"]          # the one device it sees (_environment)
     return cmd
 
 
@@ -290,7 +292,7 @@ class _Runner:
                 _command(planned.file, planned.folder, self.device, self.threads, planned.seed,
                          gpu, planned.sweep_run),
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                stdin=subprocess.DEVNULL, env=_environment())
+                stdin=subprocess.DEVNULL, env=_environment(gpu))
             self.processes[key] = proc
             try:
                 _, stderr = proc.communicate()

@@ -5,6 +5,37 @@ import os
 from ._version import pip_install
 
 
+VISIBLE_VARIABLE = "CUDA_VISIBLE_DEVICES"
+
+
+def visible_devices(environ=None):
+    """The machine's numbers of the CUDA devices this process sees, in its order, when
+    CUDA_VISIBLE_DEVICES names them by number; else None (every device, as numbered)."""
+    value = (os.environ if environ is None else environ).get(VISIBLE_VARIABLE, "").strip()
+    parts = [p.strip() for p in value.split(",")] if value else []
+    if not parts or not all(p.isdigit() for p in parts):
+        return None
+    return [int(p) for p in parts]
+
+
+def device_label(index, environ=None):
+    """How a log names CUDA device ``index`` of this process: by its number on the machine, with
+    the variable that renumbered it (a batch gives each session its GPU that way)."""
+    seen = visible_devices(environ)
+    if seen is None or index >= len(seen) or seen[index] == index:
+        return str(index)
+    return f"{seen[index]} ({VISIBLE_VARIABLE}={','.join(map(str, seen))})"
+
+
+def session_environment(gpu, environ=None):
+    """The environment of a session given the GPU numbered ``gpu`` here: it sees that device
+    alone (as its device 0), so its CUDA start-up touches no other GPU."""
+    env = dict(os.environ if environ is None else environ)
+    seen = visible_devices(env)
+    env[VISIBLE_VARIABLE] = str(seen[gpu] if seen is not None and gpu < len(seen) else gpu)
+    return env
+
+
 def cuda_status():
     """(usable, reason): whether PyCUDA imports and finds a GPU; reason says why not."""
     try:

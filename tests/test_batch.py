@@ -139,13 +139,14 @@ def test_batch_gpus_option(tmp_path, monkeypatch):
     ctl.write_text(CONV)
     monkeypatch.setattr(multi, "device_count", lambda: 2)
     started = []
-    real = batch._command
+    real = batch._environment
 
-    def spy(*args):
-        cmd = real(*args)
-        started.append(cmd[cmd.index("--gpus") + 1])
-        return cmd
-    monkeypatch.setattr(batch, "_command", spy)
+    def spy(gpu=None):
+        env = real(gpu)
+        started.append(env["CUDA_VISIBLE_DEVICES"])     # the session sees its GPU alone
+        return env
+    monkeypatch.setattr(batch, "_environment", spy)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     jobs = []
     real_pool = batch.ThreadPoolExecutor
     monkeypatch.setattr(batch, "ThreadPoolExecutor",
@@ -176,3 +177,18 @@ def test_batch_gpus_without_cuda_is_one_error(tmp_path, monkeypatch):
     assert result.output.strip() == ("convnet: error: --gpus all: CUDA requested but not usable: "
                                      "no CUDA device found")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_session_given_a_gpu_sees_it_alone_and_logs_name_it():
+    """A batch session's environment shows it its GPU alone (CUDA_VISIBLE_DEVICES, mapped through
+    the batch's own), and logs name that device by its number on the machine."""
+    from convnet.devices import device_label, session_environment, visible_devices
+    assert session_environment(1, {})["CUDA_VISIBLE_DEVICES"] == "1"
+    assert session_environment(1, {"CUDA_VISIBLE_DEVICES": "4,6"})["CUDA_VISIBLE_DEVICES"] == "6"
+    assert session_environment(0, {"PATH": "/bin"})["PATH"] == "/bin"
+    assert visible_devices({"CUDA_VISIBLE_DEVICES": "GPU-1a2b"}) is None
+    assert visible_devices({"CUDA_VISIBLE_DEVICES": " 3, 1 "}) == [3, 1]
+    assert device_label(0, {}) == "0"
+    assert device_label(0, {"CUDA_VISIBLE_DEVICES": "0,1"}) == "0"
+    assert device_label(0, {"CUDA_VISIBLE_DEVICES": "1"}) == "1 (CUDA_VISIBLE_DEVICES=1)"
+    assert device_label(1, {"CUDA_VISIBLE_DEVICES": "3,2"}) == "2 (CUDA_VISIBLE_DEVICES=3,2)"

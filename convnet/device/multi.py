@@ -64,13 +64,15 @@ def resolve_devices(spec):
 def devices_phrase(params):
     """How CONVNET.LOG names where a CUDA run computes: 'CUDA device' (the default device),
     'CUDA device 1', 'CUDA devices 0, 1' (params: a DeviceParams)."""
+    from ..devices import device_label
     spec = device_params(params).cuda_devices
     if spec is None:
         return "CUDA device"
     indices = resolve_devices(spec)
     if len(indices) == 1:
-        return f"CUDA device {indices[0]}"
-    return f"CUDA devices {', '.join(map(str, indices))} (the cases split between them)"
+        return f"CUDA device {device_label(indices[0])}"
+    return (f"CUDA devices {', '.join(device_label(i) for i in indices)} (the cases split "
+            f"between them)")
 
 
 def device_backend(arch, params=None, options=DeviceOptions()):

@@ -10,6 +10,7 @@ import threading
 
 import numpy as np
 
+from ..devices import device_label
 from ..errors import ConvnetError
 from .graphs import DriverAPI, DriverEvent, Graph
 from .kernel_args import compiled_functions
@@ -313,7 +314,7 @@ class Runtime:
             free, total = self.free_memory()
         drv = cuda.get_driver_version()
         lines = [
-            f"Device {self.index}: {d.name()}",
+            f"Device {device_label(self.index)}: {d.name()}",
             f"   Compute capability {major}.{minor}, {attr('MULTIPROCESSOR_COUNT', '?')} multiprocessors",
             f"   Global memory {total / 2**20:.0f} MiB ({free / 2**20:.0f} MiB free)",
             f"   Clock {attr('CLOCK_RATE', 0) / 1000:.0f} MHz, memory clock "
@@ -331,7 +332,7 @@ class Runtime:
             if i == self.index:
                 continue
             other = cuda.Device(i)
-            lines.append(f"Device {i}: {other.name()} (not used), "
+            lines.append(f"Device {device_label(i)}: {other.name()} (not used), "
                          f"{other.total_memory() / 2**20:.0f} MiB, compute capability "
                          f"{'.'.join(map(str, other.compute_capability()))}")
         return lines
