@@ -55,6 +55,7 @@ from typing import Dict, Optional
 
 from .display.progress import NoProgress
 from .errors import ConvnetError
+from .sweep import parse_control
 from .resume import (finished_with, open_batch_folder, output_folders,  # noqa: F401 (re-exported)
                      plan_runs, record_inputs, run_inputs)
 
@@ -124,11 +125,29 @@ def default_threads(jobs):
     return max(1, (os.cpu_count() or 1) // max(1, jobs))
 
 
-def _environment(gpu=None):
+def wants_gpu(path, device, sweep_run=None):
+    """Whether a session is a CUDA session: --device decides, else the file's CUDA = setting
+    (None: AUTO, a GPU if the cluster has one)."""
+    if device != "auto":
+        return device == "cuda"
+    try:
+        commands, _, _ = parse_control(path, sweep_run=sweep_run)
+    except ConvnetError:
+        return False
+    values = {c.args["value"] for c in commands if c.name == "SET" and c.args["name"] == "CUDA"}
+    if "YES" in values:
+        return True
+    if values == {"NO"}:
+        return False
+    return None
+
+
+def _environment(gpu=None, on_gpu=False):
     """The sessions import the same convnet package as this process, installed or not; a
-    session given a GPU sees that one alone (devices.session_environment)."""
+    session given a GPU sees that one alone, and one computing there keeps its host's BLAS to
+    one thread (devices.session_environment)."""
     from .devices import session_environment
-    env = dict(os.environ) if gpu is None else session_environment(gpu)
+    env = dict(os.environ) if gpu is None else session_environment(gpu, on_gpu=on_gpu)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
@@ -292,7 +311,9 @@ class _Runner:
                 _command(planned.file, planned.folder, self.device, self.threads, planned.seed,
                          gpu, planned.sweep_run),
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                stdin=subprocess.DEVNULL, env=_environment(gpu))
+                stdin=subprocess.DEVNULL,
+                env=_environment(gpu, gpu is not None and wants_gpu(
+                    planned.file, self.device, planned.sweep_run) is not False))
             self.processes[key] = proc
             try:
                 _, stderr = proc.communicate()

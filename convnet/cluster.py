@@ -32,7 +32,7 @@ import time
 import uuid
 
 from ._version import pip_install
-from .batch import (BatchRow, _environment, _error_from, fill_from_results, prepare,
+from .batch import (BatchRow, _environment, wants_gpu, _error_from, fill_from_results, prepare,
                     with_attempts, write_batch)
 from .control import INPUT_ROOT_ENV
 from .display.progress import NoProgress
@@ -73,23 +73,6 @@ def control_inputs(path, sweep_run=None):
                 seen.add(file)
                 out.append((os.path.abspath(file), file_digest(file), os.path.getsize(file)))
     return out
-
-
-def wants_gpu(path, device, sweep_run=None):
-    """Whether a session is a CUDA session: --device decides, else the file's CUDA = setting
-    (None: AUTO, a GPU if the cluster has one)."""
-    if device != "auto":
-        return device == "cuda"
-    try:
-        commands, _, _ = parse_control(path, sweep_run=sweep_run)
-    except ConvnetError:
-        return False
-    values = {c.args["value"] for c in commands if c.name == "SET" and c.args["name"] == "CUDA"}
-    if "YES" in values:
-        return True
-    if values == {"NO"}:
-        return False
-    return None
 
 
 _digests = {}          # worker process: (path, size, mtime) -> sha256, so files hash once

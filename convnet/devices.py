@@ -27,12 +27,22 @@ def device_label(index, environ=None):
     return f"{seen[index]} ({VISIBLE_VARIABLE}={','.join(map(str, seen))})"
 
 
-def session_environment(gpu, environ=None):
+# the thread pools of the host's linear algebra (OpenBLAS, OpenMP, MKL)
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def session_environment(gpu, environ=None, on_gpu=True):
     """The environment of a session given the GPU numbered ``gpu`` here: it sees that device
-    alone (as its device 0), so its CUDA start-up touches no other GPU."""
+    alone (as its device 0), so its CUDA start-up touches no other GPU. A session computing on
+    it (``on_gpu``) also gets one thread for the host's linear algebra where the environment
+    does not say otherwise: it does little of it, and a pool of a thread per core in every
+    session of a batch made sessions running side by side slow each other down."""
     env = dict(os.environ if environ is None else environ)
     seen = visible_devices(env)
     env[VISIBLE_VARIABLE] = str(seen[gpu] if seen is not None and gpu < len(seen) else gpu)
+    if on_gpu:
+        for name in BLAS_THREAD_VARIABLES:
+            env.setdefault(name, "1")
     return env
 
 

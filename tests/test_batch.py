@@ -186,6 +186,10 @@ def test_a_session_given_a_gpu_sees_it_alone_and_logs_name_it():
     assert session_environment(1, {})["CUDA_VISIBLE_DEVICES"] == "1"
     assert session_environment(1, {"CUDA_VISIBLE_DEVICES": "4,6"})["CUDA_VISIBLE_DEVICES"] == "6"
     assert session_environment(0, {"PATH": "/bin"})["PATH"] == "/bin"
+    # a session computing on its GPU: one host BLAS thread unless the environment says otherwise
+    env = session_environment(0, {"OMP_NUM_THREADS": "4"})
+    assert env["OPENBLAS_NUM_THREADS"] == "1" and env["OMP_NUM_THREADS"] == "4"
+    assert "OPENBLAS_NUM_THREADS" not in session_environment(0, {}, on_gpu=False)
     assert visible_devices({"CUDA_VISIBLE_DEVICES": "GPU-1a2b"}) is None
     assert visible_devices({"CUDA_VISIBLE_DEVICES": " 3, 1 "}) == [3, 1]
     assert device_label(0, {}) == "0"
