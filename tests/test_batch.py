@@ -141,8 +141,8 @@ def test_batch_gpus_option(tmp_path, monkeypatch):
     started = []
     real = batch._environment
 
-    def spy(gpu=None):
-        env = real(gpu)
+    def spy(gpu=None, on_gpu=False):
+        env = real(gpu, on_gpu)
         started.append(env["CUDA_VISIBLE_DEVICES"])     # the session sees its GPU alone
         return env
     monkeypatch.setattr(batch, "_environment", spy)
