@@ -213,3 +213,50 @@ def test_session_on_two_emulated_devices(fake_devices, monkeypatch, tmp_path):
     with pytest.raises(ConvnetError, match=r"two.ctl:6: CUDA DEVICES = 0,7: there is no CUDA "
                                            r"device 7"):
         run([str(ctl)], out=str(tmp_path / "c"), device="cuda", seed=4)
+
+
+def test_minibatch_descent_over_several_devices_steps_on_the_first(fake_devices):
+    """SGD with CUDA DEVICES = 0,1: the steps run on the first device over every case (a
+    batch is too small to split), so an epoch gives the bits of one device's epoch."""
+    from convnet.minibatch import SGD, UpdateRule, batch_layout, learning_rates
+    arch, x, c, w = _problem(n=300)
+    rule = UpdateRule(SGD, momentum=0.9, nesterov=True)
+    rates = learning_rates(0.1, "CONSTANT", 1, batch_layout(300, 32)[1])
+    one = dbe.DeviceBackend(arch, DeviceParams()).evaluator(x, c, 0.01)
+    backend = multi.device_backend(arch, DeviceParams(cuda_devices="1,0"))
+    many = backend.evaluator(x, c, 0.01)
+    ends = []
+    for ev in (one, many):
+        runner = ev.minibatches(rule, 32, rates, w)
+        runner.start_epoch(np.arange(300)[::-1])
+        while runner.steps_left:
+            runner.step()
+        likelihood, w_end = runner.end_epoch()
+        ends.append((likelihood, runner.penalty(), w_end))
+    assert ends[0][0] == ends[1][0] and ends[0][1] == ends[1][1]
+    assert np.array_equal(ends[0][2], ends[1][2]) and not np.array_equal(ends[0][2], w)
+    assert backend.minibatch_device == 1
+    # the full-batch evaluations stay split across both devices
+    crit, grad = many.gradient(ends[1][2])
+    crit1, grad1 = one.gradient(ends[0][2])
+    assert abs(crit - crit1) <= 1e-6 * crit1 and _rel(grad, grad1) <= 1e-6
+    backend.close()
+
+
+def test_session_sgd_with_validation_on_two_emulated_devices(fake_devices, monkeypatch, tmp_path):
+    """TRAIN METHOD = SGD with held-out cases and CUDA DEVICES = 0,1: the epochs on device 0,
+    the validation checks and the final pass split across both; CUDA.LOG says so."""
+    import json
+    import convnet.devices
+    from convnet.session import run
+    monkeypatch.setattr(convnet.devices, "cuda_status", lambda: (True, "3 CUDA devices"))
+    ctl = tmp_path / "sgd.ctl"
+    ctl.write_text("MAKE IMAGE 6 6 1 2 300\nFULLY CONNECTED LAYER 3\nCUDA DEVICES = 0,1\n"
+                   "VALIDATION CASES 251 300\nTRAIN METHOD = SGD\nANNEAL ITERS = 0\n"
+                   "BATCH SIZE = 50\nEPOCHS = 3\nKEEP BEST = YES\nTRAIN\n")
+    run([str(ctl)], out=str(tmp_path / "a"), device="cuda", seed=4)
+    train = json.loads((tmp_path / "a" / "results.json").read_text())["runs"][0]
+    assert train["status"] == "done" and train["phases"][-1]["steps"] == 3
+    assert [c["step"] for c in train["validation"] if c["phase"] == "sgd"] == [1, 2, 3]
+    cuda_log = (tmp_path / "a" / "CUDA.LOG").read_text()
+    assert "Mini-batch descent: every case on device 0, the steps there alone" in cuda_log

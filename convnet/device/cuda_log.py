@@ -212,6 +212,9 @@ def cuda_log_lines(backend, arch, params, weight_uploads_before=0):
         lines.append("Each evaluation splits the cases: "
                      + ", ".join(f"device {i} cases {a + 1} to {b}" for i, a, b in backend.shards)
                      + "; the partial sums are added in this order")
+        if backend.minibatch_device is not None:
+            lines.append(f"Mini-batch descent: every case on device {backend.minibatch_device}, "
+                         f"the steps there alone")
     lines.append("Products of FC, LOCAL and CONV layers: float32 fused multiply-adds")
     lines += _section("2. Architecture and training parameters")
     lines += arch.report()

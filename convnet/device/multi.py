@@ -122,6 +122,7 @@ class MultiDeviceBackend:
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.backends) - 1),
                                         thread_name_prefix="convnet-device")
         self.shards = []            # (device, start, stop) of the last evaluator, for CUDA.LOG
+        self.minibatch_device = None    # the device of a mini-batch descent (CUDA.LOG)
         # the weights of an evaluation: one host copy, which every device sends itself
         self.staging = first.rt.pinned_for_all(self.n_weights, np.float64)
         for b in self.backends:
@@ -172,7 +173,8 @@ class MultiDeviceEvaluator(Evaluator):
 
     def __init__(self, multi, inputs, classes, wpen=0.0):
         self.multi = multi
-        x = self.bind(multi.arch, inputs, classes, wpen)
+        x = self.inputs = self.bind(multi.arch, inputs, classes, wpen)
+        self.whole = None           # every case on the first device, for mini-batch descent
         self.bounds = shard_bounds(self.n_cases, len(multi.backends))
         backends = multi.backends[:len(self.bounds)]
         cls = self.classes
@@ -241,3 +243,12 @@ class MultiDeviceEvaluator(Evaluator):
         w = self._weights(weights)
         parts = self.multi.run_each([(lambda ev=ev: ev.outputs(w)) for ev in self.parts])
         return np.concatenate(parts, axis=0)
+
+    def minibatches(self, rule, batch_size, rates, weights):
+        """Mini-batch descent on the first device alone, over every case (sent there once, on
+        first use): a step of a few hundred cases is too small to split, and a split step would
+        wait for the host to add its parts. Validation and the final passes stay split."""
+        if self.whole is None:
+            self.whole = self.multi.backends[0].evaluator(self.inputs, self.classes, self.wpen)
+            self.multi.minibatch_device = self.multi.indices[0]
+        return self.whole.minibatches(rule, batch_size, rates, weights)
