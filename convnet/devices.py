@@ -1,6 +1,7 @@
 """Is a CUDA device usable here, and what is there? (``convnet devices``, CUDA = AUTO)."""
 
 import os
+import threading
 
 from ._version import pip_install
 
@@ -44,6 +45,30 @@ def session_environment(gpu, environ=None, on_gpu=True):
         for name in BLAS_THREAD_VARIABLES:
             env.setdefault(name, "1")
     return env
+
+
+def start_cuda_early(indices=(0,)):
+    """Start the CUDA driver and the primary contexts of devices ``indices`` in a thread of their
+    own, while the run imports its modules, parses and reads its data. The driver's start is a
+    few tenths of a second of its own work, done without the interpreter lock (a ctypes call);
+    PyCUDA then finds the driver started and the contexts made (a primary context is one per
+    device and process: the runtime retains this one). Where there is no driver nothing happens,
+    and an error is left for the run to meet and report in its own words."""
+    def start():
+        try:
+            import ctypes
+            driver = ctypes.CDLL("libcuda.so.1")
+            if driver.cuInit(0) != 0:
+                return
+            for index in indices:
+                device, context = ctypes.c_int(), ctypes.c_void_p()
+                if driver.cuDeviceGet(ctypes.byref(device), int(index)) == 0:
+                    driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)
+        except Exception:       # no driver, another platform: the run finds out by itself
+            pass
+    thread = threading.Thread(target=start, name="convnet-cuda-start", daemon=True)
+    thread.start()
+    return thread
 
 
 def cuda_status():
