@@ -85,3 +85,33 @@ def test_a_png_that_cannot_be_written_is_a_user_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(ConvnetError, match="cannot write"):
         figures.save_png(str(blocker / "curve.png"), "criterion_figure", PHASES)
+
+
+def test_ctrl_c_while_waiting_for_a_figure_ends_the_run():
+    """A second Ctrl-C (Interrupted) that lands while the run waits for the drawing process is
+    not taken for a failed drawing: it reaches the run, and the process (whose answer may be
+    half read) is stopped."""
+    import io
+    from convnet.errors import Interrupted
+
+    class Waiting:
+        def read(self, size):
+            raise Interrupted("run ended by the user (Ctrl-C)", 2)
+
+        def close(self):
+            pass
+
+    class Proc:
+        stdin, stdout = io.BytesIO(), Waiting()
+
+        def kill(self):
+            self.killed = True
+
+        def wait(self):
+            pass
+
+    drawing = figures.DrawingProcess()
+    drawing.proc = proc = Proc()
+    with pytest.raises(Interrupted):
+        drawing.ask(("svg", "confusion_figure", ([[1]],), {}))
+    assert drawing.proc is None and proc.killed

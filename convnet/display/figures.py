@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 from ..atomic import replace_file
-from ..errors import ConvnetError
+from ..errors import ConvnetError, Interrupted
 from .figure_worker import answer_to, receive, send
 
 INLINE_VARIABLE = "CONVNET_DRAW_INLINE"     # set (to anything but empty): no drawing process
@@ -33,7 +33,12 @@ class DrawingProcess:
         self.proc = None
 
     def start(self):
-        if self.proc is not None or os.environ.get(INLINE_VARIABLE) or available_cores() < 2:
+        if self.proc is not None:
+            return
+        if os.environ.get(INLINE_VARIABLE) or available_cores() < 2:
+            # drawn here: matplotlib loaded now, so that no Ctrl-C lands in the middle of its
+            # import later (a module half imported fails every figure after it)
+            from . import plots  # noqa: F401
             return
         package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -56,6 +61,9 @@ class DrawingProcess:
         try:
             send(self.proc.stdin, request)
             return receive(self.proc.stdout)
+        except Interrupted:           # Ctrl-C while waiting: the answer may be half read
+            self.stop()
+            raise
         except Exception:             # gone, or a request it cannot take: drawn here instead
             self.stop()
             return None
