@@ -174,6 +174,12 @@ class DeviceEvaluator(Evaluator):
             return self._run_host_head("gradient", weights, self._gradient_launches,
                                        pen_out=ptr(self.d_grad, b.n_weights + 1, 8))
 
+    def mean_over(self, n_cases):
+        """Divide the criterion and the gradient by ``n_cases`` cases (and the classes) instead of
+        this evaluator's own count: one device's part of a data set split across devices."""
+        self.mean_over_cases = n_cases
+        self.scale = 1.0 / (n_cases * self.backend.arch.n_classes)
+
     def finish_gradient(self):
         """Wait for the queued gradient: (criterion, gradient), the gradient a view of the
         page-locked buffer that the next gradient overwrites."""

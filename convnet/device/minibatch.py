@@ -81,10 +81,16 @@ class DeviceMiniBatches:
             rt.cuda.memcpy_htod_async(self.d_order, self.h_order, rt.stream)
             rt.cuda.memset_d32_async(int(ptr(self.d_counters, 1)), 0, 1, rt.stream)
             rt.cuda.memset_d32_async(self.d_epoch_ll, 0, 2, rt.stream)
-            K.line_point(rt, x=self.d_w, d=self.d_w, t=NULL, n=self.n, mask=b.d_mask,
-                         w32=b.d_w32, pen_part=b.d_pen_part)
+            self._round_weights()
             b.queue_scatter(mark=False)
         self.position, self.in_epoch = 0, True
+
+    def _round_weights(self):
+        """Queue the float64 weights' rounding to float32 (d_w32) and the penalty's partial sums
+        of their squares (d_pen_part), as an upload of host weights does."""
+        b = self.backend
+        K.line_point(b.rt, x=self.d_w, d=self.d_w, t=NULL, n=self.n, mask=b.d_mask,
+                     w32=b.d_w32, pen_part=b.d_pen_part)
 
     def step(self):
         """Queue one step (the graph; the first step runs its launches as they are)."""
@@ -127,8 +133,7 @@ class DeviceMiniBatches:
             return 0.0
         rt = b.rt
         with rt.active():
-            K.line_point(rt, x=self.d_w, d=self.d_w, t=NULL, n=self.n, mask=b.d_mask,
-                         w32=b.d_w32, pen_part=b.d_pen_part)
+            self._round_weights()
             b.queue_penalty(self.d_penalty)
             rt.cuda.memcpy_dtoh_async(self.h_penalty, self.d_penalty, rt.stream)
             rt.stream.synchronize()

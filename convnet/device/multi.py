@@ -187,8 +187,7 @@ class MultiDeviceEvaluator(Evaluator):
                                      for k, (be, (a, b)) in enumerate(zip(backends, self.bounds))])
         multi.shards = [(i, a, b) for i, (a, b) in zip(multi.indices, self.bounds)]
         for part in self.parts:     # each device's part divided by the whole case count
-            part.scale = self.scale
-            part.mean_over_cases = self.n_cases
+            part.mean_over(self.n_cases)
 
     def _weights(self, weights):
         return check_weights(self.multi.arch, weights)

@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 
-from ..atomic import replace_file
+from ..atomic import write_atomically
 from ..errors import ConvnetError, Interrupted
 from .figure_worker import answer_to, receive, send
 
@@ -120,11 +120,7 @@ def svg(builder, *args, **kwargs):
 
 def save_png(path, builder, *args, **kwargs):
     """Write the figure to ``path`` as a PNG, replaced at once; returns the path."""
-    data = draw("png", builder, *args, **kwargs)
-    try:
-        replace_file(path, data)
-    except OSError as e:
-        raise ConvnetError(f"cannot write {path}: {e.strerror or e}") from None
+    write_atomically(path, draw("png", builder, *args, **kwargs), "figure", sync=False)
     return path
 
 
