@@ -1,17 +1,14 @@
 """benchmarks/gpu.py's candidate table (no GPU needed: it formats the JSON record's fields)."""
 
-import importlib.util
 import os
+
+from scripts import load_script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _gpu_bench():
-    spec = importlib.util.spec_from_file_location(
-        "gpu_bench", os.path.join(HERE, os.pardir, "benchmarks", "gpu.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/gpu.py", "gpu_bench")
 
 
 def test_candidate_table_ranks_and_marks_the_choice():

@@ -1,7 +1,6 @@
 """benchmarks/methods.py: the presets, the lines a method's run gets (device, --set overrides),
 and one small real comparison on the host (its JSON rows and its plot)."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -9,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 from test_device_emulated import fake_runtime  # noqa: F401  (the emulated CUDA runtime)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,10 +29,7 @@ TEST
 
 @pytest.fixture(scope="module")
 def methods():
-    spec = importlib.util.spec_from_file_location("methods_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/methods.py", "methods_bench")
 
 
 def test_presets_keep_the_host_settings_and_add_the_gpu_ones(methods):

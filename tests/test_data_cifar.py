@@ -1,6 +1,5 @@
 """READ C10 IMAGE: hand-made CIFAR-10 records, concatenation, the generated sample, bad files."""
 
-import importlib.util
 import os
 
 import numpy as np
@@ -9,6 +8,7 @@ import pytest
 from convnet.data.cifar import read_c10
 from convnet.data.synthetic import make_image
 from convnet.errors import ConvnetError
+from scripts import load_script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLE = os.path.join(HERE, os.pardir, "data", "cifar-format-sample.bin")
@@ -55,10 +55,7 @@ def test_several_files_are_concatenated(tmp_path):
 
 
 def test_generated_sample_matches_its_script():
-    spec = importlib.util.spec_from_file_location("make_cifar_sample",
-                                                  os.path.join(HERE, "make_cifar_sample.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("tests/make_cifar_sample.py", "make_cifar_sample")
     with open(SAMPLE, "rb") as f:
         committed = f.read()
     assert committed == module.make_records(200)

@@ -2,21 +2,14 @@
 family against its numpy reference, so a variant list or a reference that does not fit its
 launches fails here (the GPU runs the same validation with timing)."""
 
-import importlib.util
-import os
-
 import pytest
 
+from scripts import load_script
 from test_device_emulated import fake_runtime  # noqa: F401 (the fixture)
-
-_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks", "kernel.py")
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("kernel_bench", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/kernel.py", "kernel_bench")
 
 
 def test_families_are_listed(capsys):
