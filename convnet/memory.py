@@ -102,7 +102,7 @@ def device_available(device=0):
         from .device.runtime import Runtime
         rt = Runtime.get(device)
         with rt.active():
-            free, _ = rt.cuda.mem_get_info()
+            free, _ = rt.free_memory()
         return int(free)
     except Exception:        # no PyCUDA, no device, a driver error: the device check is skipped
         return None
