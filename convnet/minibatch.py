@@ -45,7 +45,7 @@ class UpdateRule:
     @classmethod
     def from_training(cls, training):
         """The rule of TrainingParams (TRAIN METHOD, MOMENTUM, NESTEROV, ADAM ...)."""
-        return cls(training.method, float(training.momentum), training.nesterov == "YES",
+        return cls(training.minibatch_rule, float(training.momentum), training.nesterov == "YES",
                    float(training.beta1), float(training.beta2), float(training.epsilon))
 
     @property

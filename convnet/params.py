@@ -38,7 +38,8 @@ class ParamDef:
 ANNEAL_SCALES = ("FLAT", "FANIN")
 # TRAIN METHOD: the book's annealing then conjugate gradients, or mini-batch gradient descent
 BOOK_METHOD_NAME = "ANNEAL CG"
-TRAIN_METHODS = (BOOK_METHOD_NAME, "SGD", "ADAM")
+# (SGD CG, ADAM CG: the mini-batch steps, then conjugate gradients from where they ended)
+TRAIN_METHODS = (BOOK_METHOD_NAME, "SGD", "ADAM", "SGD CG", "ADAM CG")
 LR_SCHEDULES = ("CONSTANT", "STEP", "COSINE", "ONE CYCLE")
 # LEARNING RATE when not set, by method (the criterion is a mean per case and class, so SGD's
 # rate is about n_classes times the usual one for a mean per case; Adam's steps do not scale)
@@ -84,7 +85,9 @@ PARAMETER_DEFS = (
     ParamDef("TRAIN METHOD", "training", "method", "choice",
              "how TRAIN trains: ANNEAL CG, the book's annealing then conjugate gradients on "
              "every case; SGD, annealing (ANNEAL ITERS, at least one random start) then "
-             "mini-batch gradient descent with momentum; ADAM, the same with Adam's steps",
+             "mini-batch gradient descent with momentum; ADAM, the same with Adam's steps; SGD CG "
+             "and ADAM CG, those steps and then conjugate gradients from where they ended "
+             "(MAXITERS, TOL)",
              BOOK_METHOD_NAME, choices=TRAIN_METHODS),
     ParamDef("BATCH SIZE", "training", "batch_size", "int",
              "cases per mini-batch of SGD and ADAM (at most the training cases; an epoch takes "
@@ -108,6 +111,10 @@ PARAMETER_DEFS = (
     ParamDef("LR STEP FACTOR", "training", "lr_step_factor", "float",
              "what each drop multiplies the learning rate by (LR SCHEDULE = STEP)", 0.1,
              minimum=0.0, maximum=1.0, exclusive_min=True),
+    ParamDef("AVERAGE EPOCHS", "training", "average_epochs", "int",
+             "SGD and ADAM end with the mean of the weights at the ends of their last n epochs "
+             "(stochastic weight averaging; all of them when there are fewer) instead of the "
+             "last epoch's weights; 0: the last epoch's", 0, minimum=0, maximum=MAX_COUNT),
     ParamDef("MOMENTUM", "training", "momentum", "float",
              "SGD's momentum: the step is the gradient plus MOMENTUM times the step before", 0.9,
              minimum=0.0, maximum=1.0, exclusive_max=True),
@@ -214,7 +221,8 @@ class _Group:
 class TrainingParams(_Group):
     """What TRAIN reads: the method (TRAIN METHOD), annealing (ANNEAL ITERS, RANGE, SCALE),
     refinement (MAXITERS, TOL), the weight penalty (WPEN), and the mini-batch methods' settings
-    (BATCH SIZE, EPOCHS, LEARNING RATE and its schedule, MOMENTUM, NESTEROV, Adam's)."""
+    (BATCH SIZE, EPOCHS, LEARNING RATE and its schedule, AVERAGE EPOCHS, MOMENTUM, NESTEROV,
+    Adam's)."""
 
     GROUP = "training"
 
@@ -231,6 +239,7 @@ class TrainingParams(_Group):
     lr_schedule: str = _default("LR SCHEDULE")
     lr_step_epochs: int = _default("LR STEP EPOCHS")
     lr_step_factor: float = _default("LR STEP FACTOR")
+    average_epochs: int = _default("AVERAGE EPOCHS")
     momentum: float = _default("MOMENTUM")
     nesterov: str = _default("NESTEROV")
     beta1: float = _default("ADAM BETA1")
@@ -242,7 +251,12 @@ class TrainingParams(_Group):
         """LEARNING RATE, or the method's default when it is not set."""
         if self.learning_rate is not None:
             return float(self.learning_rate)
-        return DEFAULT_LEARNING_RATES.get(self.method, DEFAULT_LEARNING_RATES["SGD"])
+        return DEFAULT_LEARNING_RATES.get(self.minibatch_rule, DEFAULT_LEARNING_RATES["SGD"])
+
+    @property
+    def minibatch_rule(self):
+        """SGD or ADAM: the update rule of the method's mini-batch steps (its first word)."""
+        return self.method.split()[0]
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,7 @@ PARAMETER_CASES = [
     ("LR SCHEDULE = one cycle", "LR SCHEDULE", "ONE CYCLE"),
     ("LR STEP EPOCHS = 3", "LR STEP EPOCHS", 3),
     ("LR STEP FACTOR = 0.5", "LR STEP FACTOR", 0.5),
+    ("AVERAGE EPOCHS = 5", "AVERAGE EPOCHS", 5),
     ("MOMENTUM = 0", "MOMENTUM", 0.0),
     ("NESTEROV = yes", "NESTEROV", "YES"),
     ("ADAM BETA1 = 0.8", "ADAM BETA1", 0.8),

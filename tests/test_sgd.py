@@ -244,7 +244,7 @@ def _ctl(tmp_path, extra):
     ("ADAM EPSILON = 0", "ADAM EPSILON must be greater than 0"),
     ("LR STEP FACTOR = 1.5", "LR STEP FACTOR must be at most 1"),
     ("LR SCHEDULE = LINEAR", "LR SCHEDULE must be CONSTANT or STEP or COSINE or ONE CYCLE"),
-    ("TRAIN METHOD = LBFGS", "TRAIN METHOD must be ANNEAL CG or SGD or ADAM"),
+    ("TRAIN METHOD = LBFGS", "TRAIN METHOD must be ANNEAL CG or SGD or ADAM or SGD CG or ADAM CG"),
 ])
 def test_check_refuses_bad_values_at_their_line(tmp_path, line, message):
     ctl = _ctl(tmp_path, line)
@@ -294,3 +294,77 @@ def test_epochs_are_validation_check_points(tmp_path):
     # one annealing evaluation, then 3 batches of 30 an epoch
     assert [c for c in checks if c[0] == "sgd"] == [("sgd", 1, 1 + 3), ("sgd", 2, 1 + 6),
                                                    ("sgd", 3, 1 + 9)]
+
+
+# ------------------------------------------------------------------ AVERAGE EPOCHS
+def test_average_epochs_ends_at_the_mean_of_the_last_epochs():
+    """The constant schedule's steps do not depend on EPOCHS, so runs of 2, 3 and 4 epochs are
+    the first epochs of one path: 4 epochs averaged over 3 end at the mean of epochs 2..4."""
+    ends = [_phase_run(EPOCHS=n)[0].weights for n in (2, 3, 4)]
+    result, model, log = _phase_run(EPOCHS=4, **{"AVERAGE EPOCHS": 3})
+    mean = (ends[0] + ends[1] + ends[2]) / 3
+    assert np.array_equal(result.weights, mean) and np.array_equal(model.weights, mean)
+    assert not np.array_equal(result.weights, ends[2])
+    assert result.criterion == model.evaluator(*_problem()[1:3], 0.001).criterion(mean)
+    assert result.evaluations == {"gradient": 4 * 4, "criterion": 1}
+    assert any("mean weights of epochs 2 to 4" in line for line in log.lines)
+    assert any(line.startswith("Mean weights of epochs 2 to 4: criterion = ")
+               for line in log.lines)
+
+
+@pytest.mark.parametrize("average", [0, 1])
+def test_average_of_one_epoch_or_none_is_the_last_epoch(average):
+    plain, _, _ = _phase_run()
+    result, _, log = _phase_run(**{"AVERAGE EPOCHS": average})
+    assert np.array_equal(plain.weights, result.weights) and plain.criterion == result.criterion
+    assert not any("mean weights" in line.lower() for line in log.lines)
+
+
+def test_average_longer_than_the_run_takes_every_epoch():
+    ends = [_phase_run(EPOCHS=n)[0].weights for n in (1, 2, 3)]
+    result, _, _ = _phase_run(**{"AVERAGE EPOCHS": 50})
+    assert np.array_equal(result.weights, (ends[0] + ends[1] + ends[2]) / 3)
+
+
+def test_interrupted_run_averages_the_epochs_it_reached():
+    ends = [_phase_run(EPOCHS=n)[0].weights for n in (2, 3)]
+    result, _, _ = _phase_run(stop_after=10, EPOCHS=5, **{"AVERAGE EPOCHS": 4})
+    # 4 batches an epoch: 10 steps end epochs 1 and 2, then Ctrl-C counts the half-done third
+    half_third = _phase_run(stop_after=10, EPOCHS=5)[0].weights
+    assert np.array_equal(result.weights, (ends[0] + half_third) / 2)
+
+
+def test_averaged_weights_are_checked_again(tmp_path):
+    ctl = tmp_path / "val.ctl"
+    ctl.write_text("MAKE IMAGE 8 8 1 3 120\nVALIDATION CASES 91 120\n"
+                   "CONVOLUTIONAL LAYER 2 1 1 0 0 1 1\nFULLY CONNECTED LAYER 4\nCUDA = NO\n"
+                   "ANNEAL ITERS = 1\nTRAIN METHOD = SGD\nEPOCHS = 3\nBATCH SIZE = 30\n"
+                   "AVERAGE EPOCHS = 2\nRANDOM SEED = 2\nTRAIN\n")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", str(ctl), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    train = next(e for e in json.loads((out / "results.json").read_text())["runs"]
+                 if e["command"] == "TRAIN")
+    checks = [(c["phase"], c["step"], c["evaluations"]) for c in train["validation"]]
+    # the epochs' checks, then the mean weights' (one criterion evaluation more)
+    assert [c for c in checks if c[0] == "sgd"] == [("sgd", 1, 1 + 3), ("sgd", 2, 1 + 6),
+                                                   ("sgd", 3, 1 + 9), ("sgd", 3, 1 + 10)]
+    assert "Mean weights of epochs 2 to 3: criterion = " in (out / "CONVNET.LOG").read_text()
+
+
+@pytest.mark.parametrize("method,rule", [("SGD CG", "sgd"), ("ADAM CG", "adam")])
+def test_minibatch_then_conjugate_gradients(tmp_path, method, rule):
+    """SGD CG / ADAM CG: the mini-batch epochs, then refinement from where they ended."""
+    ctl = _ctl(tmp_path, f"TRAIN METHOD = {method}\nEPOCHS = 2\nBATCH SIZE = 30\nMAXITERS = 4\n"
+                         "RANDOM SEED = 4")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", str(ctl), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    train = next(e for e in json.loads((out / "results.json").read_text())["runs"]
+                 if e["command"] == "TRAIN")
+    phases = train["phases"]
+    assert [p["name"] for p in phases] == ["annealing", rule, "refinement"]
+    assert phases[2]["steps"] <= 4
+    # refinement starts from the mini-batch end: its criterion is no higher
+    assert phases[2]["criterion"] <= phases[1]["criterion"]
+    assert train["final_criterion"] == pytest.approx(phases[2]["criterion"], rel=1e-9)

@@ -12,9 +12,17 @@ batch's mean per case and class), plus the weight penalty of the weights the epo
 The model holds the weights of the last finished epoch; the phase's result is its last epoch.
 Every epoch's end is a check point of the validation checks (train/validation.py): VALIDATION
 INTERVAL counts epochs, and an EARLY STOP ends the phase at an epoch's end.
+
+AVERAGE EPOCHS = n (stochastic weight averaging) keeps the float64 sum of the weights at the ends
+of the last n epochs; the phase then ends at their mean, not at the last epoch's weights, and its
+result is the full criterion there (one evaluation more, logged). A phase that stops before its
+last epoch (Ctrl-C, EARLY STOP) averages the epochs of the window it reached; one epoch or none in
+the window leaves the last epoch's weights.
 """
 
 import time
+
+import numpy as np
 
 from ..errors import ConvnetError
 from ..minibatch import ADAM, UpdateRule, batch_layout, learning_rates
@@ -40,6 +48,7 @@ class MiniBatchPhase(Phase):
         self.label = "Adam" if adam else "SGD"
         self.title = "Mini-batch descent (" + ("Adam)" if adam else "SGD with momentum)")
         self.limit = int(training.epochs)
+        self.average_from = self.limit - min(int(training.average_epochs), self.limit) + 1
         self.runner = None
 
     @property
@@ -63,6 +72,7 @@ class MiniBatchPhase(Phase):
         self.epoch, self.interrupted, self.steps = 0, False, 0
         self.trace, self.seconds, self.epoch_rates = [], [], []
         self.weights = weights
+        self.weight_sum, self.averaged, self.average_taken = None, 0, False
         self._log_start(ev.n_cases)
 
     def _log_start(self, n_cases):
@@ -74,6 +84,9 @@ class MiniBatchPhase(Phase):
             f"{self.title}: {self.limit} epochs of {self.per_epoch} batches of {self.batch} "
             f"cases ({n_cases} cases), learning rate {t.rate:g} ({t.lr_schedule.lower()}), "
             f"{how}")
+        if self.average_from < self.limit:          # a window of two epochs or more
+            self.context.log.write(f"   ending at the mean weights of epochs {self.average_from} "
+                                   f"to {self.limit} (AVERAGE EPOCHS)")
 
     def step(self):
         if not self.runner.steps_left:
@@ -90,6 +103,7 @@ class MiniBatchPhase(Phase):
         self.epoch += 1
         self.weights = w
         self.context.model.weights = w
+        self._add_to_average(w)
         seconds = time.perf_counter() - self.t0
         self.trace.append((self.epoch, float(criterion)))
         self.seconds.append(seconds)
@@ -100,8 +114,32 @@ class MiniBatchPhase(Phase):
         self.context.report(self, self.epoch, criterion, criterion)
         self.context.validate(self, self.epoch)
 
+    def _add_to_average(self, w):
+        if self.epoch < self.average_from:
+            return
+        if self.weight_sum is None:
+            self.weight_sum = np.zeros_like(w, dtype=np.float64)
+        self.weight_sum += w
+        self.averaged += 1
+
+    def _end_at_average(self):
+        """AVERAGE EPOCHS: the mean of the window's epochs becomes the phase's weights and its
+        full criterion the phase's result (None when there is nothing to average)."""
+        if self.averaged < 2:
+            return None
+        w = self.weight_sum / self.averaged
+        criterion = float(self.context.evaluator.criterion(w))
+        self.weights = w
+        self.context.model.weights = w
+        self.average_taken = True
+        self.context.weights_replaced()
+        self.context.log.write(f"Mean weights of epochs {self.average_from} to "
+                               f"{self.average_from + self.averaged - 1}: criterion = "
+                               f"{format_criterion(criterion)}")
+        return criterion
+
     def evaluations_made(self):
-        return self.steps
+        return self.steps + int(self.average_taken)
 
     def interrupt(self):
         """End at once: a partly done epoch counts as one (its batches so far)."""
@@ -111,10 +149,15 @@ class MiniBatchPhase(Phase):
 
     def finish(self):
         criterion = self.trace[-1][1] if self.trace else None
+        averaged = self._end_at_average()
+        evaluations = {"gradient": self.steps}
+        if averaged is not None:
+            criterion = averaged
+            evaluations["criterion"] = 1
         stop = "interrupted" if self.interrupted else "epochs"
         return PhaseResult(self.name, self.title, self.unit, self.chart, list(self.trace),
                            criterion, self.epoch, self.limit, self.interrupted, stop,
-                           STOP_WORDS[stop], evaluations={"gradient": self.steps},
+                           STOP_WORDS[stop], evaluations=evaluations,
                            figures={"learning_rate": list(self.epoch_rates),
                                     "epoch_seconds": list(self.seconds)},
                            weights=self.weights)

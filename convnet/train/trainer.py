@@ -7,7 +7,8 @@ loop, Ctrl-C, timing, progress and each phase's result lines), then two short st
   3. A final pass over the data with the best weights: the criterion that is reported.
   4. The confusion matrix of the training data (confusion.py).
 Phases 1 and 2 are the book's method (BOOK_METHOD); another method is another list of phases
-(METHODS, by TRAIN METHOD: SGD and ADAM anneal, then take mini-batch steps, minibatch.py).
+(METHODS, by TRAIN METHOD: SGD and ADAM anneal, then take mini-batch steps, minibatch.py; SGD CG
+and ADAM CG refine their end by conjugate gradients).
 
 The criterion everywhere in TRAIN is the one being minimized: the mean negative log likelihood per
 case and class (Equation 1-13) plus the weight penalty WPEN / n_weights * (sum of squared non-bias
@@ -43,8 +44,10 @@ from .validation import Validation, split_cases
 # A training method: the phases it runs, each made from the TrainingParams.
 BOOK_METHOD = (AnnealingPhase, RefinementPhase)
 MINIBATCH_METHOD = (AnnealingPhase, MiniBatchPhase)       # SGD or Adam, by TRAIN METHOD
+MINIBATCH_THEN_CG = (AnnealingPhase, MiniBatchPhase, RefinementPhase)
 # TRAIN METHOD -> the method's phases
-METHODS = {"ANNEAL CG": BOOK_METHOD, "SGD": MINIBATCH_METHOD, "ADAM": MINIBATCH_METHOD}
+METHODS = {"ANNEAL CG": BOOK_METHOD, "SGD": MINIBATCH_METHOD, "ADAM": MINIBATCH_METHOD,
+           "SGD CG": MINIBATCH_THEN_CG, "ADAM CG": MINIBATCH_THEN_CG}
 
 
 @dataclass
@@ -130,6 +133,11 @@ class TrainContext:
         """Check point ``step`` of ``phase`` is done: a validation check when one is due."""
         if self.validation is not None and self.validation.due(step):
             self._check(phase.name, step, phase.evaluations_made())
+
+    def weights_replaced(self):
+        """The running phase replaced the weights of its last check (an average of its epochs):
+        its end is checked again."""
+        self.last_check = None
 
     def check_phase_end(self, phase, result):
         """A phase ended: its check, unless its last step was just checked."""
