@@ -290,8 +290,11 @@ class Session(DataCommands, ImageCommands):
                 progress.close()
         self.results.append(result)
         self.outcomes.append((cmd, result))
+        from .display.figures import criterion_curve_later
+        # asked for first, so that it is drawn beside the report's charts of this TRAIN
+        curve = criterion_curve_later(result, os.path.join(self.out, "criterion.png"))
         self.record.end_train(entry, result)
-        self._after_train(result, device, cmd)
+        self._after_train(curve, device, cmd)
         return result
 
     def _host_threads(self):
@@ -330,11 +333,10 @@ class Session(DataCommands, ImageCommands):
         from .display.progress import ProgressLine
         return ProgressLine(sys.stdout, plain=not sys.stdout.isatty())
 
-    def _after_train(self, result, device, cmd):
-        """Pictures and the device log that follow a TRAIN."""
-        from .display.figures import criterion_curve
-        path = criterion_curve(result, os.path.join(self.out, "criterion.png"))
-        self._record_made(Artifact(path, "criterion curve of TRAIN"), cmd)
+    def _after_train(self, curve, device, cmd):
+        """Pictures (``curve``: the criterion curve asked for) and the device log that follow a
+        TRAIN."""
+        self._record_made(Artifact(curve.write(), "criterion curve of TRAIN"), cmd)
         if device == "cpu":
             from .logs.timing import format_timing_table
             table = format_timing_table(self.model.backend.timings())

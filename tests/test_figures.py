@@ -67,6 +67,24 @@ def test_the_drawing_process_draws_the_figures_drawn_here(aside, tmp_path):
 
 
 @needs_two_cores
+def test_figures_asked_for_together_come_back_each_its_own(aside):
+    """Several requests before any answer (drawn side by side by the process's children): each
+    figure's answer is its own, in any order they are taken."""
+
+    confusions = [[[k, 1], [0, 4]] for k in range(6)]
+    asked = [figures.Figure("svg", "confusion_figure", m, title=f"TEST {k}")
+             for k, m in enumerate(confusions)]
+    curve = figures.Figure("png", "criterion_figure", PHASES, title="curve")
+    assert all(f.ticket is not None for f in asked + [curve])
+    assert curve.result() == answer_to(("png", "criterion_figure", (PHASES,),
+                                        {"title": "curve"}))[1]
+    for k in (5, 0, 3, 1, 4, 2):
+        here = answer_to(("svg", "confusion_figure", (confusions[k],), {"title": f"TEST {k}"}))
+        assert asked[k].result() == here[1]
+    assert aside.proc is not None and not aside.answers        # nothing failed, nothing left
+
+
+@needs_two_cores
 def test_figures_are_drawn_here_when_the_drawing_process_is_gone(aside):
     aside.proc.kill()
     aside.proc.wait()
@@ -113,5 +131,5 @@ def test_ctrl_c_while_waiting_for_a_figure_ends_the_run():
     drawing = figures.DrawingProcess()
     drawing.proc = proc = Proc()
     with pytest.raises(Interrupted):
-        drawing.ask(("svg", "confusion_figure", ([[1]],), {}))
+        drawing.answer(drawing.request(("svg", "confusion_figure", ([[1]],), {})))
     assert drawing.proc is None and proc.killed

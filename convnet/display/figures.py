@@ -31,6 +31,9 @@ class DrawingProcess:
 
     def __init__(self):
         self.proc = None
+        self.generation = 0           # tickets of a process that was stopped get no answer
+        self.sent = self.received = 0
+        self.answers = {}
 
     def start(self):
         if self.proc is not None:
@@ -54,24 +57,47 @@ class DrawingProcess:
             return
         atexit.register(self.stop)
 
-    def ask(self, request):
-        """The answer to ``request``, or None when there is no process (or it failed)."""
+    def request(self, request):
+        """Send ``request``; returns its ticket for ``answer``, or None when there is no
+        process (or it failed)."""
         if self.proc is None:
             return None
         try:
             send(self.proc.stdin, request)
-            return receive(self.proc.stdout)
-        except Interrupted:           # Ctrl-C while waiting: the answer may be half read
+        except Interrupted:
             self.stop()
             raise
         except Exception:             # gone, or a request it cannot take: drawn here instead
             self.stop()
             return None
+        self.sent += 1
+        return (self.generation, self.sent - 1)
+
+    def answer(self, ticket):
+        """The answer to the request of ``ticket``, or None when the process is gone. Answers
+        come in the order of the requests; those read on the way are kept."""
+        while ticket not in self.answers:
+            if self.proc is None or ticket[0] != self.generation:
+                return None
+            try:
+                answer = receive(self.proc.stdout)
+            except Interrupted:       # Ctrl-C while waiting: the answer may be half read
+                self.stop()
+                raise
+            except Exception:
+                self.stop()
+                return None
+            self.answers[(self.generation, self.received)] = answer
+            self.received += 1
+        return self.answers.pop(ticket)
 
     def stop(self):
         proc, self.proc = self.proc, None
         if proc is None:
             return
+        self.generation += 1
+        self.sent = self.received = 0
+        self.answers = {}
         proc.kill()                     # it holds nothing to keep, and may still be loading
         proc.wait()
         for stream in (proc.stdin, proc.stdout):
@@ -100,17 +126,32 @@ def stop():
     process.stop()
 
 
+class Figure:
+    """A figure asked for now and taken later (``result``): figures asked for together are
+    drawn side by side by the drawing process; without one, ``result`` draws it here."""
+
+    def __init__(self, kind, builder, *args, **kwargs):
+        self.request = (kind, builder, args, kwargs)
+        self.ticket = process.request(self.request)
+        self.value = None
+
+    def result(self):
+        """The SVG text or PNG bytes; a ConvnetError where the builder raises one."""
+        if self.value is None:
+            answer = None if self.ticket is None else process.answer(self.ticket)
+            if answer is None or answer[0] == "failed":
+                answer = answer_to(self.request)
+            status, value = answer
+            if status == "error":
+                raise ConvnetError(value)
+            self.value = value
+        return self.value
+
+
 def draw(kind, builder, *args, **kwargs):
     """The figure ``plots.<builder>(*args, **kwargs)`` as SVG text (``kind`` "svg") or PNG bytes
     ("png"); a ConvnetError where the builder raises one."""
-    request = (kind, builder, args, kwargs)
-    answer = process.ask(request)
-    if answer is None or answer[0] == "failed":
-        answer = answer_to(request)
-    status, value = answer
-    if status == "error":
-        raise ConvnetError(value)
-    return value
+    return Figure(kind, builder, *args, **kwargs).result()
 
 
 def svg(builder, *args, **kwargs):
@@ -124,10 +165,28 @@ def save_png(path, builder, *args, **kwargs):
     return path
 
 
-def criterion_curve(result, path):
-    """The ``criterion.png`` every TRAIN writes, from its TrainResult: each phase's criterion
-    but the last's named in the title, then the final criterion."""
+class PendingPicture:
+    """A PNG asked for now, written to its file by ``write`` (atomically)."""
+
+    def __init__(self, path, builder, *args, **kwargs):
+        self.path = path
+        self.figure = Figure("png", builder, *args, **kwargs)
+
+    def write(self):
+        write_atomically(self.path, self.figure.result(), "figure", sync=False)
+        return self.path
+
+
+def criterion_curve_later(result, path):
+    """The ``criterion.png`` every TRAIN writes, from its TrainResult, asked for now and written
+    by the PendingPicture's ``write``: each phase's criterion but the last's named in the title,
+    then the final criterion."""
     named = [f"{p.name} {p.criterion:.6g}" for p in result.phases[:-1]]
     title = "TRAIN: " + ", ".join(named + [f"final {result.final_criterion:.6g}"])
     phases = [{name: getattr(p, name, None) for name in PHASE_FIELDS} for p in result.phases]
-    return save_png(path, "criterion_figure", phases, title=title)
+    return PendingPicture(path, "criterion_figure", phases, title=title)
+
+
+def criterion_curve(result, path):
+    """criterion_curve_later, written at once; returns the path."""
+    return criterion_curve_later(result, path).write()

@@ -264,8 +264,9 @@ def png_bytes(fig):
 def svg_markup(fig):
     """The figure as an ``<svg>`` element (no XML prolog), its text kept as text."""
     buffer = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none"}):
-        fig.savefig(buffer, format="svg")
+    # no date and a fixed salt for the element ids: the same figure gives the same text
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "convnet"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
     text = buffer.getvalue()
     return text[text.index("<svg"):]
 

@@ -12,6 +12,7 @@ the run has ended it has no refresh.
 
 import glob
 import os
+import re
 
 from ..display import figures
 from ..logs.results import target_words
@@ -22,19 +23,31 @@ REPORT_NAME = "report.html"
 
 
 class FigureCache:
-    """SVG of finished runs' figures, kept between rewrites of a live page (a finished run does not
-    change, so its charts are drawn once)."""
+    """The SVG charts of a page. ``get`` asks for a chart and puts a mark in its place; ``fill``
+    puts each chart in place of its mark, so the charts of one page are drawn side by side.
+    A finished run does not change, so its charts are kept (by key) between rewrites of a live
+    page and drawn once."""
+
+    MARK = re.compile("\x00chart (\\d+)\x00")
 
     def __init__(self):
         self.svg = {}
+        self.asked = []
 
     def get(self, key, builder, *args, **kwargs):
-        """The SVG of ``plots.<builder>(*args, **kwargs)``; ``key`` None: a figure not kept."""
-        if key is None:
-            return figures.svg(builder, *args, **kwargs)
-        if key not in self.svg:
-            self.svg[key] = figures.svg(builder, *args, **kwargs)
-        return self.svg[key]
+        """The mark of ``plots.<builder>(*args, **kwargs)``; ``key`` None: a chart not kept."""
+        chart = self.svg.get(key) if key is not None else None
+        if chart is None:
+            chart = figures.Figure("svg", builder, *args, **kwargs)
+            if key is not None:
+                self.svg[key] = chart
+        self.asked.append(chart)
+        return f"\x00chart {len(self.asked) - 1}\x00"
+
+    def fill(self, text):
+        """``text`` with every chart in place of its mark."""
+        asked, self.asked = self.asked, []
+        return self.MARK.sub(lambda m: asked[int(m.group(1))].result(), text)
 
 
 def _where(run):
@@ -346,5 +359,5 @@ def run_page(data, folder, cache=None):
     body += [pictures_section(data, folder), predictions_section(data), models_section(data),
              cuda_section(data, folder)]
     files = ", ".join((data.get("session") or {}).get("control_files") or []) or "run"
-    return page(f"convnet: {files}", "\n".join(b for b in body if b),
+    return page(f"convnet: {files}", cache.fill("\n".join(b for b in body if b)),
                 refresh=data.get("status") == "running")
