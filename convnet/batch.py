@@ -55,7 +55,7 @@ from typing import Dict, Optional
 
 from .display.progress import NoProgress
 from .errors import ConvnetError
-from .sweep import parse_control
+from .devices import wants_gpu
 from .resume import (finished_with, open_batch_folder, output_folders,  # noqa: F401 (re-exported)
                      plan_runs, record_inputs, run_inputs)
 
@@ -123,23 +123,6 @@ class BatchRow:
 
 def default_threads(jobs):
     return max(1, (os.cpu_count() or 1) // max(1, jobs))
-
-
-def wants_gpu(path, device, sweep_run=None):
-    """Whether a session is a CUDA session: --device decides, else the file's CUDA = setting
-    (None: AUTO, a GPU if the cluster has one)."""
-    if device != "auto":
-        return device == "cuda"
-    try:
-        commands, _, _ = parse_control(path, sweep_run=sweep_run)
-    except ConvnetError:
-        return False
-    values = {c.args["value"] for c in commands if c.name == "SET" and c.args["name"] == "CUDA"}
-    if "YES" in values:
-        return True
-    if values == {"NO"}:
-        return False
-    return None
 
 
 def _environment(gpu=None, on_gpu=False):

@@ -32,7 +32,8 @@ import time
 import uuid
 
 from ._version import pip_install
-from .batch import (BatchRow, _environment, wants_gpu, _error_from, fill_from_results, prepare,
+from .devices import wants_gpu
+from .batch import (BatchRow, _environment, _error_from, fill_from_results, prepare,
                     with_attempts, write_batch)
 from .control import INPUT_ROOT_ENV
 from .display.progress import NoProgress
