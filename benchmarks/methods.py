@@ -55,13 +55,19 @@ PRESETS = {
     "SGD": _SGD_HOST + ["LR SCHEDULE = CONSTANT"],
     "ADAM": _ADAM_HOST + ["LR SCHEDULE = CONSTANT"],
     "ADAM-WPEN": _ADAM_HOST + ["LR SCHEDULE = COSINE", "WPEN = 0.01"],
+    # 100 epochs, then conjugate gradients from where they ended (at most 400 iterations)
+    "SGD-CG": _SGD_HOST + ["LR SCHEDULE = CONSTANT", "TRAIN METHOD = SGD CG", "EPOCHS = 100",
+                           "MAXITERS = 400"],
+    "ADAM-CG": _ADAM_HOST + ["LR SCHEDULE = CONSTANT", "TRAIN METHOD = ADAM CG", "EPOCHS = 100",
+                             "MAXITERS = 400"],
     "SGD-GPU": ["TRAIN METHOD = SGD", "ANNEAL ITERS = 0", "BATCH SIZE = 128", "EPOCHS = 16",
                 "LEARNING RATE = 1", "NESTEROV = YES", "LR SCHEDULE = ONE CYCLE"],
     "ADAM-GPU": ["TRAIN METHOD = ADAM", "ANNEAL ITERS = 0", "BATCH SIZE = 128", "EPOCHS = 16",
                  "LEARNING RATE = 0.002", "LR SCHEDULE = ONE CYCLE"],
 }
 COLORS = {"CG": "tab:blue", "SGD": "tab:orange", "ADAM": "tab:green", "ADAM-WPEN": "tab:red",
-          "SGD-GPU": "tab:orange", "ADAM-GPU": "tab:green"}
+          "SGD-GPU": "tab:orange", "ADAM-GPU": "tab:green", "SGD-CG": "tab:purple",
+          "ADAM-CG": "tab:olive"}
 DEVICES = ("cpu", "cuda")
 
 
