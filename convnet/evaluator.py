@@ -12,7 +12,8 @@ weight vector in the book's host order:
   the data set is not sent to the backend again and nothing is tuned again (for validation sets
   and mini-batches). Its results are those of a fresh evaluator on those cases;
 * ``minibatches(rule, batch_size, rates, weights)``: the steps of mini-batch gradient descent
-  (convnet/minibatch.py), on the host through ``subset`` unless the backend runs them itself.
+  (convnet/minibatch.py), on the host through ``subset`` (``shifted`` with AUGMENT SHIFT) unless
+  the backend runs them itself.
 
 What is common to every backend lives here, once: the checks of inputs, classes, weights and
 the penalty (each failure one :class:`~convnet.errors.ConvnetError`), the scale 1 / (n_cases *
@@ -166,6 +167,12 @@ class Evaluator:
         self.scale = 1.0 / (self.n_cases * arch.n_classes)
         self.penalty = parent.penalty
         return cases
+
+    def shifted(self, case_indices, shifts):
+        """An evaluator over the cases ``case_indices``, each moved by its row of ``shifts``
+        (minibatch.shift_cases): the host's mini-batch steps with AUGMENT SHIFT. A backend that
+        takes the steps on its own device moves the cases there instead."""
+        raise ConvnetError("AUGMENT SHIFT is not available with this evaluator")
 
     def minibatches(self, rule, batch_size, rates, weights):
         """The runner of mini-batch descent's steps from ``weights`` (minibatch.py): here the

@@ -10,7 +10,9 @@ and full criteria are on one scale) and moves the weights by the update rule:
            w -= rate * (m / (1 - b1^t)) / (sqrt(s / (1 - b2^t)) + epsilon)     (t: 1, 2, ...)
 
 An epoch takes ``n_cases // batch`` whole batches of a permutation of the cases (the trainer
-draws it from the run's generator); the few cases left over wait for a later epoch. ``rates``
+draws it from the run's generator); the few cases left over wait for a later epoch. With AUGMENT
+SHIFT = n each case of an epoch is moved by up to n pixels down and across (``draw_shifts``,
+``shift_cases``), a new move every epoch. ``rates``
 holds the learning rate of every step of the run (``learning_rates``), so the device can read
 its step's rate from a table made once.
 
@@ -79,6 +81,27 @@ def learning_rates(rate, schedule, epochs, steps_per_epoch, step_epochs=10, step
     raise ValueError(f"no learning-rate schedule {schedule!r}")
 
 
+def draw_shifts(rng, n_cases, most):
+    """AUGMENT SHIFT: for each position of an epoch, (down, across) moves in -most..most, drawn
+    from the run's generator after the epoch's order; None when ``most`` is 0 (nothing drawn,
+    so a run without it draws what it always did)."""
+    if not most:
+        return None
+    return rng.integers(-int(most), int(most) + 1, size=(int(n_cases), 2))
+
+
+def shift_cases(inputs, shifts):
+    """Cases (n, bands, rows, cols) each moved down by shifts[i, 0] and across by shifts[i, 1]
+    pixels; a pixel moved in from outside repeats the nearest edge pixel."""
+    x = np.asarray(inputs)
+    n, bands, rows, cols = x.shape
+    moves = np.asarray(shifts, dtype=np.int64).reshape(n, 2)
+    from_rows = np.clip(np.arange(rows)[None, :] - moves[:, :1], 0, rows - 1)
+    from_cols = np.clip(np.arange(cols)[None, :] - moves[:, 1:], 0, cols - 1)
+    return x[np.arange(n)[:, None, None, None], np.arange(bands)[None, :, None, None],
+             from_rows[:, None, :, None], from_cols[:, None, None, :]]
+
+
 def update_weights(rule, w, grad, first, second, rate, t):
     """One step of ``rule`` in place: w, and its state first (SGD's velocity, Adam's mean) and
     second (Adam's mean square; unused by SGD), from the batch's gradient; t: the step number,
@@ -117,22 +140,28 @@ class HostMiniBatches:
         self.first = np.zeros_like(self.w)
         self.second = np.zeros_like(self.w) if rule.kind == ADAM else None
         self.t = 0                      # steps taken
-        self.order, self.position, self.likelihood = None, 0, 0.0
+        self.order, self.shifts, self.position, self.likelihood = None, None, 0, 0.0
 
     @property
     def steps_left(self):
         """Batches of the current epoch still to take."""
         return 0 if self.order is None else self.per_epoch - self.position
 
-    def start_epoch(self, order):
-        """Begin an epoch over the cases in ``order`` (a permutation of the cases)."""
+    def start_epoch(self, order, shifts=None):
+        """Begin an epoch over the cases in ``order`` (a permutation of the cases), each moved by
+        its row of ``shifts`` (draw_shifts; None: as they are)."""
         self.order = np.ascontiguousarray(order, dtype=np.int64)
+        self.shifts = shifts
         self.position, self.likelihood = 0, 0.0
 
     def step(self):
         """One batch: its gradient at the current weights, then the update."""
         first = self.position * self.batch
-        part = self.evaluator.subset(self.order[first:first + self.batch])
+        cases = self.order[first:first + self.batch]
+        if self.shifts is None:
+            part = self.evaluator.subset(cases)
+        else:
+            part = self.evaluator.shifted(cases, self.shifts[first:first + self.batch])
         criterion, grad = part.gradient(self.w)
         self.likelihood += criterion - part.penalty.value(self.w)
         self.t += 1

@@ -111,6 +111,11 @@ PARAMETER_DEFS = (
     ParamDef("LR STEP FACTOR", "training", "lr_step_factor", "float",
              "what each drop multiplies the learning rate by (LR SCHEDULE = STEP)", 0.1,
              minimum=0.0, maximum=1.0, exclusive_min=True),
+    ParamDef("AUGMENT SHIFT", "training", "augment_shift", "int",
+             "SGD and ADAM move each training case of an epoch by a random whole number of "
+             "pixels from -n to n, down and across separately, drawn anew every epoch from the "
+             "run's seed (a pixel moved in from outside repeats the nearest edge pixel); 0: the "
+             "cases as they are", 0, minimum=0, maximum=MAX_COUNT),
     ParamDef("AVERAGE EPOCHS", "training", "average_epochs", "int",
              "SGD and ADAM end with the mean of the weights at the ends of their last n epochs "
              "(stochastic weight averaging; all of them when there are fewer) instead of the "
@@ -221,8 +226,8 @@ class _Group:
 class TrainingParams(_Group):
     """What TRAIN reads: the method (TRAIN METHOD), annealing (ANNEAL ITERS, RANGE, SCALE),
     refinement (MAXITERS, TOL), the weight penalty (WPEN), and the mini-batch methods' settings
-    (BATCH SIZE, EPOCHS, LEARNING RATE and its schedule, AVERAGE EPOCHS, MOMENTUM, NESTEROV,
-    Adam's)."""
+    (BATCH SIZE, EPOCHS, LEARNING RATE and its schedule, AVERAGE EPOCHS, AUGMENT SHIFT,
+    MOMENTUM, NESTEROV, Adam's)."""
 
     GROUP = "training"
 
@@ -240,6 +245,7 @@ class TrainingParams(_Group):
     lr_step_epochs: int = _default("LR STEP EPOCHS")
     lr_step_factor: float = _default("LR STEP FACTOR")
     average_epochs: int = _default("AVERAGE EPOCHS")
+    augment_shift: int = _default("AUGMENT SHIFT")
     momentum: float = _default("MOMENTUM")
     nesterov: str = _default("NESTEROV")
     beta1: float = _default("ADAM BETA1")

@@ -14,7 +14,7 @@ from convnet.cli import main
 from convnet.device import backend as dbe
 from convnet.host.backend import HostBackend
 from convnet.minibatch import (ADAM, SGD, HostMiniBatches, UpdateRule, batch_layout,
-                               learning_rates, update_weights)
+                               draw_shifts, learning_rates, shift_cases, update_weights)
 from convnet.model import Model
 from convnet.params import DeviceParams, Params
 from convnet.train.minibatch import MiniBatchPhase
@@ -34,15 +34,17 @@ def _problem(n=120, seed=3):
     return arch, x, c, w
 
 
-def _epochs(evaluator, rule, w, batch, epochs, seed, rates=None):
-    """Run the host or device runner for some epochs with orders from one seed; (trace, w)."""
+def _epochs(evaluator, rule, w, batch, epochs, seed, rates=None, shift=0):
+    """Run the host or device runner for some epochs with orders (and moves, AUGMENT SHIFT =
+    ``shift``) from one seed; (trace, w)."""
     _, per_epoch = batch_layout(evaluator.n_cases, batch)
     rates = learning_rates(0.2, "COSINE", epochs, per_epoch) if rates is None else rates
     runner = evaluator.minibatches(rule, batch, rates, w)
     rng = np.random.default_rng(seed)
     trace = []
     for _ in range(epochs):
-        runner.start_epoch(rng.permutation(evaluator.n_cases))
+        order = rng.permutation(evaluator.n_cases)
+        runner.start_epoch(order, draw_shifts(rng, evaluator.n_cases, shift))
         while runner.steps_left:
             runner.step()
         likelihood, w_now = runner.end_epoch()
@@ -243,6 +245,8 @@ def _ctl(tmp_path, extra):
     ("ADAM BETA2 = 1.0", "ADAM BETA2 must be less than 1"),
     ("ADAM EPSILON = 0", "ADAM EPSILON must be greater than 0"),
     ("LR STEP FACTOR = 1.5", "LR STEP FACTOR must be at most 1"),
+    ("AUGMENT SHIFT = -1", "AUGMENT SHIFT must be at least 0"),
+    ("AVERAGE EPOCHS = -2", "AVERAGE EPOCHS must be at least 0"),
     ("LR SCHEDULE = LINEAR", "LR SCHEDULE must be CONSTANT or STEP or COSINE or ONE CYCLE"),
     ("TRAIN METHOD = LBFGS", "TRAIN METHOD must be ANNEAL CG or SGD or ADAM or SGD CG or ADAM CG"),
 ])
@@ -368,3 +372,106 @@ def test_minibatch_then_conjugate_gradients(tmp_path, method, rule):
     # refinement starts from the mini-batch end: its criterion is no higher
     assert phases[2]["criterion"] <= phases[1]["criterion"]
     assert train["final_criterion"] == pytest.approx(phases[2]["criterion"], rel=1e-9)
+
+
+
+# ------------------------------------------------------------------ AUGMENT SHIFT
+SHIFT_ARCH = (["CONVOLUTIONAL LAYER 3 1 1 0 0 1 1", "FULLY CONNECTED LAYER 5"], 7, 9, 2, 4)
+
+
+def _shift_problem(n=90, seed=8):
+    arch = Architecture.from_lines(*SHIFT_ARCH)
+    rng = np.random.default_rng(seed)
+    return (arch, rng.uniform(-1, 1, (n, 2, 7, 9)), rng.integers(0, 4, n),
+            rng.normal(0, 0.3, arch.n_weights))
+
+
+def test_shift_cases_by_hand():
+    x = np.arange(2 * 3 * 4, dtype=float).reshape(1, 2, 3, 4)
+    down_left = shift_cases(x, [[1, -2]])[0, 1]          # band 1: rows 12..23
+    assert down_left.tolist() == [[14, 15, 15, 15], [14, 15, 15, 15], [18, 19, 19, 19]]
+    assert np.array_equal(shift_cases(x, [[0, 0]]), x)
+    far = shift_cases(x, [[9, 9]])[0, 0]                  # beyond the edge: the corner repeated
+    assert (far == x[0, 0, 0, 0]).all()
+    both = shift_cases(np.concatenate([x, x]), [[0, 1], [-1, 0]])
+    assert both[0, 0, 0].tolist() == [0, 0, 1, 2] and both[1, 0, :, 0].tolist() == [4, 8, 8]
+
+
+def test_draw_shifts_draws_nothing_without_a_shift():
+    rng, twin = np.random.default_rng(3), np.random.default_rng(3)
+    assert draw_shifts(rng, 10, 0) is None and rng.random() == twin.random()
+    moves = draw_shifts(rng, 500, 2)
+    assert moves.shape == (500, 2) and moves.min() == -2 and moves.max() == 2
+
+
+def test_host_epoch_with_no_moves_is_the_plain_epoch():
+    """The shifted batches' evaluator gives subset's bits when nothing moves."""
+    arch, x, c, w = _shift_problem()
+    ev = HostBackend(arch, threads=2).evaluator(x, c, 0.01)
+    runner = ev.minibatches(UpdateRule(SGD), 30, [0.1] * 3, w)
+    plain = ev.minibatches(UpdateRule(SGD), 30, [0.1] * 3, w)
+    order = np.random.default_rng(1).permutation(90)
+    runner.start_epoch(order, np.zeros((90, 2), dtype=np.int64))
+    plain.start_epoch(order)
+    while plain.steps_left:
+        runner.step()
+        plain.step()
+    assert runner.end_epoch()[0] == plain.end_epoch()[0]
+    assert np.array_equal(runner.weights(), plain.weights())
+
+
+def test_host_epoch_trains_on_the_moved_cases():
+    """A step with moves is the step of a fresh evaluator on the moved cases."""
+    arch, x, c, w = _shift_problem()
+    ev = HostBackend(arch, threads=1).evaluator(x, c, 0.01)
+    moves = draw_shifts(np.random.default_rng(2), 90, 2)
+    order = np.arange(90)[::-1]
+    runner = ev.minibatches(UpdateRule(SGD, momentum=0.0), 90, [0.5], w)
+    runner.start_epoch(order, moves)
+    runner.step()
+    fresh = HostBackend(arch, threads=1).evaluator(shift_cases(x[order], moves), c[order], 0.01)
+    _, grad = fresh.gradient(w)
+    assert np.array_equal(runner.weights(), w - 0.5 * grad)
+
+
+def test_emulated_device_shifted_epoch_agrees_with_the_host(fake_runtime):
+    arch, x, c, w = _shift_problem()
+    rule = UpdateRule(SGD, momentum=0.8, nesterov=True)
+    host = _epochs(HostBackend(arch, threads=1).evaluator(x, c, 0.01), rule, w, 15, 2, 4,
+                   shift=2)
+    device = _epochs(dbe.DeviceBackend(arch, DeviceParams()).evaluator(x, c, 0.01), rule, w, 15,
+                     2, 4, shift=2)
+    plain = _epochs(HostBackend(arch, threads=1).evaluator(x, c, 0.01), rule, w, 15, 2, 4)
+    assert np.allclose(device[0], host[0], rtol=1e-5)
+    change = host[1] - w
+    assert np.linalg.norm(device[1] - host[1]) <= 1e-4 * np.linalg.norm(change)
+    assert np.linalg.norm(plain[1] - host[1]) > 1e-2 * np.linalg.norm(change)   # it moved them
+
+
+@pytest.mark.cuda
+def test_gpu_shifted_epochs_agree_with_the_host():
+    usable, why = dbe.device_available()
+    if not usable:
+        pytest.skip(f"no CUDA device: {why}")
+    arch, x, c, w = _shift_problem(n=300)
+    for rule in (UpdateRule(SGD, momentum=0.9, nesterov=True), UpdateRule(ADAM)):
+        host = _epochs(HostBackend(arch, threads=1).evaluator(x, c, 0.01), rule, w, 32, 2, 4,
+                       shift=3)
+        device = _epochs(dbe.DeviceBackend(arch).evaluator(x, c, 0.01), rule, w, 32, 2, 4,
+                         shift=3)
+        assert np.allclose(device[0], host[0], rtol=1e-4)
+        assert np.linalg.norm(device[1] - host[1]) <= 1e-3 * np.linalg.norm(host[1] - w)
+
+
+def test_run_with_shifts_repeats_and_differs_from_one_without(tmp_path):
+    def final(extra, name):
+        ctl = _ctl(tmp_path, "TRAIN METHOD = SGD\nEPOCHS = 3\nBATCH SIZE = 30\n" + extra)
+        out = tmp_path / name
+        result = CliRunner().invoke(main, ["run", str(ctl), "--out", str(out), "--seed", "4"])
+        assert result.exit_code == 0, result.output
+        runs = json.loads((out / "results.json").read_text())["runs"]
+        return next(e for e in runs if e["command"] == "TRAIN")["final_criterion"], out
+    moved, out = final("AUGMENT SHIFT = 1", "a")
+    assert final("AUGMENT SHIFT = 1", "b")[0] == moved
+    assert final("AUGMENT SHIFT = 0", "c")[0] != moved
+    assert "moved by up to 1 pixels" in (out / "CONVNET.LOG").read_text()

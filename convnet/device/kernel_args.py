@@ -115,6 +115,9 @@ VEC_FINISH = KernelParams("vec_finish", "weights.cu", part=PTR, n_parts=INT, k=I
 # mini-batch descent on the device (minibatch.cu, device/minibatch.py)
 MINIBATCH_GATHER = KernelParams("minibatch_gather", "minibatch.cu", x=PTR, classes=PTR, order=PTR,
                                 counters=PTR, batch=INT, n_inputs=INT, xb=PTR, cb=PTR)
+MINIBATCH_GATHER_SHIFTED = KernelParams("minibatch_gather_shifted", "minibatch.cu", x=PTR,
+                                        classes=PTR, order=PTR, shifts=PTR, counters=PTR,
+                                        batch=INT, rows=INT, cols=INT, bands=INT, xb=PTR, cb=PTR)
 MINIBATCH_UPDATE = KernelParams("minibatch_update", "minibatch.cu", w=PTR, grad=PTR, first=PTR,
                                 second=PTR, rates=PTR, counters=PTR, n=INT, adam=INT,
                                 momentum=DOUBLE, nesterov=INT, beta1=DOUBLE, beta2=DOUBLE,
@@ -128,8 +131,8 @@ LINE_THREADS = 256
 FAMILIES = (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL, CONV_GRAD_POOLED, POOL_FORWARD,
             POOL_BACKWARD, POOL_BACKWARD_TILES, SOFTMAX_LL, LL_SUM, WEIGHTS_SCATTER, GRAD_FLATTEN,
             GRAD_FLATTEN_D, GRAD_SLOT_SUM, GRAD_FINISH, LINE_POINT, VEC_STEP,
-            VEC_DIRECTION, VEC_NEG, VEC_SUMS, VEC_FINISH, MINIBATCH_GATHER, MINIBATCH_UPDATE,
-            MINIBATCH_ADVANCE)
+            VEC_DIRECTION, VEC_NEG, VEC_SUMS, VEC_FINISH, MINIBATCH_GATHER,
+            MINIBATCH_GATHER_SHIFTED, MINIBATCH_UPDATE, MINIBATCH_ADVANCE)
 
 # conv_small.cu is compiled for these padded slice counts (a function per width).
 CONV_SMALL_WIDTHS = (4, 8, 12, 16, 20, 24, 28, 32)

@@ -10,9 +10,9 @@ from . import tuning
 from .kernel_args import (CONV_GRAD_POOLED, CONV_SMALL, CONV_SMALL_POOL, CONV_SMALL_POOL_FIXED,
                           CONV_SMALL_POOL_VALUES, GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN,
                           GRAD_FLATTEN_D, GRAD_SLOT_SUM, LINE_BLOCK, LINE_POINT, LINE_THREADS,
-                          LL_SUM, MINIBATCH_ADVANCE, MINIBATCH_GATHER, MINIBATCH_UPDATE,
-                          POOL_BACKWARD, POOL_BACKWARD_TILES, POOL_FORWARD, SOFTMAX_LL,
-                          VEC_DIRECTION, VEC_FINISH, VEC_NEG, VEC_STEP, VEC_SUMS, WEIGHTS_SCATTER)
+                          LL_SUM, MINIBATCH_ADVANCE, MINIBATCH_GATHER, MINIBATCH_GATHER_SHIFTED,
+                          MINIBATCH_UPDATE, POOL_BACKWARD, POOL_BACKWARD_TILES, POOL_FORWARD,
+                          SOFTMAX_LL, VEC_DIRECTION, VEC_FINISH, VEC_NEG, VEC_STEP, VEC_SUMS, WEIGHTS_SCATTER)
 
 EPI_NONE, EPI_TANH, EPI_DERIV = 0, 1, 2     # gemm_nn epilogue: none, tanh, times tanh'(prior)
 
@@ -408,6 +408,15 @@ def minibatch_gather(rt, x, classes, order, counters, batch, n_inputs, xb, cb):
     rt.launch("minibatch_gather", _blocks(batch * n_inputs), (ELEMENTWISE_THREADS, 1, 1),
               *MINIBATCH_GATHER.pack(x=x, classes=classes, order=order, counters=counters,
                                      batch=batch, n_inputs=n_inputs, xb=xb, cb=cb))
+
+
+def minibatch_gather_shifted(rt, x, classes, order, shifts, counters, batch, rows, cols, bands,
+                             xb, cb):
+    rt.launch("minibatch_gather_shifted", _blocks(batch * rows * cols * bands),
+              (ELEMENTWISE_THREADS, 1, 1),
+              *MINIBATCH_GATHER_SHIFTED.pack(x=x, classes=classes, order=order, shifts=shifts,
+                                             counters=counters, batch=batch, rows=rows,
+                                             cols=cols, bands=bands, xb=xb, cb=cb))
 
 
 def minibatch_update(rt, w, grad, first, second, rates, counters, n, rule, w32):

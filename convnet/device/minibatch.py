@@ -4,7 +4,8 @@ The training cases are on the device already (the evaluator's d_x). A step is on
 sequence, recorded once as a CUDA graph and replayed for every step:
 
     minibatch_gather   the batch's cases and classes, by the epoch's order, into the buffers of
-                       an evaluator of one batch (DeviceEvaluator.subset made once)
+                       an evaluator of one batch (DeviceEvaluator.subset made once); with
+                       AUGMENT SHIFT minibatch_gather_shifted, which moves each case too
     ...                that evaluator's gradient launches (the same kernels as any gradient)
     minibatch_update   the update rule on the float64 weights and its state, and the float32
                        weights for the layouts
@@ -13,7 +14,8 @@ sequence, recorded once as a CUDA graph and replayed for every step:
 
 Where the step is (in the run: its learning rate, Adam's t; in the epoch: its cases) is read
 from counters on the device, so the graph is the same for every step. The host sends the
-epoch's order (a permutation of the cases, 4 bytes a case) at the start of each epoch and reads
+epoch's order (a permutation of the cases, 4 bytes a case; and 8 bytes a case of moves with
+AUGMENT SHIFT) at the start of each epoch and reads
 the epoch's likelihood and the weights at its end; between those it only launches the graph.
 """
 
@@ -62,6 +64,7 @@ class DeviceMiniBatches:
             if rule.kind == ADAM:
                 rt.cuda.memset_d32(self.d_second, 0, 2 * n)
             rt.cuda.memset_d32(self.d_counters, 0, 2)
+        self.d_shifts = None            # the moves of the epoch's cases (AUGMENT SHIFT)
         self.position = 0
         self.in_epoch = False
         evaluator.allocation.append(f"Mini-batch descent on the device: weights and "
@@ -71,19 +74,33 @@ class DeviceMiniBatches:
     def steps_left(self):
         return self.per_epoch - self.position if self.in_epoch else 0
 
-    def start_epoch(self, order):
-        """Send the epoch's order, zero the epoch's counter and sum, and round the weights into
-        the layouts again (another evaluation between epochs may have sent its own)."""
+    def start_epoch(self, order, shifts=None):
+        """Send the epoch's order (and the moves of its cases, AUGMENT SHIFT), zero the epoch's
+        counter and sum, and round the weights into the layouts again (another evaluation
+        between epochs may have sent its own)."""
         b = self.backend
         rt = b.rt
         self.h_order[:] = np.asarray(order, dtype=np.int64)
         with rt.active():
             rt.cuda.memcpy_htod_async(self.d_order, self.h_order, rt.stream)
+            if shifts is not None:
+                self._send_shifts(shifts)
             rt.cuda.memset_d32_async(int(ptr(self.d_counters, 1)), 0, 1, rt.stream)
             rt.cuda.memset_d32_async(self.d_epoch_ll, 0, 2, rt.stream)
             self._round_weights()
             b.queue_scatter(mark=False)
         self.position, self.in_epoch = 0, True
+
+    def _send_shifts(self, shifts):
+        """The epoch's moves, two per position; the first epoch with moves makes their buffer
+        (before the first step, so the captured step reads it every epoch)."""
+        rt = self.backend.rt
+        if self.d_shifts is None:
+            n = self.evaluator.n_cases
+            self.d_shifts = self.backend.alloc(8 * n)
+            self.h_shifts = rt.cuda.pagelocked_empty(2 * n, np.int32)
+        self.h_shifts[:] = np.asarray(shifts, dtype=np.int64).ravel()
+        rt.cuda.memcpy_htod_async(self.d_shifts, self.h_shifts, rt.stream)
 
     def _round_weights(self):
         """Queue the float64 weights' rounding to float32 (d_w32) and the penalty's partial sums
@@ -101,9 +118,16 @@ class DeviceMiniBatches:
     def _record(self):
         ev, part, b = self.evaluator, self.part, self.backend
         rt = b.rt
-        K.minibatch_gather(rt, x=ev.d_x, classes=ev.d_classes, order=self.d_order,
-                           counters=self.d_counters, batch=self.batch,
-                           n_inputs=b.plan.n_inputs, xb=part.d_x, cb=part.d_classes)
+        if self.d_shifts is None:
+            K.minibatch_gather(rt, x=ev.d_x, classes=ev.d_classes, order=self.d_order,
+                               counters=self.d_counters, batch=self.batch,
+                               n_inputs=b.plan.n_inputs, xb=part.d_x, cb=part.d_classes)
+        else:
+            arch = b.arch
+            K.minibatch_gather_shifted(rt, x=ev.d_x, classes=ev.d_classes, order=self.d_order,
+                                       shifts=self.d_shifts, counters=self.d_counters,
+                                       batch=self.batch, rows=arch.rows, cols=arch.cols,
+                                       bands=arch.bands, xb=part.d_x, cb=part.d_classes)
         part._gradient_sums()
         K.minibatch_update(rt, w=self.d_w, grad=part.d_grad, first=self.d_first,
                            second=self.d_second, rates=self.d_rates, counters=self.d_counters,

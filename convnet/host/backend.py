@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import ConvnetError
-from ..evaluator import Evaluator, check_inputs, check_weights
+from ..evaluator import Evaluator, check_cases, check_inputs, check_weights
 from .local_conv import transpose_into
 from .activation import tanh_inplace
 from .output import softmax_criterion_t, softmax_t
@@ -529,6 +529,16 @@ class HostEvaluator(Evaluator):
         else:
             sub.inputs, sub.cases = self.inputs, cases
         return sub
+
+    def shifted(self, case_indices, shifts):
+        """An evaluator over the cases ``case_indices`` moved by ``shifts`` (a fresh one over
+        their moved copies: the same blocks, so the same bits as ``subset`` when nothing moves)."""
+        from ..minibatch import shift_cases
+        cases = check_cases(case_indices, self.n_cases)
+        rows = cases if self.cases is None else self.cases[cases]
+        classes = None if self.classes is None else self.classes[cases]
+        return HostEvaluator(self.backend, shift_cases(self.inputs[rows], shifts), classes,
+                             self.wpen)
 
     # The penalty's dot product runs with BLAS held to one thread too: woken for it, OpenBLAS's
     # threads keep spinning for a while afterwards and take a core from the next computation's

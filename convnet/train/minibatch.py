@@ -13,6 +13,9 @@ The model holds the weights of the last finished epoch; the phase's result is it
 Every epoch's end is a check point of the validation checks (train/validation.py): VALIDATION
 INTERVAL counts epochs, and an EARLY STOP ends the phase at an epoch's end.
 
+AUGMENT SHIFT = n moves each case of an epoch by up to n pixels down and across (minibatch.py:
+the moves are drawn after the epoch's order, from the same generator).
+
 AVERAGE EPOCHS = n (stochastic weight averaging) keeps the float64 sum of the weights at the ends
 of the last n epochs; the phase then ends at their mean, not at the last epoch's weights, and its
 result is the full criterion there (one evaluation more, logged). A phase that stops before its
@@ -25,7 +28,7 @@ import time
 import numpy as np
 
 from ..errors import ConvnetError
-from ..minibatch import ADAM, UpdateRule, batch_layout, learning_rates
+from ..minibatch import ADAM, UpdateRule, batch_layout, draw_shifts, learning_rates
 from .phase import LINE, Phase, PhaseResult, format_criterion, log_interruption
 
 # Most steps in one TRAIN: the learning rate of every step is a table made once (8 bytes a step),
@@ -84,13 +87,18 @@ class MiniBatchPhase(Phase):
             f"{self.title}: {self.limit} epochs of {self.per_epoch} batches of {self.batch} "
             f"cases ({n_cases} cases), learning rate {t.rate:g} ({t.lr_schedule.lower()}), "
             f"{how}")
+        if t.augment_shift:
+            self.context.log.write(f"   each case moved by up to {t.augment_shift} pixels down and "
+                                   "across, anew every epoch (AUGMENT SHIFT)")
         if self.average_from < self.limit:          # a window of two epochs or more
             self.context.log.write(f"   ending at the mean weights of epochs {self.average_from} "
                                    f"to {self.limit} (AVERAGE EPOCHS)")
 
     def step(self):
         if not self.runner.steps_left:
-            self.runner.start_epoch(self.context.rng.permutation(self.context.evaluator.n_cases))
+            rng, n_cases = self.context.rng, self.context.evaluator.n_cases
+            order = rng.permutation(n_cases)
+            self.runner.start_epoch(order, draw_shifts(rng, n_cases, self.training.augment_shift))
             self.t0 = time.perf_counter()
         self.runner.step()
         self.steps += 1

@@ -10,7 +10,7 @@ launch (grid, block, shared memory).
     conv_tiled_reference.py  conv_tiled.cu: conv_fwd, conv_fwd_pool, conv_bwd, conv_grad
     output_reference.py      output.cu: softmax_ll, ll_sum, grad_finish
     weights_reference.py     weights.cu: weights_scatter, line_point, the vector operations
-    minibatch_reference.py   minibatch.cu: minibatch_gather, minibatch_update, minibatch_advance
+    minibatch_reference.py   minibatch.cu: minibatch_gather(_shifted), minibatch_update, minibatch_advance
     reference.py             every family together, and a launch by function name (launch)
 
 The tests run the whole device path on them (tests/test_device_emulated.py), and

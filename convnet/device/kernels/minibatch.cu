@@ -22,6 +22,32 @@ extern "C" __global__ void minibatch_gather(
     if (k == 0) cb[i] = classes[c];
 }
 
+// minibatch_gather with every case moved (AUGMENT SHIFT): position p = counters[1] * batch + i
+// of the epoch moves its case down by shifts[2p] and across by shifts[2p + 1] pixels; a pixel
+// shifted in from outside repeats the nearest edge pixel (convnet/minibatch.py, shift_cases).
+// x and xb in the device's layout: row, column, band fastest.
+extern "C" __global__ void minibatch_gather_shifted(
+    const float* __restrict__ x, const int* __restrict__ classes, const int* __restrict__ order,
+    const int* __restrict__ shifts, const int* __restrict__ counters, int batch, int rows,
+    int cols, int bands, float* __restrict__ xb, int* __restrict__ cb)
+{
+    const int n_inputs = rows * cols * bands;
+    const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (i64)batch * n_inputs) return;
+    const int i = (int)(idx / n_inputs);
+    const int k = (int)(idx - (i64)i * n_inputs);
+    const i64 p = (i64)counters[1] * batch + i;
+    const int c = order[p];
+    const int band = k % bands;
+    const int pixel = k / bands;
+    const int row = pixel / cols;
+    const int col = pixel - row * cols;
+    const int from_row = min(max(row - shifts[2 * p], 0), rows - 1);
+    const int from_col = min(max(col - shifts[2 * p + 1], 0), cols - 1);
+    xb[idx] = x[(i64)c * n_inputs + ((i64)from_row * cols + from_col) * bands + band];
+    if (k == 0) cb[i] = classes[c];
+}
+
 // One step of the update rule (convnet/minibatch.py, update_weights; each product and sum
 // rounded on its own) at the rate rates[counters[0]], step number t = counters[0] + 1; the new
 // weights also rounded to float32 for the layouts (w32).

@@ -1,9 +1,10 @@
-"""The numpy reference of minibatch.cu: the batch's cases gathered by the epoch's order, the
-update rule's step (convnet/minibatch.py's update_weights itself), and the counters' advance."""
+"""The numpy reference of minibatch.cu: the batch's cases gathered by the epoch's order (and
+moved, AUGMENT SHIFT), the update rule's step (convnet/minibatch.py's update_weights itself),
+and the counters' advance."""
 
 import numpy as np
 
-from ...minibatch import ADAM, SGD, UpdateRule, update_weights
+from ...minibatch import ADAM, SGD, UpdateRule, shift_cases, update_weights
 from .host_memory import ReferenceBase
 
 
@@ -16,6 +17,20 @@ class MiniBatchReference(ReferenceBase):
         cases = self.mem.view(order, np.int32, (step + 1) * batch)[step * batch:].astype(np.int64)
         rows = self.gather(x, np.float32, cases[:, None] * n_inputs + np.arange(n_inputs))
         self.mem.view(xb, np.float32, batch * n_inputs)[:] = rows.ravel()
+        self.mem.view(cb, np.int32, batch)[:] = self.gather(classes, np.int32, cases)
+
+    def minibatch_gather_shifted(self, grid, block, x, classes, order, shifts, counters, batch,
+                                 rows, cols, bands, xb, cb):
+        n_inputs = rows * cols * bands
+        assert grid[0] * block[0] >= batch * n_inputs
+        step = int(self.mem.view(counters, np.int32, 2)[1])
+        cases = self.mem.view(order, np.int32, (step + 1) * batch)[step * batch:].astype(np.int64)
+        moves = self.mem.view(shifts, np.int32, 2 * (step + 1) * batch)[2 * step * batch:]
+        images = self.gather(x, np.float32, cases[:, None] * n_inputs + np.arange(n_inputs))
+        # the device's layout (row, column, band) as the host's (band, row, column) and back
+        host = images.reshape(batch, rows, cols, bands).transpose(0, 3, 1, 2)
+        moved = shift_cases(host, moves.reshape(batch, 2).astype(np.int64))
+        self.mem.view(xb, np.float32, batch * n_inputs)[:] = moved.transpose(0, 2, 3, 1).ravel()
         self.mem.view(cb, np.int32, batch)[:] = self.gather(classes, np.int32, cases)
 
     def minibatch_update(self, grid, block, w, grad, first, second, rates, counters, n, adam,
