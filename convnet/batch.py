@@ -55,7 +55,7 @@ from typing import Dict, Optional
 
 from .display.progress import NoProgress
 from .errors import ConvnetError
-from .devices import wants_gpu
+from .sweep import wants_gpu
 from .resume import (finished_with, open_batch_folder, output_folders,  # noqa: F401 (re-exported)
                      plan_runs, record_inputs, run_inputs)
 

@@ -78,7 +78,8 @@ def run(files, out, overwrite, device, threads, seed, quiet, gpus, sweep_run):
 def _start_cuda_early(files, device, gpus, sweep_run):
     """A run that may compute on a GPU (not --device cpu, and no file that says CUDA = NO)
     starts the CUDA driver beside its own start (devices.start_cuda_early)."""
-    from .devices import start_cuda_early, wants_gpu
+    from .devices import start_cuda_early
+    from .sweep import wants_gpu
     if device == "cpu" or any(wants_gpu(f, device, sweep_run) is False for f in files):
         return None
     indices = [int(i) for i in gpus.split(",")] if gpus and gpus != "ALL" else [0]

@@ -32,7 +32,7 @@ import time
 import uuid
 
 from ._version import pip_install
-from .devices import wants_gpu
+from .sweep import wants_gpu
 from .batch import (BatchRow, _environment, _error_from, fill_from_results, prepare,
                     with_attempts, write_batch)
 from .control import INPUT_ROOT_ENV

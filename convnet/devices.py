@@ -47,25 +47,6 @@ def session_environment(gpu, environ=None, on_gpu=True):
     return env
 
 
-def wants_gpu(path, device, sweep_run=None):
-    """Whether a session is a CUDA session: --device decides, else the file's CUDA = setting
-    (None: AUTO, a GPU if the cluster has one)."""
-    if device != "auto":
-        return device == "cuda"
-    from .errors import ConvnetError
-    from .sweep import parse_control
-    try:
-        commands, _, _ = parse_control(path, sweep_run=sweep_run)
-    except ConvnetError:
-        return False
-    values = {c.args["value"] for c in commands if c.name == "SET" and c.args["name"] == "CUDA"}
-    if "YES" in values:
-        return True
-    if values == {"NO"}:
-        return False
-    return None
-
-
 def start_cuda_early(indices=(0,)):
     """Start the CUDA driver and the primary contexts of devices ``indices`` in a thread of their
     own, while the run imports its modules, parses and reads its data. The driver's start is a

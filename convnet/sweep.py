@@ -216,3 +216,20 @@ def folder_name(values, seed):
     """A run's folder: ``WPEN=0.001_WIDTH=16_seed=2`` (filesystem-safe)."""
     parts = [f"{name}={value}" for name, value in values.items()] + [f"seed={seed}"]
     return re.sub(r"[^\w.+=-]+", "-", "_".join(p.replace(" ", "-") for p in parts))
+
+
+def wants_gpu(path, device, sweep_run=None):
+    """Whether a session is a CUDA session: --device decides, else the file's CUDA = setting
+    (None: AUTO, a GPU if the cluster has one)."""
+    if device != "auto":
+        return device == "cuda"
+    try:
+        commands, _, _ = parse_control(path, sweep_run=sweep_run)
+    except ConvnetError:
+        return False
+    values = {c.args["value"] for c in commands if c.name == "SET" and c.args["name"] == "CUDA"}
+    if "YES" in values:
+        return True
+    if values == {"NO"}:
+        return False
+    return None
