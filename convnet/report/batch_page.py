@@ -105,8 +105,9 @@ def batch_page(rows, out):
               for r, p in zip(rows, lasts)]
     named = next((p for p in lasts if p), {})
     title, unit = named.get("title") or "Refinement", named.get("unit") or "iteration"
-    chart = figures.svg("overlay_figure", curves, best=best, title=f"{title} of every run",
-                        unit=unit)
+    # asked for now, taken once the sweep's charts are asked for too: drawn side by side
+    chart = figures.Figure("svg", "overlay_figure", curves, best=best,
+                           title=f"{title} of every run", unit=unit)
     failed = sum(not r.ok for r in rows)
     best_text = ("no run finished without error" if best is None else
                  f"best ({measure}): {rows[best].file} (test error "
@@ -118,8 +119,9 @@ def batch_page(rows, out):
             f"{f' ({sum(r.reused for r in rows)} reused)' if any(r.reused for r in rows) else ''}; "
             f'<span id="best">{esc(best_text)}</span>. Click a column heading to sort by it.</p>',
             "\n".join(lines), sweep_section(rows), f"<h2>{esc(title)} of every run</h2>",
-            f"<figure>{chart}<figcaption>The criterion of each run's last TRAIN against the "
-            f"{esc(unit)} of its last phase; the best run is drawn thick.</figcaption></figure>"]
+            f"<figure>{chart.result()}<figcaption>The criterion of each run's last TRAIN "
+            f"against the {esc(unit)} of its last phase; the best run is drawn thick."
+            "</figcaption></figure>"]
     return page(f"convnet batch: {os.path.basename(os.path.abspath(out))}", "\n".join(body),
                 script=SORT_SCRIPT)
 

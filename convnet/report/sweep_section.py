@@ -55,8 +55,9 @@ def _stat_cells(key, stat):
 
 
 def _figures(found, names, present):
-    """One SVG per (measure, swept name): a line per combination of the other names."""
-    figures = []
+    """One SVG per (measure, swept name): a line per combination of the other names. Every
+    chart is asked for before any is taken, so the drawing process draws them side by side."""
+    asked = []
     for key, title in present:
         for name in names:
             ticks = []
@@ -70,9 +71,9 @@ def _figures(found, names, present):
                 stat = g.stats.get(key)
                 if stat is not None:
                     line[ticks.index(g.values.get(name))] = (stat.mean, stat.half_width)
-            chart = drawing.svg("errorbar_figure", ticks,
-                                [(label, pts) for (_, label), pts in series.items()],
-                                f"{title} against {name}", name, title)
-            figures.append(f'<figure data-measure="{esc(key)}" data-swept="{esc(name)}">'
-                           f"{chart}</figure>")
-    return figures
+            chart = drawing.Figure("svg", "errorbar_figure", ticks,
+                                   [(label, pts) for (_, label), pts in series.items()],
+                                   f"{title} against {name}", name, title)
+            asked.append((key, name, chart))
+    return [f'<figure data-measure="{esc(key)}" data-swept="{esc(name)}">{chart.result()}'
+            "</figure>" for key, name, chart in asked]
