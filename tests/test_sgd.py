@@ -235,6 +235,28 @@ def _ctl(tmp_path, extra):
     return path
 
 
+def _train_entry(ctl, out, *options):
+    """Run ``ctl`` into ``out``; the TRAIN's entry of its results.json."""
+    result = CliRunner().invoke(main, ["run", str(ctl), "--out", str(out), *options])
+    assert result.exit_code == 0, result.output
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    return next(e for e in runs if e["command"] == "TRAIN")
+
+
+def _validated_sgd_checks(tmp_path, extra=""):
+    """The sgd phase's validation checks (phase, step, evaluations) of a small SGD run with
+    cases held out, and its folder."""
+    ctl = tmp_path / "val.ctl"
+    ctl.write_text("MAKE IMAGE 8 8 1 3 120\nVALIDATION CASES 91 120\n"
+                   "CONVOLUTIONAL LAYER 2 1 1 0 0 1 1\nFULLY CONNECTED LAYER 4\nCUDA = NO\n"
+                   "ANNEAL ITERS = 1\nTRAIN METHOD = SGD\nEPOCHS = 3\nBATCH SIZE = 30\n"
+                   f"{extra}RANDOM SEED = 2\nTRAIN\n")
+    out = tmp_path / "run"
+    train = _train_entry(ctl, out)
+    checks = [(c["phase"], c["step"], c["evaluations"]) for c in train["validation"]]
+    return [c for c in checks if c[0] == "sgd"], out
+
+
 @pytest.mark.parametrize("line,message", [
     ("BATCH SIZE = 0", "BATCH SIZE must be at least 1"),
     ("LEARNING RATE = 0", "LEARNING RATE must be greater than 0"),
@@ -270,10 +292,7 @@ def test_run_with_adam_records_its_phase(tmp_path):
     ctl = _ctl(tmp_path, "TRAIN METHOD = ADAM\nEPOCHS = 3\nBATCH SIZE = 32\n"
                          "LR SCHEDULE = ONE CYCLE\nRANDOM SEED = 9")
     out = tmp_path / "run"
-    result = CliRunner().invoke(main, ["run", str(ctl), "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    results = json.loads((out / "results.json").read_text())
-    train = next(e for e in results["runs"] if e["command"] == "TRAIN")
+    train = _train_entry(ctl, out)
     names = [p["name"] for p in train["phases"]]
     assert names == ["annealing", "adam"]
     adam = train["phases"][1]
@@ -284,20 +303,9 @@ def test_run_with_adam_records_its_phase(tmp_path):
 
 def test_epochs_are_validation_check_points(tmp_path):
     """With VALIDATION CASES each epoch's end is a check of the sgd phase."""
-    ctl = tmp_path / "val.ctl"
-    ctl.write_text("MAKE IMAGE 8 8 1 3 120\nVALIDATION CASES 91 120\n"
-                   "CONVOLUTIONAL LAYER 2 1 1 0 0 1 1\nFULLY CONNECTED LAYER 4\nCUDA = NO\n"
-                   "ANNEAL ITERS = 1\nTRAIN METHOD = SGD\nEPOCHS = 3\nBATCH SIZE = 30\n"
-                   "RANDOM SEED = 2\nTRAIN\n")
-    out = tmp_path / "run"
-    result = CliRunner().invoke(main, ["run", str(ctl), "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    train = next(e for e in json.loads((out / "results.json").read_text())["runs"]
-                 if e["command"] == "TRAIN")
-    checks = [(c["phase"], c["step"], c["evaluations"]) for c in train["validation"]]
+    checks, _ = _validated_sgd_checks(tmp_path)
     # one annealing evaluation, then 3 batches of 30 an epoch
-    assert [c for c in checks if c[0] == "sgd"] == [("sgd", 1, 1 + 3), ("sgd", 2, 1 + 6),
-                                                   ("sgd", 3, 1 + 9)]
+    assert checks == [("sgd", 1, 1 + 3), ("sgd", 2, 1 + 6), ("sgd", 3, 1 + 9)]
 
 
 # ------------------------------------------------------------------ AVERAGE EPOCHS
@@ -339,20 +347,9 @@ def test_interrupted_run_averages_the_epochs_it_reached():
 
 
 def test_averaged_weights_are_checked_again(tmp_path):
-    ctl = tmp_path / "val.ctl"
-    ctl.write_text("MAKE IMAGE 8 8 1 3 120\nVALIDATION CASES 91 120\n"
-                   "CONVOLUTIONAL LAYER 2 1 1 0 0 1 1\nFULLY CONNECTED LAYER 4\nCUDA = NO\n"
-                   "ANNEAL ITERS = 1\nTRAIN METHOD = SGD\nEPOCHS = 3\nBATCH SIZE = 30\n"
-                   "AVERAGE EPOCHS = 2\nRANDOM SEED = 2\nTRAIN\n")
-    out = tmp_path / "run"
-    result = CliRunner().invoke(main, ["run", str(ctl), "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    train = next(e for e in json.loads((out / "results.json").read_text())["runs"]
-                 if e["command"] == "TRAIN")
-    checks = [(c["phase"], c["step"], c["evaluations"]) for c in train["validation"]]
+    checks, out = _validated_sgd_checks(tmp_path, "AVERAGE EPOCHS = 2\n")
     # the epochs' checks, then the mean weights' (one criterion evaluation more)
-    assert [c for c in checks if c[0] == "sgd"] == [("sgd", 1, 1 + 3), ("sgd", 2, 1 + 6),
-                                                   ("sgd", 3, 1 + 9), ("sgd", 3, 1 + 10)]
+    assert checks == [("sgd", 1, 1 + 3), ("sgd", 2, 1 + 6), ("sgd", 3, 1 + 9), ("sgd", 3, 1 + 10)]
     assert "Mean weights of epochs 2 to 3: criterion = " in (out / "CONVNET.LOG").read_text()
 
 
@@ -361,18 +358,13 @@ def test_minibatch_then_conjugate_gradients(tmp_path, method, rule):
     """SGD CG / ADAM CG: the mini-batch epochs, then refinement from where they ended."""
     ctl = _ctl(tmp_path, f"TRAIN METHOD = {method}\nEPOCHS = 2\nBATCH SIZE = 30\nMAXITERS = 4\n"
                          "RANDOM SEED = 4")
-    out = tmp_path / "run"
-    result = CliRunner().invoke(main, ["run", str(ctl), "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    train = next(e for e in json.loads((out / "results.json").read_text())["runs"]
-                 if e["command"] == "TRAIN")
+    train = _train_entry(ctl, tmp_path / "run")
     phases = train["phases"]
     assert [p["name"] for p in phases] == ["annealing", rule, "refinement"]
     assert phases[2]["steps"] <= 4
     # refinement starts from the mini-batch end: its criterion is no higher
     assert phases[2]["criterion"] <= phases[1]["criterion"]
     assert train["final_criterion"] == pytest.approx(phases[2]["criterion"], rel=1e-9)
-
 
 
 # ------------------------------------------------------------------ AUGMENT SHIFT
@@ -467,10 +459,7 @@ def test_run_with_shifts_repeats_and_differs_from_one_without(tmp_path):
     def final(extra, name):
         ctl = _ctl(tmp_path, "TRAIN METHOD = SGD\nEPOCHS = 3\nBATCH SIZE = 30\n" + extra)
         out = tmp_path / name
-        result = CliRunner().invoke(main, ["run", str(ctl), "--out", str(out), "--seed", "4"])
-        assert result.exit_code == 0, result.output
-        runs = json.loads((out / "results.json").read_text())["runs"]
-        return next(e for e in runs if e["command"] == "TRAIN")["final_criterion"], out
+        return _train_entry(ctl, out, "--seed", "4")["final_criterion"], out
     moved, out = final("AUGMENT SHIFT = 1", "a")
     assert final("AUGMENT SHIFT = 1", "b")[0] == moved
     assert final("AUGMENT SHIFT = 0", "c")[0] != moved
