@@ -435,7 +435,7 @@ class GradientSteps(Phase):
 
 def test_a_method_of_other_phases_runs_records_and_draws(tmp_path):
     """The driver, the results record, the log's times and the plots take any phases."""
-    from convnet.display.figures import criterion_curve
+    from convnet.display.figures import criterion_curve_later
     from convnet.logs.results import train_entry
     from convnet.train.anneal import AnnealingPhase
     model, data = problem()
@@ -457,5 +457,5 @@ def test_a_method_of_other_phases_runs_records_and_draws(tmp_path):
     assert [p["name"] for p in entry["phases"]] == ["annealing", "descent"]
     assert entry["phases"][1]["trace"][-1] == [5, descent.criterion]
     assert (tmp_path / "c.png").exists() is False
-    criterion_curve(res, str(tmp_path / "c.png"))
+    criterion_curve_later(res, str(tmp_path / "c.png")).write()
     assert (tmp_path / "c.png").stat().st_size > 0

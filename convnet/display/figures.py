@@ -161,8 +161,7 @@ def svg(builder, *args, **kwargs):
 
 def save_png(path, builder, *args, **kwargs):
     """Write the figure to ``path`` as a PNG, replaced at once; returns the path."""
-    write_atomically(path, draw("png", builder, *args, **kwargs), "figure", sync=False)
-    return path
+    return PendingPicture(path, builder, *args, **kwargs).write()
 
 
 class PendingPicture:
@@ -185,8 +184,3 @@ def criterion_curve_later(result, path):
     title = "TRAIN: " + ", ".join(named + [f"final {result.final_criterion:.6g}"])
     phases = [{name: getattr(p, name, None) for name in PHASE_FIELDS} for p in result.phases]
     return PendingPicture(path, "criterion_figure", phases, title=title)
-
-
-def criterion_curve(result, path):
-    """criterion_curve_later, written at once; returns the path."""
-    return criterion_curve_later(result, path).write()
