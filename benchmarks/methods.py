@@ -64,10 +64,18 @@ PRESETS = {
                 "LEARNING RATE = 1", "NESTEROV = YES", "LR SCHEDULE = ONE CYCLE"],
     "ADAM-GPU": ["TRAIN METHOD = ADAM", "ANNEAL ITERS = 0", "BATCH SIZE = 128", "EPOCHS = 16",
                  "LEARNING RATE = 0.002", "LR SCHEDULE = ONE CYCLE"],
+    # the best GPU settings found on lenet-mnist-split (NOTES, "Moved cases on one H100"): each
+    # case moved by up to a pixel every epoch; Adam with 256-case batches, 40 epochs and 0.004
+    "SGD-GPU-SHIFT": ["TRAIN METHOD = SGD", "ANNEAL ITERS = 0", "BATCH SIZE = 128", "EPOCHS = 16",
+                      "LEARNING RATE = 1", "NESTEROV = YES", "LR SCHEDULE = ONE CYCLE",
+                      "AUGMENT SHIFT = 1"],
+    "ADAM-GPU-SHIFT": ["TRAIN METHOD = ADAM", "ANNEAL ITERS = 0", "BATCH SIZE = 256",
+                       "EPOCHS = 40", "LEARNING RATE = 0.004", "LR SCHEDULE = ONE CYCLE",
+                       "AUGMENT SHIFT = 1"],
 }
 COLORS = {"CG": "tab:blue", "SGD": "tab:orange", "ADAM": "tab:green", "ADAM-WPEN": "tab:red",
           "SGD-GPU": "tab:orange", "ADAM-GPU": "tab:green", "SGD-CG": "tab:purple",
-          "ADAM-CG": "tab:olive"}
+          "ADAM-CG": "tab:olive", "SGD-GPU-SHIFT": "tab:red", "ADAM-GPU-SHIFT": "tab:brown"}
 DEVICES = ("cpu", "cuda")
 
 

@@ -44,6 +44,11 @@ def test_presets_keep_the_host_settings_and_add_the_gpu_ones(methods):
                 "LR SCHEDULE = ONE CYCLE"} <= set(lines)
     assert "NESTEROV = YES" in sgd_gpu and "LEARNING RATE = 1" in sgd_gpu
     assert "TRAIN METHOD = ADAM" in adam_gpu and "LEARNING RATE = 0.002" in adam_gpu
+    # the moved-case presets are the plain ones with AUGMENT SHIFT = 1 (Adam's batches, epochs and
+    # rate as NOTES found best)
+    assert methods.PRESETS["SGD-GPU-SHIFT"] == sgd_gpu + ["AUGMENT SHIFT = 1"]
+    assert {"BATCH SIZE = 256", "EPOCHS = 40", "LEARNING RATE = 0.004",
+            "AUGMENT SHIFT = 1"} <= set(methods.PRESETS["ADAM-GPU-SHIFT"])
     # every preset is a valid line of the control language
     from convnet.control import parse_line
     for name, lines in methods.PRESETS.items():
