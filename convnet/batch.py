@@ -150,15 +150,18 @@ def _command(path, folder, device, threads, seed, gpu=None, sweep_run=None):
 
 
 def batch_gpus(spec):
-    """The GPU indices of --gpus ('0,1' or 'ALL'), checked against the GPUs present."""
+    """The GPU indices of --gpus ('0,1' or 'ALL'), checked against the GPUs present: counted from
+    the driver's list where there is one, so the batch itself starts no CUDA (each session
+    starts its own, and says so in its row if its GPU cannot be used)."""
     from .params import parse_devices
+    from .devices import listed_gpu_count, pycuda_installed
     from .device.multi import resolve_devices
     try:
         spec = parse_devices(spec)
     except ValueError as e:
         raise ConvnetError(f"--gpus: {e}") from None
     try:
-        return resolve_devices(spec)
+        return resolve_devices(spec, listed_gpu_count() if pycuda_installed() else None)
     except ConvnetError as e:
         raise ConvnetError(f"--gpus {spec.lower()}: {e.message}") from None
 

@@ -28,6 +28,38 @@ def device_label(index, environ=None):
     return f"{seen[index]} ({VISIBLE_VARIABLE}={','.join(map(str, seen))})"
 
 
+# the driver's list of the machine's NVIDIA GPUs, a folder each (Linux)
+GPU_LISTING = "/proc/driver/nvidia/gpus"
+
+
+def listed_gpu_count(environ=None, listing=None):
+    """How many CUDA devices a process would see, from the driver's list of GPUs and
+    CUDA_VISIBLE_DEVICES, without starting CUDA (its start is a third of a second, which a batch
+    would pay before its first session); None where that list is missing or the variable names
+    devices other than by number: then only CUDA can tell. As CUDA does, the numbers count up to
+    the first that is not there."""
+    try:
+        present = len(os.listdir(GPU_LISTING if listing is None else listing))
+    except OSError:
+        return None
+    environ = os.environ if environ is None else environ
+    if VISIBLE_VARIABLE not in environ:
+        return present
+    seen = visible_devices(environ)
+    if seen is None:
+        return None
+    count = 0
+    while count < len(seen) and seen[count] < present:
+        count += 1
+    return count
+
+
+def pycuda_installed():
+    """Whether PyCUDA can be found (not imported: that loads the driver's library)."""
+    import importlib.util
+    return importlib.util.find_spec("pycuda") is not None
+
+
 # the thread pools of the host's linear algebra (OpenBLAS, OpenMP, MKL)
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 

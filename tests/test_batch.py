@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from convnet.batch import COLUMNS, _error_from, output_folders
 from convnet.cli import main
+from convnet.errors import ConvnetError
 
 CONV = """\
 MAKE IMAGE 6 6 1 2 40
@@ -177,6 +178,39 @@ def test_batch_gpus_without_cuda_is_one_error(tmp_path, monkeypatch):
     assert result.output.strip() == ("convnet: error: --gpus all: CUDA requested but not usable: "
                                      "no CUDA device found")
     assert not (tmp_path / "o").exists()
+
+
+def test_gpus_are_counted_from_the_drivers_list_without_cuda(tmp_path, monkeypatch):
+    """The batch counts GPUs from the driver's list (a folder a GPU) and CUDA_VISIBLE_DEVICES, as
+    CUDA would, and starts no CUDA of its own; without the list CUDA counts them."""
+    import convnet.devices as devices
+    from convnet.batch import batch_gpus
+    from convnet.device import multi
+    listing = tmp_path / "gpus"
+    for bus in ("0000:19:00.0", "0000:3b:00.0", "0000:4c:00.0"):
+        (listing / bus).mkdir(parents=True)
+    count = devices.listed_gpu_count
+    assert count({}, listing) == 3
+    assert count({"CUDA_VISIBLE_DEVICES": "2,0"}, listing) == 2
+    assert count({"CUDA_VISIBLE_DEVICES": "1,7,0"}, listing) == 1     # up to the first missing
+    assert count({"CUDA_VISIBLE_DEVICES": "GPU-1a2b"}, listing) is None
+    assert count({}, tmp_path / "none") is None
+    monkeypatch.setattr(devices, "GPU_LISTING", str(listing))
+    monkeypatch.setattr(devices, "pycuda_installed", lambda: True)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+    def no_cuda():
+        raise AssertionError("the batch started CUDA")
+    monkeypatch.setattr(multi, "device_count", no_cuda)
+    assert batch_gpus("all") == [0, 1, 2] and batch_gpus("2,0") == [2, 0]
+    with pytest.raises(ConvnetError, match="there is no CUDA device 3 .this machine has 3"):
+        batch_gpus("3")
+    monkeypatch.setattr(devices, "GPU_LISTING", str(tmp_path / "none"))
+    monkeypatch.setattr(multi, "device_count", lambda: 2)
+    assert batch_gpus("all") == [0, 1]
+    monkeypatch.setattr(devices, "GPU_LISTING", str(listing))
+    monkeypatch.setattr(devices, "pycuda_installed", lambda: False)    # CUDA says why not
+    assert batch_gpus("all") == [0, 1]
 
 
 def test_a_session_given_a_gpu_sees_it_alone_and_logs_name_it():

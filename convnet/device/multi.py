@@ -44,13 +44,14 @@ def device_count():
     return cuda.Device.count()
 
 
-def resolve_devices(spec):
+def resolve_devices(spec, count=None):
     """The device indices a CUDA DEVICES value names: None (not given) -> [0]; 'ALL' -> every
-    device; '0,1' -> [0, 1], each checked against the devices present."""
+    device; '0,1' -> [0, 1], each checked against the devices present (``count`` of them, else
+    as CUDA counts them)."""
     if spec is None:
         return [0]
     spec = parse_devices(spec)
-    count = device_count()
+    count = device_count() if count is None else count
     if spec == ALL:
         return list(range(count))
     indices = [int(p) for p in spec.split(",")]
