@@ -30,6 +30,7 @@ import math
 import numpy as np
 
 from . import launches as K
+from .host_copy import copied
 from .launches import line_parts
 from .runtime import ptr
 
@@ -164,7 +165,7 @@ class DeviceVectors:
         return out
 
     def result(self, v):
-        return np.array(self.host(v))
+        return copied(self.host(v))
 
     def neg(self, v):
         rt = self.rt
