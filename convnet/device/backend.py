@@ -32,7 +32,6 @@ from ..errors import ConvnetError
 from ..params import DeviceParams
 from .conv_tiled import ConvTiled
 from .evaluator import DeviceEvaluator, UploadSplit
-from .host_copy import copy_into
 from .kernel_plan import plan_kernels, static_bytes
 from .launches import (LINE_BLOCK, FirstLayerPool, line_parts, line_point, vec_finish,
                        weights_scatter)
@@ -229,7 +228,7 @@ class DeviceBackend:
         if w.shape != (self.n_weights,):
             raise ConvnetError(f"this model has {self.n_weights} weights; got an array of shape {w.shape}")
         hi = self.n_weights if hi is None else hi
-        copy_into(self.h_w64[lo:hi], w[lo:hi])
+        np.copyto(self.h_w64[lo:hi], w[lo:hi])
         if lo == 0:
             self.weight_uploads += 1
 

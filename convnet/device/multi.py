@@ -29,7 +29,6 @@ import numpy as np
 from ..errors import ConvnetError
 from ..evaluator import Evaluator, check_weights
 from ..params import ALL_DEVICES as ALL, parse_devices
-from .host_copy import copied, copy_into, summed
 from .options import DeviceOptions, device_params
 from .plan import CHUNK
 
@@ -208,9 +207,9 @@ class MultiDeviceEvaluator(Evaluator):
         w = self._weights(weights)
         staging = self.multi.staging
         head = max(ev.head_weights() for ev in self.parts)
-        copy_into(staging[:head], w[:head])
+        np.copyto(staging[:head], w[:head])
         rests = [queue(ev) for ev in self.parts]
-        copy_into(staging[head:], w[head:])
+        np.copyto(staging[head:], w[head:])
         for rest in rests:
             rest()
 
@@ -233,7 +232,12 @@ class MultiDeviceEvaluator(Evaluator):
             part_crit, part_grad = ev.finish_gradient()
             crit += part_crit
             parts.append(part_grad)
-        return crit, copied(parts[0]) if len(parts) == 1 else summed(parts)
+        if len(parts) == 1:
+            return crit, np.array(parts[0])
+        grad = np.add(parts[0], parts[1])
+        for part in parts[2:]:
+            grad += part
+        return crit, grad
 
     def outputs(self, weights):
         w = self._weights(weights)
