@@ -65,6 +65,11 @@ SHAPES = {
     "lenet": (["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                "FULLY CONNECTED LAYER 500"], 28, 28, 1, 10, 256),
+    # the suite's CIFAR-sized net: its second CONV layer's case and deltas fit conv_grad's shared
+    # memory once, not twice (one-stage variants)
+    "cifar": (["CONVOLUTIONAL LAYER 24 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
+               "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
+               "FULLY CONNECTED LAYER 96"], 32, 32, 3, 10, 256),
 }
 
 # Kernel parameters that a kernel writes, and their element type (a buffer that is only read

@@ -647,7 +647,10 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
                 runs[tile, params.max_batch] = (crit, grad, ev.criterion(w), ev.outputs(w),
                                            be.activations(w, x[:60]))
         first = runs[None, None]
-        assert abs(first[0] - crit_ref) <= 1e-6 * crit_ref and _rel(first[1], grad_ref) <= 1e-5
+        # the one-stage conv_grad net (TILED_ARCHS[5]) sums 600 taps over 256 positions for each
+        # case: on an H100 its float32 gradient is 1.7e-5 from the float64 model's
+        wide = 2e-5 if lines == TILED_ARCHS[5][0] else 1e-5
+        assert abs(first[0] - crit_ref) <= 1e-6 * crit_ref and _rel(first[1], grad_ref) <= wide
         for key, run in runs.items():
             assert run[0] == first[0] and np.array_equal(run[1], first[1]), (lines, key)
             assert run[2] == first[2] and np.array_equal(run[3], first[3]), (lines, key)

@@ -681,6 +681,9 @@ TILED_ARCHS = [
     # conv_grad through padding with strides 2 x 3 (which window columns serve which taps), 30
     # columns (15 threads of 2, 8 of 4 with 2 padded), 3 filter rows (every row in one block)
     (["CONVOLUTIONAL LAYER 16 1 1 0 0 1 1", "CONVOLUTIONAL LAYER 30 1 2 1 1 2 3"], 13, 16, 1, 3),
+    # conv_grad with one stage: a case and its deltas take 87.5 KB, so two stages would not fit
+    (["CONVOLUTIONAL LAYER 24 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1",
+      "FULLY CONNECTED LAYER 3"], 16, 16, 3, 3),
 ]
 
 
@@ -736,7 +739,27 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
     large = {ct.function(t, k) for ct in be.conv_tiled.values() for k in ("fwd", "bwd", "grad")
              for t, v in getattr(ct, k).items() if v.smem(ct.shape) > 48 * 1024}
     assert set(fake_runtime.shared_allowed) == large and (large or spec in TILED_ARCHS[2:5:2])
-    assert any(ct.bwd for ct in be.conv_tiled.values()) == (spec in (TILED_ARCHS[0], TILED_ARCHS[3]))
+    assert any(ct.bwd for ct in be.conv_tiled.values()) == (
+        spec in (TILED_ARCHS[0], TILED_ARCHS[3], TILED_ARCHS[5]))
+    stages = {v.stages for ct in be.conv_tiled.values() for v in ct.grad.values()}
+    assert stages == ({1} if spec is TILED_ARCHS[5] else {2} if stages else set())
+
+
+def test_conv_grad_takes_one_stage_only_where_two_do_not_fit():
+    """A layer whose case and deltas fit twice in the shared memory a block may take keeps its
+    two-stage variants (LeNet's second layer); one whose two stages would not fit gets the same
+    variants with one stage (the suite's CIFAR-sized net's second CONV layer), the same sums."""
+    from convnet.device import conv_tiled
+    optin = 227 * 1024
+    lenet = conv_tiled.ConvShape(12, 12, 20, 8, 8, 50, 5, 5, 0, 0, 1, 1, 0)
+    cifar = conv_tiled.ConvShape(16, 16, 24, 16, 16, 48, 5, 5, 2, 2, 1, 1, 0)
+    two = conv_tiled.grad_variants(lenet, optin)
+    assert [v.suffix for v in two] == ["n4_r", "n2_r", "n4_r5", "n4"]
+    one = conv_tiled.grad_variants(cifar, optin)
+    assert [v.suffix for v in one] == ["n4_r_s1", "n2_r_s1", "n4_r5_s1", "n4_s1"]
+    for v in one:
+        assert v.smem(cifar) <= conv_tiled.SMEM_SHARE < 2 * v.smem(cifar)
+    assert conv_tiled.grad_variants(cifar, 48 * 1024) == []      # no opt-in: gemm_tn
 
 
 # a tiled CONV layer followed by max pooling whose windows tile it: (lines, rows, cols, bands,

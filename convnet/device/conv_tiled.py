@@ -14,6 +14,7 @@ which shapes and tile variants fit (shared memory, threads) and how each kernel 
 runtime compiles and caches the modules.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 from .kernel_args import CONV_BWD, CONV_FWD, CONV_FWD_POOL, CONV_GRAD
@@ -274,10 +275,13 @@ class GradVariant:
     """conv_grad: a block takes `rows` filter rows; a thread keeps TN columns of 4 weight rows (4
     prior slices) of one tap (and a group of threads the bias row), or with TAPROW of every tap
     of its filter row (each window column it loads then serves every tap that reaches it; the
-    last filter row's first slices also keep the bias row)."""
+    last filter row's first slices also keep the bias row). Two stages of shared memory, the next
+    case loading while this one is summed, or one where two do not fit (the same sums in the
+    same order)."""
     tn: int
     taprow: bool = False
     rows: int = 1
+    stages: int = 2
 
     def ncolg(self, shape):
         return _ceil(shape.D, self.tn)
@@ -292,11 +296,12 @@ class GradVariant:
 
     def smem(self, shape):
         stage = shape.case_floats + shape.H * shape.W * self.ncolg(shape) * self.tn
-        return 4 * 2 * (_ceil(stage, 4) * 4)
+        return 4 * self.stages * (_ceil(stage, 4) * 4)
 
     @property
     def suffix(self):
-        return f"n{self.tn}" + (f"_r{self.rows if self.rows > 1 else ''}" if self.taprow else "")
+        return (f"n{self.tn}" + (f"_r{self.rows if self.rows > 1 else ''}" if self.taprow else "")
+                + ("_s1" if self.stages == 1 else ""))
 
     def fits(self, shape, smem_limit):
         # TAPROW: at most 80 accumulators (a 5-tap filter row of 4 x 4)
@@ -309,13 +314,20 @@ def grad_variants(shape, smem_limit=SMEM_BYTES):
     """conv_grad's variants for this shape (empty: the layer's gradient stays with gemm_tn):
     prior depth a multiple of 4 (a thread's 4 weight rows are one 16-byte load of a window).
     They add in their own order, not gemm_tn's (see conv_tiled.cu), so a layer takes either
-    these or gemm_tn's tiles, never a choice between the two."""
+    these or gemm_tn's tiles, never a choice between the two. Where no variant's two stages fit,
+    the same variants with one stage (a layer's variants and so its kernels otherwise stay as
+    they were)."""
     if shape.PD % 4:
         return []
     every = shape.FV
     candidates = (GradVariant(4, True), GradVariant(2, True), GradVariant(4, True, every),
                   GradVariant(4))
-    return [v for v in dict.fromkeys(candidates) if v.fits(shape, min(smem_limit, SMEM_SHARE))]
+    limit = min(smem_limit, SMEM_SHARE)
+    found = [v for v in dict.fromkeys(candidates) if v.fits(shape, limit)]
+    if found:
+        return found
+    single = (dataclasses.replace(v, stages=1) for v in candidates)
+    return [v for v in dict.fromkeys(single) if v.fits(shape, limit)]
 
 
 class ConvTiled:
@@ -355,7 +367,7 @@ class ConvTiled:
         out += [(self.function(t, "bwd"), f"CONV_BWD({self.function(t, 'bwd')}, {v.cases}, "
                  f"{int(v.pad)}, {v.tps}, {v.minb(self.shape)})", CONV_BWD) for t, v in self.bwd.items()]
         out += [(self.function(t, "grad"), f"CONV_GRAD({self.function(t, 'grad')}, {v.tn}, "
-                 f"{int(v.taprow)}, {v.rows})", CONV_GRAD) for t, v in self.grad.items()]
+                 f"{int(v.taprow)}, {v.rows}, {v.stages})", CONV_GRAD) for t, v in self.grad.items()]
         return out
 
     def build_request(self):

@@ -601,7 +601,7 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
 // window column, loaded once, serves every tap whose window reaches it. The bias row (it reads 1)
 // is a group of threads of its own, or with TAPROW kept by the threads of the last filter row's
 // first slices, which add the deltas they load anyway.
-template <int TN, int TAPROW, int FRB>
+template <int TN, int TAPROW, int FRB, int STAGES>
 struct ConvGradTile {
     static_assert(TAPROW || FRB == 1, "several filter rows per block need TAPROW");
     static constexpr int NCOLG = (CT_D + TN - 1) / TN;     // threads across the columns
@@ -614,17 +614,20 @@ struct ConvGradTile {
     static constexpr int NT = GROUPS * NCOLG;
     static constexpr int DS = ct::HW * NCP;                 // floats of a case's delta copy
     static constexpr int STAGE = (ct::CASE + DS + 3) / 4 * 4;  // (each stage 16-byte aligned)
-    static constexpr int SMEM = 4 * 2 * STAGE;              // bytes: two cases in turn
+    // bytes: two cases in turn (the next one loads while this one is summed), or with one
+    // stage a case at a time, for layers whose two stages would not fit
+    static constexpr int SMEM = 4 * STAGES * STAGE;
+    static_assert(STAGES == 1 || STAGES == 2, "one or two stages");
 };
 
-template <int TN, int TAPROW, int FRB>
+template <int TN, int TAPROW, int FRB, int STAGES>
 __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, int lda,
                                                const float* __restrict__ delta, int ldd, int n_lo,
                                                int n_hi, int n_cases, int chunk, int subs,
                                                float* __restrict__ part)
 {
     using namespace ct;
-    using T = ConvGradTile<TN, TAPROW, FRB>;
+    using T = ConvGradTile<TN, TAPROW, FRB, STAGES>;
     constexpr int NT = T::NT, NCOLG = T::NCOLG, NCP = T::NCP, SG = T::SG;
     constexpr int FT = TAPROW ? CT_FH : 1;                  // taps a thread keeps
     static_assert(CT_PD % 4 == 0 && TN % 2 == 0, "gradient shape");
@@ -671,13 +674,19 @@ __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, in
             for (int i = 0; i < 4; ++i) acc[t][i][j] = 0.f;
     }
 
-    if (lo < hi) issue(lo, 0);
+    if (STAGES == 2 && lo < hi) issue(lo, 0);
     ct_cp_commit();
     for (int m = lo; m < hi; ++m) {
-        const int st = (m - lo) & 1;
-        if (m + 1 < hi) issue(m + 1, st ^ 1);
-        ct_cp_commit();
-        ct_cp_wait_one();                                   // case m has landed
+        const int st = STAGES == 2 ? (m - lo) & 1 : 0;
+        if (STAGES == 2) {
+            if (m + 1 < hi) issue(m + 1, st ^ 1);
+            ct_cp_commit();
+            ct_cp_wait_one();                               // case m has landed
+        } else {                                            // one stage: case m, then its sums
+            issue(m, 0);
+            ct_cp_commit();
+            ct_cp_wait_all();
+        }
         __syncthreads();
         const float* Xs = ct_smem + st * T::STAGE;
         const float* Ds = Xs + CASE + tn * TN;
@@ -740,7 +749,7 @@ __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, in
                 for (int j = 0; j < TN; ++j) accb[j] += b[j];
             }
         }
-        __syncthreads();                                    // stage st free for case m + 2
+        __syncthreads();                                    // stage st free for its next case
     }
     ct_cp_wait_all();
 
@@ -769,16 +778,17 @@ __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, in
 }
 
 // TN columns per thread, TAPROW: a thread takes every tap of the filter row (else one), FRB
-// filter rows per block; blockDim.x = ConvGradTile<TN, TAPROW, FRB>::NT, gridDim =
+// filter rows per block, STAGES cases in shared memory at once (1 or 2; the same sums in the
+// same order either way); blockDim.x = ConvGradTile<TN, TAPROW, FRB, STAGES>::NT, gridDim =
 // (ceil(CT_FV / FRB), chunks * subs), dynamic shared memory ConvGradTile<...>::SMEM bytes.
-#define CONV_GRAD(NAME, TN, TAPROW, FRB)                                                          \
-    extern "C" __global__ void __launch_bounds__(ConvGradTile<TN, TAPROW, FRB>::NT,               \
+#define CONV_GRAD(NAME, TN, TAPROW, FRB, STAGES)                                                  \
+    extern "C" __global__ void __launch_bounds__(ConvGradTile<TN, TAPROW, FRB, STAGES>::NT,       \
                                                  TAPROW ? 1 : 2)                                  \
     NAME(const float* __restrict__ src, int lda, const float* __restrict__ delta, int ldd,        \
          int n_lo, int n_hi, int n_cases, int chunk, int subs, float* __restrict__ part)          \
     {                                                                                             \
-        conv_grad_body<TN, TAPROW, FRB>(src, lda, delta, ldd, n_lo, n_hi, n_cases, chunk, subs,   \
-                                        part);                                                    \
+        conv_grad_body<TN, TAPROW, FRB, STAGES>(src, lda, delta, ldd, n_lo, n_hi, n_cases, chunk, \
+                                                subs, part);                                      \
     }
 
 #ifndef SPECIALIZED     // the runtime defines it when it appends the variants conv_tiled.py launches
@@ -793,8 +803,9 @@ CONV_BWD(conv_bwd_c2, 2, 0, 1, 5)
 CONV_BWD(conv_bwd_c3, 3, 0, 1, 2)
 CONV_BWD(conv_bwd_c6_w, 6, 1, 1, 1)
 CONV_BWD(conv_bwd_c3_w_t5, 3, 1, 5, 2)
-CONV_GRAD(conv_grad_n4, 4, 0, 1)
-CONV_GRAD(conv_grad_n4_r, 4, 1, 1)
-CONV_GRAD(conv_grad_n2_r, 2, 1, 1)
-CONV_GRAD(conv_grad_n4_r5, 4, 1, 5)
+CONV_GRAD(conv_grad_n4, 4, 0, 1, 2)
+CONV_GRAD(conv_grad_n4_r, 4, 1, 1, 2)
+CONV_GRAD(conv_grad_n2_r, 2, 1, 1, 2)
+CONV_GRAD(conv_grad_n4_r5, 4, 1, 5, 2)
+CONV_GRAD(conv_grad_n4_r5_s1, 4, 1, 5, 1)
 #endif

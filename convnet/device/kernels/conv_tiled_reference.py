@@ -98,7 +98,7 @@ class ConvTiledReference(PoolReference):
     # ((fr * FH + fc) * PD + prior slice), then the bias row
     def conv_grad(self, d, variant, grid, block, shared, src, lda, delta, ldd, n_lo, n_hi,
                   n_cases, chunk, subs, part):
-        tn, taprow, rows = variant
+        tn, taprow, rows, stages = variant
         PH, PW, PD, H, W, D, fv, fh = (d[k] for k in ("PH", "PW", "PD", "H", "W", "D", "FV", "FH"))
         ncolg = -(-D // tn)
         assert PD % 4 == 0 and chunk % subs == 0 and (not taprow or fh * 4 * tn <= 80)
@@ -107,7 +107,8 @@ class ConvTiledReference(PoolReference):
         assert grid[:2] == (-(-fv // rows), -(-n_cases // chunk) * subs) and block[0] == groups * ncolg
         rin, cin = (H - 1) * d["SV"] + fv, (W - 1) * d["SH"] + fh
         row = cin * PD + (4 if (cin * PD // 4) % 2 == 0 else 0)
-        assert shared == 4 * 2 * (-(-(rin * row + H * W * ncolg * tn) // 4) * 4)
+        assert stages in (1, 2)     # cases in shared memory at once: the sums are the same
+        assert shared == 4 * stages * (-(-(rin * row + H * W * ncolg * tn) // 4) * 4)
         prior = PH * PW * PD
         x = self.f32(src, (n_cases - 1) * lda + prior).astype(np.float64)
         x = np.stack([x[m * lda:m * lda + prior] for m in range(n_cases)]).reshape(n_cases, PH, PW, PD)
