@@ -21,12 +21,16 @@ def result_line(cmd, result):
 
 def _validation_words(result):
     """``, validation 3.10 % (lowest 2.90 %), target 5 % reached in 4.2 s (120 evaluations)``
-    for a TRAIN that made validation checks; empty otherwise."""
+    for a TRAIN that made validation checks; empty otherwise. With KEEP BEST the TRAIN ends
+    with the best check's weights, so their error comes first: ``validation 2.90 % (the best
+    check's weights, kept; last check 3.10 %)``."""
     summary = getattr(result, "validation_summary", None) or {}
     words = []
     if summary.get("cases") == "validation" and summary.get("final"):
-        words.append(f"validation {summary['final']['error']:.2f} % (lowest "
-                     f"{summary['best']['error']:.2f} %)")
+        final, best = summary["final"]["error"], summary["best"]["error"]
+        words.append(f"validation {best:.2f} % (the best check's weights, kept; last check "
+                     f"{final:.2f} %)" if summary.get("kept_best")
+                     else f"validation {final:.2f} % (lowest {best:.2f} %)")
     target = target_words(summary)
     if target:
         words.append(target)

@@ -297,3 +297,18 @@ def test_emulated_device_runs_validation(monkeypatch, tmp_path):
         [(c["phase"], c["step"]) for c in host.validation]
     for device_check, host_check in zip(result.validation, host.validation):
         assert device_check["criterion"] == pytest.approx(host_check["criterion"], rel=1e-3)
+
+
+def test_summary_line_names_the_weights_the_train_ended_with():
+    """The TRAIN line gives the last check's error, and with KEEP BEST the error of the best
+    check's weights, which the TRAIN then ends with."""
+    from types import SimpleNamespace
+    from convnet.summary import _validation_words
+    summary = {"cases": "validation", "final": {"error": 9.8}, "best": {"error": 9.6},
+               "kept_best": False}
+    result = SimpleNamespace(validation_summary=summary)
+    assert _validation_words(result) == ", validation 9.80 % (lowest 9.60 %)"
+    summary["kept_best"] = True
+    assert _validation_words(result) == (", validation 9.60 % (the best check's weights, kept; "
+                                         "last check 9.80 %)")
+    assert _validation_words(SimpleNamespace(validation_summary=None)) == ""
