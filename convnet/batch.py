@@ -31,7 +31,9 @@ give each combination's statistics (convnet/stats.py).
 
 With ``gpus`` (``--gpus 0,1`` or ``all``) every session gets one GPU of its own: a session starts
 on the GPU that has the fewest sessions running, the next one in the list on a tie (round robin),
-and ``jobs`` defaults to the number of GPUs, so each GPU runs one experiment at a time.
+and ``jobs`` defaults to the number of GPUs, so each GPU runs one experiment at a time. Sessions
+running side by side take turns to start CUDA (devices.cuda_start_lock: the driver's start is
+slower for two processes at once than one after the other).
 
 Running the same batch again into DIR resumes it (convnet/resume.py): runs finished with the
 same inputs are reused, failed and interrupted ones run again. ``retry`` reruns a failing
@@ -43,10 +45,12 @@ Unless ``threads`` is given, each session gets an equal share of the host's core
 (``cores // jobs``, at least 1) so that parallel sessions do not fight over them.
 """
 
+import contextlib
 import csv
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -125,12 +129,15 @@ def default_threads(jobs):
     return max(1, (os.cpu_count() or 1) // max(1, jobs))
 
 
-def _environment(gpu=None, on_gpu=False):
+def _environment(gpu=None, on_gpu=False, start_lock=None):
     """The sessions import the same convnet package as this process, installed or not; a
-    session given a GPU sees that one alone, and one computing there keeps its host's BLAS to
-    one thread (devices.session_environment)."""
-    from .devices import session_environment
+    session given a GPU sees that one alone, one computing there keeps its host's BLAS to one
+    thread (devices.session_environment), and they take turns to start CUDA (``start_lock``, a
+    file: devices.cuda_start_lock)."""
+    from .devices import START_LOCK_VARIABLE, session_environment
     env = dict(os.environ) if gpu is None else session_environment(gpu, on_gpu=on_gpu)
+    if gpu is not None and start_lock:
+        env[START_LOCK_VARIABLE] = start_lock
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
@@ -261,11 +268,12 @@ def fill_validation(row, summary):
 class _Runner:
     """Starts the sessions and remembers the processes, so an interruption can end them."""
 
-    def __init__(self, out, device, threads, gpus=None, progress=None, retry=0):
+    def __init__(self, out, device, threads, gpus=None, progress=None, retry=0, start_lock=None):
         self.out, self.device, self.threads, self.retry = out, device, threads, retry
         self.processes = {}
         self.stopping = False
         self.gpus = GpuShare(gpus) if gpus else None
+        self.start_lock = start_lock
         self.progress = progress if progress is not None else NoProgress()
 
     def run_one(self, planned, inputs):
@@ -299,7 +307,7 @@ class _Runner:
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 stdin=subprocess.DEVNULL,
                 env=_environment(gpu, gpu is not None and wants_gpu(
-                    planned.file, self.device, planned.sweep_run) is not False))
+                    planned.file, self.device, planned.sweep_run) is not False, self.start_lock))
             self.processes[key] = proc
             try:
                 _, stderr = proc.communicate()
@@ -368,7 +376,39 @@ def run_batch(files, out, jobs=None, device="auto", threads=None, seed=None, gpu
         raise ConvnetError(f"--jobs must be at least 1, not {jobs}")
     progress = progress if progress is not None else NoProgress()
     planned, rows, to_run = prepare(files, out, seed, overwrite, allow_large, device, progress)
-    runner = _Runner(out, device, threads or default_threads(jobs), gpu_list, progress, retry)
+    with _start_lock(gpu_list and jobs > 1) as start_lock:
+        runner = _Runner(out, device, threads or default_threads(jobs), gpu_list, progress, retry,
+                         start_lock)
+        _run_all(runner, planned, rows, to_run, jobs, out)
+    write_batch(rows, out)
+    return rows
+
+
+@contextlib.contextmanager
+def _start_lock(wanted):
+    """The path of a file, removed afterwards, whose lock the batch's GPU sessions take turns to
+    hold while their CUDA starts (devices.cuda_start_lock); None when not ``wanted`` (one
+    session at a time) or when no such file can be made."""
+    path = None
+    if wanted:
+        try:
+            fd, path = tempfile.mkstemp(prefix="convnet-cuda-start-", suffix=".lock")
+            os.close(fd)
+        except OSError:
+            path = None
+    try:
+        yield path
+    finally:
+        if path is not None:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _run_all(runner, planned, rows, to_run, jobs, out):
+    """Run the planned runs ``to_run`` ({index: inputs}), ``jobs`` at a time, filling ``rows``;
+    a Ctrl-C stops the sessions and leaves the summary of what finished."""
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {i: pool.submit(runner.run_one, planned[i], inputs)
                    for i, inputs in to_run.items()}
@@ -381,8 +421,6 @@ def run_batch(files, out, jobs=None, device="auto", threads=None, seed=None, gpu
                 rows[i] = fut.result()
             write_batch(rows, out)
             raise
-    write_batch(rows, out)
-    return rows
 
 
 def write_batch(rows, out):

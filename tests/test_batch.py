@@ -1,6 +1,7 @@
 """`convnet batch`: sessions in parallel, summary.csv; one failure does not stop the rest."""
 
 import csv
+import os
 import re
 
 import pytest
@@ -142,9 +143,13 @@ def test_batch_gpus_option(tmp_path, monkeypatch):
     started = []
     real = batch._environment
 
-    def spy(gpu=None, on_gpu=False):
-        env = real(gpu, on_gpu)
+    locks = []
+
+    def spy(gpu=None, on_gpu=False, start_lock=None):
+        env = real(gpu, on_gpu, start_lock)
         started.append(env["CUDA_VISIBLE_DEVICES"])     # the session sees its GPU alone
+        locks.append(env["CONVNET_CUDA_START_LOCK"])    # and takes turns to start CUDA
+        assert os.path.isfile(locks[-1])
         return env
     monkeypatch.setattr(batch, "_environment", spy)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -156,6 +161,7 @@ def test_batch_gpus_option(tmp_path, monkeypatch):
                            seed=2, gpus="all")
     assert [r.status for r in rows] == ["ok"] * 3 and jobs == [2]
     assert sorted(started[:2]) == ["0", "1"] and started[2] in ("0", "1")   # the free one
+    assert len(set(locks)) == 1 and not os.path.exists(locks[0])   # one file, gone afterwards
     result = CliRunner().invoke(main, ["batch", str(ctl), "--out", str(tmp_path / "o2"),
                                        "--gpus", "0,5"])
     assert result.exit_code == 2
@@ -211,6 +217,32 @@ def test_gpus_are_counted_from_the_drivers_list_without_cuda(tmp_path, monkeypat
     monkeypatch.setattr(devices, "GPU_LISTING", str(listing))
     monkeypatch.setattr(devices, "pycuda_installed", lambda: False)    # CUDA says why not
     assert batch_gpus("all") == [0, 1]
+
+
+def test_cuda_starts_take_turns_on_the_lock_a_batch_names(tmp_path):
+    """devices.cuda_start_lock holds the named file's lock while CUDA starts: a second process
+    waits for the first; with no name, or a name that cannot be opened, nothing is held."""
+    import subprocess
+    import sys
+    import time
+    from convnet.devices import START_LOCK_VARIABLE, cuda_start_lock
+    lock = tmp_path / "start.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom convnet.devices import cuda_start_lock\n"
+         "with cuda_start_lock():\n    print('held', flush=True)\n    time.sleep(1.0)\n"],
+        env={**os.environ, START_LOCK_VARIABLE: str(lock)}, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    t0 = time.perf_counter()
+    with cuda_start_lock({START_LOCK_VARIABLE: str(lock)}):
+        waited = time.perf_counter() - t0
+    holder.wait()
+    assert waited > 0.5                     # until the other process let go
+    t0 = time.perf_counter()
+    with cuda_start_lock({}):
+        pass
+    with cuda_start_lock({START_LOCK_VARIABLE: str(tmp_path / "no" / "such.lock")}):
+        pass
+    assert time.perf_counter() - t0 < 0.5
 
 
 def test_a_session_given_a_gpu_sees_it_alone_and_logs_name_it():
