@@ -97,7 +97,7 @@ def cuda_start_lock(environ=None):
     if path:
         try:
             import fcntl
-            handle = open(path, "ab")
+            handle = open(path, "rb")          # never made here: the batch makes it
             fcntl.flock(handle, fcntl.LOCK_EX)
         except (ImportError, OSError):
             if handle is not None:

@@ -227,6 +227,7 @@ def test_cuda_starts_take_turns_on_the_lock_a_batch_names(tmp_path):
     import time
     from convnet.devices import START_LOCK_VARIABLE, cuda_start_lock
     lock = tmp_path / "start.lock"
+    lock.write_bytes(b"")                   # made by the batch
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom convnet.devices import cuda_start_lock\n"
          "with cuda_start_lock():\n    print('held', flush=True)\n    time.sleep(1.0)\n"],
@@ -243,6 +244,16 @@ def test_cuda_starts_take_turns_on_the_lock_a_batch_names(tmp_path):
     with cuda_start_lock({START_LOCK_VARIABLE: str(tmp_path / "no" / "such.lock")}):
         pass
     assert time.perf_counter() - t0 < 0.5
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_batch_names_a_start_lock_only_for_sessions_side_by_side():
+    from convnet.batch import _start_lock
+    with _start_lock(False) as none:
+        assert none is None
+    with _start_lock(True) as path:
+        assert os.path.isfile(path)
+    assert not os.path.exists(path)
 
 
 def test_a_session_given_a_gpu_sees_it_alone_and_logs_name_it():
