@@ -214,14 +214,19 @@ def test_emulated_device_steps_send_nothing(fake_runtime, monkeypatch):
 
 
 @pytest.mark.cuda
-def test_gpu_epochs_agree_with_the_host():
+@pytest.mark.parametrize("shift", [0, 3], ids=["plain", "shifted"])
+def test_gpu_epochs_agree_with_the_host(shift):
+    """SGD and Adam epochs on the GPU against the host's, the cases as they are and moved
+    (AUGMENT SHIFT: minibatch_gather_shifted)."""
     usable, why = dbe.device_available()
     if not usable:
         pytest.skip(f"no CUDA device: {why}")
-    arch, x, c, w = _problem(n=300)
+    arch, x, c, w = _shift_problem(n=300) if shift else _problem(n=300)
     for rule in (UpdateRule(SGD, momentum=0.9, nesterov=True), UpdateRule(ADAM)):
-        host = _epochs(HostBackend(arch, threads=1).evaluator(x, c, 0.01), rule, w, 32, 2, 4)
-        device = _epochs(dbe.DeviceBackend(arch).evaluator(x, c, 0.01), rule, w, 32, 2, 4)
+        host = _epochs(HostBackend(arch, threads=1).evaluator(x, c, 0.01), rule, w, 32, 2, 4,
+                       shift=shift)
+        device = _epochs(dbe.DeviceBackend(arch).evaluator(x, c, 0.01), rule, w, 32, 2, 4,
+                         shift=shift)
         assert np.allclose(device[0], host[0], rtol=1e-4)
         assert np.linalg.norm(device[1] - host[1]) <= 1e-3 * np.linalg.norm(host[1] - w)
 
@@ -438,21 +443,6 @@ def test_emulated_device_shifted_epoch_agrees_with_the_host(fake_runtime):
     change = host[1] - w
     assert np.linalg.norm(device[1] - host[1]) <= 1e-4 * np.linalg.norm(change)
     assert np.linalg.norm(plain[1] - host[1]) > 1e-2 * np.linalg.norm(change)   # it moved them
-
-
-@pytest.mark.cuda
-def test_gpu_shifted_epochs_agree_with_the_host():
-    usable, why = dbe.device_available()
-    if not usable:
-        pytest.skip(f"no CUDA device: {why}")
-    arch, x, c, w = _shift_problem(n=300)
-    for rule in (UpdateRule(SGD, momentum=0.9, nesterov=True), UpdateRule(ADAM)):
-        host = _epochs(HostBackend(arch, threads=1).evaluator(x, c, 0.01), rule, w, 32, 2, 4,
-                       shift=3)
-        device = _epochs(dbe.DeviceBackend(arch).evaluator(x, c, 0.01), rule, w, 32, 2, 4,
-                         shift=3)
-        assert np.allclose(device[0], host[0], rtol=1e-4)
-        assert np.linalg.norm(device[1] - host[1]) <= 1e-3 * np.linalg.norm(host[1] - w)
 
 
 def test_run_with_shifts_repeats_and_differs_from_one_without(tmp_path):

@@ -11,27 +11,29 @@ from .host_memory import ReferenceBase
 class MiniBatchReference(ReferenceBase):
     """See the module docstring."""
 
-    def minibatch_gather(self, grid, block, x, classes, order, counters, batch, n_inputs, xb, cb):
-        assert grid[0] * block[0] >= batch * n_inputs
+    def _batch(self, x, classes, order, counters, batch, n_inputs, cb):
+        """The step's cases (the epoch's position counters[1] of ``order``) and their inputs;
+        their classes go to cb. Returns (step, cases, inputs (batch, n_inputs))."""
         step = int(self.mem.view(counters, np.int32, 2)[1])
         cases = self.mem.view(order, np.int32, (step + 1) * batch)[step * batch:].astype(np.int64)
-        rows = self.gather(x, np.float32, cases[:, None] * n_inputs + np.arange(n_inputs))
-        self.mem.view(xb, np.float32, batch * n_inputs)[:] = rows.ravel()
         self.mem.view(cb, np.int32, batch)[:] = self.gather(classes, np.int32, cases)
+        return step, cases, self.gather(x, np.float32, cases[:, None] * n_inputs + np.arange(n_inputs))
+
+    def minibatch_gather(self, grid, block, x, classes, order, counters, batch, n_inputs, xb, cb):
+        assert grid[0] * block[0] >= batch * n_inputs
+        _, _, rows = self._batch(x, classes, order, counters, batch, n_inputs, cb)
+        self.mem.view(xb, np.float32, batch * n_inputs)[:] = rows.ravel()
 
     def minibatch_gather_shifted(self, grid, block, x, classes, order, shifts, counters, batch,
                                  rows, cols, bands, xb, cb):
         n_inputs = rows * cols * bands
         assert grid[0] * block[0] >= batch * n_inputs
-        step = int(self.mem.view(counters, np.int32, 2)[1])
-        cases = self.mem.view(order, np.int32, (step + 1) * batch)[step * batch:].astype(np.int64)
+        step, _, images = self._batch(x, classes, order, counters, batch, n_inputs, cb)
         moves = self.mem.view(shifts, np.int32, 2 * (step + 1) * batch)[2 * step * batch:]
-        images = self.gather(x, np.float32, cases[:, None] * n_inputs + np.arange(n_inputs))
         # the device's layout (row, column, band) as the host's (band, row, column) and back
         host = images.reshape(batch, rows, cols, bands).transpose(0, 3, 1, 2)
         moved = shift_cases(host, moves.reshape(batch, 2).astype(np.int64))
         self.mem.view(xb, np.float32, batch * n_inputs)[:] = moved.transpose(0, 2, 3, 1).ravel()
-        self.mem.view(cb, np.int32, batch)[:] = self.gather(classes, np.int32, cases)
 
     def minibatch_update(self, grid, block, w, grad, first, second, rates, counters, n, adam,
                          momentum, nesterov, beta1, beta2, epsilon, w32):
