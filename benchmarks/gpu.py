@@ -81,6 +81,9 @@ def parse_args(argv=None):
     ap.add_argument("--params", default="", help='device parameters, e.g. "MAX BATCH=512"')
     ap.add_argument("--no-tiled", action="store_true",
                     help="convolutional layers with the gather product alone (no conv_tiled.cu)")
+    ap.add_argument("--tensor-cores", choices=("rule", "on", "off"), default="rule",
+                    help="weight gradients on the tensor cores (split TF32): where the plan's rule "
+                         "says (the default), wherever they can be, or nowhere")
     ap.add_argument("--profile", metavar="NET",
                     help="run one gradient of NET between cuProfilerStart/Stop (for ncu) and exit")
     ap.add_argument("--sync-check", metavar="NET",
@@ -332,7 +335,9 @@ def bench_net(args, name, params, use_torch, mac_rate, bw):
     rng = np.random.default_rng(7)
     w0 = rng.uniform(-0.1, 0.1, arch.n_weights)
     w1 = w0 + rng.normal(0, 1e-3, arch.n_weights)
-    be = DeviceBackend(arch, params, DeviceOptions(tiled=not args.no_tiled))
+    tensor_cores = {"rule": None, "on": True, "off": False}[args.tensor_cores]
+    be = DeviceBackend(arch, params, DeviceOptions(tiled=not args.no_tiled,
+                                                   tensor_cores=tensor_cores))
     ev = be.evaluator(x, c, wpen)
     info, host, hev = validate(args, arch, x, c, wpen, be, ev, w0, use_torch)
     info["wpen"] = wpen

@@ -34,7 +34,7 @@ from convnet.device import kernel_args, launches, tuning  # noqa: E402
 
 FIRST_LAYER_VARIANTS = ("generic", *launches.FirstLayerPool.FIXED)
 # Each family: the tuner's candidates it owns at a launch site, the prefixes of its functions,
-# and the problem shapes that exercise it.
+# and the device options under which the plan gives it launch sites (if not the defaults).
 _TILED = "tiled_"
 FAMILIES = {
     "gemm_nn": dict(sites=("forward", "delta", "forward values", "forward pooled",
@@ -47,7 +47,10 @@ FAMILIES = {
     "conv_bwd": dict(sites=("delta",), owns=lambda tile: tile.startswith(_TILED),
                      functions=("conv_bwd_",)),
     "gemm_tn": dict(sites=("gradient",), owns=lambda tile: tile in tuning.TN_TILES
-                    or tile in tuning.TN_COLS, functions=("gemm_tn_",)),
+                    or tile in tuning.TN_COLS, functions=("gemm_tn_",),
+                    options=dict(tensor_cores=False)),
+    "gemm_tn_split": dict(sites=("gradient",), owns=lambda tile: tile in tuning.TN_SPLIT,
+                          functions=("gemm_tn_tc",), options=dict(tensor_cores=True)),
     "conv_grad": dict(sites=("gradient",), owns=lambda tile: tile.startswith(_TILED),
                       functions=("conv_grad_",)),
     "conv_small_pool": dict(sites=("forward pooled", "forward pooled values"),
@@ -70,6 +73,8 @@ SHAPES = {
     "cifar": (["CONVOLUTIONAL LAYER 24 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
                "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
                "FULLY CONNECTED LAYER 96"], 32, 32, 3, 10, 256),
+    # two wide fully connected layers (the suite's wide-fc)
+    "wide": (["FULLY CONNECTED LAYER 1024", "FULLY CONNECTED LAYER 256"], 28, 28, 1, 10, 256),
 }
 
 # Kernel parameters that a kernel writes, and their element type (a buffer that is only read
@@ -287,7 +292,8 @@ def run_shape(family, shape, repeat, timing):
     from convnet.params import DeviceParams
     arch, inputs, classes, weights = problem(shape)
     rt = Runtime.get(0)
-    options = DeviceOptions(timing=False, graphs=False, split_upload=False, tune=False)
+    options = DeviceOptions(timing=False, graphs=False, split_upload=False, tune=False,
+                            **FAMILIES[family].get("options", {}))
     rows = []
     with Mirror(rt) as mirror:
         ev = DeviceBackend(arch, DeviceParams(), options).evaluator(inputs, classes, 0.01)

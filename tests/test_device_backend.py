@@ -196,6 +196,10 @@ def test_model_cuda_errors_are_user_errors():
         m.gradient(np.zeros((2, 1, 4, 4)), np.zeros(2, int))
 
 
+# the weight gradients' float32 variants (gemm_tn's tiles), not the tensor cores' (split TF32)
+FLOAT32 = DeviceOptions(tensor_cores=False)
+
+
 def _tn_fitting(tile, R, N):
     """tile, or where a whole-column variant does not fit the launch, the one that does."""
     from convnet.device import tuning
@@ -240,7 +244,7 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
         monkeypatch.setattr(tuning, "tn_candidates", lambda R, N, t=tn: [_tn_fitting(t, R, N)])
         monkeypatch.setattr(tuning, "grad_candidates",
                             lambda grad, ct=ct: [ct] if ct in grad else list(grad)[:1])
-        results[(nn, tn, ct)] = _backend(arch).evaluator(x, c, 0.001).gradient(w)
+        results[(nn, tn, ct)] = _backend(arch, options=FLOAT32).evaluator(x, c, 0.001).gradient(w)
     first = next(iter(results.values()))
     for key, (crit, grad) in results.items():
         assert crit == first[0] and np.array_equal(grad, first[1]), key
@@ -684,6 +688,36 @@ def test_line_points_on_the_device_give_the_host_points_gradients():
         assert _rel(device.weights, host.weights) <= 1e-6
 
 
+SPLIT_SPECS = [LENET_SHAPES,
+               (["CONVOLUTIONAL LAYER 37 1 2 1 1 1 1", "LOCAL LAYER 22 1 1 1 0 1 1",
+                 "FULLY CONNECTED LAYER 40"], 12, 11, 2, 5),
+               (["FULLY CONNECTED LAYER 300", "FULLY CONNECTED LAYER 70"], 16, 16, 1, 10)]
+
+
+@pytest.mark.parametrize("spec", SPLIT_SPECS, ids=["lenet", "local", "wide"])
+def test_split_tf32_gradients_give_the_same_bits_at_float32_accuracy(spec, monkeypatch):
+    """Weight gradients on the tensor cores (split TF32): every variant, MAX BATCH all and 256,
+    gives the same bits, and those are as close to the float64 model as the golden vectors'
+    tolerances ask (criterion 1e-6, gradient 1e-5) and within twice the float32 family's own
+    distance from it."""
+    from convnet.device import tuning
+    arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(*spec)
+    split = DeviceOptions(tensor_cores=True)
+    runs = {}
+    for tile in tuning.TN_SPLIT:
+        monkeypatch.setattr(tuning, "tn_split_candidates", lambda R, N, t=tile: [t])
+        for params in (DeviceParams(), DeviceParams(max_batch=256)):
+            runs[tile, params.max_batch] = _backend(arch, params, split).evaluator(
+                x, c, 0.01).gradient(w)
+    crit, grad = next(iter(runs.values()))
+    for key, (cr, gr) in runs.items():
+        assert cr == crit and np.array_equal(gr, grad), key
+    _, grad32 = _backend(arch, options=DeviceOptions(tensor_cores=False)).evaluator(
+        x, c, 0.01).gradient(w)
+    assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+    assert _rel(grad, grad_ref) <= 2 * _rel(grad32, grad_ref) + 1e-7
+
+
 def test_whole_column_gradients_give_the_same_bits(monkeypatch):
     """The whole-column weight-gradient variants (gemm_tn_cols) against the tile shapes, on
     LeNet's shapes (26 x 20 and 501 x 50 weight rows x slices) and on a LOCAL layer, MAX BATCH
@@ -698,7 +732,8 @@ def test_whole_column_gradients_give_the_same_bits(monkeypatch):
         for tile in ["32x32_4x4", "128x64_8x4", *tuning.TN_COLS]:
             monkeypatch.setattr(tuning, "tn_candidates", lambda R, N, t=tile: [_tn_fitting(t, R, N)])
             for params in (DeviceParams(), DeviceParams(max_batch=256)):
-                runs[tile, params.max_batch] = _backend(arch, params).evaluator(x, c, 0.01).gradient(w)
+                runs[tile, params.max_batch] = _backend(arch, params, FLOAT32).evaluator(
+                    x, c, 0.01).gradient(w)
         crit, grad = runs["32x32_4x4", None]
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         for key, (cr, gr) in runs.items():

@@ -900,9 +900,32 @@ def test_emulated_whole_column_gradients(fake_runtime, monkeypatch, spec):
         monkeypatch.setattr(tuning, "tn_candidates",
                             lambda R, N, t=tile: [t] if t in first(R, N) else first(R, N)[:1])
         fake_runtime.launches.clear()
-        crit, grad = dbe.DeviceBackend(arch).evaluator(x, c, 0.01).gradient(w)
+        float32 = DeviceOptions(tensor_cores=False)       # gemm_tn's own variants
+        crit, grad = dbe.DeviceBackend(arch, options=float32).evaluator(x, c, 0.01).gradient(w)
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         assert f"gemm_tn_{tile}" in fake_runtime.launches
+
+
+def test_emulated_split_tf32_gradients(fake_runtime, monkeypatch):  # noqa: F811
+    """Each tensor-core weight-gradient variant (split TF32), forced at every gradient site of a
+    net with CONV, LOCAL and FC layers, launches with a grid that covers its weights and gives
+    the float64 model's gradient."""
+    lines, rows, cols, bands, ncls = COLS_ARCHS[1]
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(9)
+    x = rng.uniform(-1, 1, (90, bands, rows, cols))
+    c = rng.integers(0, ncls, 90)
+    w = rng.normal(0, 0.3, arch.n_weights)
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    split = DeviceOptions(tensor_cores=True)
+    for tile in tuning.TN_SPLIT:
+        monkeypatch.setattr(tuning, "tn_split_candidates", lambda R, N, t=tile: [t])
+        fake_runtime.launches.clear()
+        crit, grad = dbe.DeviceBackend(arch, options=split).evaluator(x, c, 0.01).gradient(w)
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+        assert f"gemm_tn_{tile}" in fake_runtime.launches
+        assert not any(name.startswith("gemm_tn_") and name != f"gemm_tn_{tile}"
+                       for name in fake_runtime.launches)
 
 
 POOL_ARCHS = [

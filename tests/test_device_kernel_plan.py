@@ -35,8 +35,8 @@ def test_lenet_steps():
         (kp.WITH_PRIOR, kp.CONV_GRAD_POOLED, None),
         (kp.GEMM_NN, kp.GEMM_NN, kp.CONV_GRAD),
         (kp.WITH_PRIOR, kp.POOL_BACKWARD_TILES, None),
-        (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN),
-        (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN)]
+        (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN_SPLIT),
+        (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN_SPLIT)]
     steps = plan.steps()
     assert steps[2].forward_variants and steps[2].gradient_variants
     assert not steps[0].forward_variants           # conv_small's activation
@@ -47,9 +47,35 @@ def test_lenet_steps():
     assert plan.forward_family(1, want_delta=False) == kp.WITH_PRIOR
 
 
+CIFAR_SIZED = (["CONVOLUTIONAL LAYER 24 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
+                "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
+                "FULLY CONNECTED LAYER 96"], 32, 32, 3, 10)
+
+
+def test_tensor_cores_take_the_weight_gradients_the_rule_picks():
+    """The split TF32 weight gradients: by default every gather-product gradient and those whose
+    conv_grad variants fit one stage only (the CIFAR-sized net's second CONV layer), never a
+    layer with two-stage conv_grad variants (LeNet's second) nor the gradient from the pooled
+    deltas; tensor_cores=True: every layer but that one; False: none. A split layer builds no
+    conv_grad variants."""
+    lenet = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER)
+    assert lenet.split_gradients == {4, 5}
+    assert all(v.stages == 2 for v in lenet.tiled[2].grad.values())
+    cifar = kp.plan_kernels(Architecture.from_lines(*CIFAR_SIZED), DeviceOptions(), HOPPER)
+    assert cifar.split_gradients == {0, 2, 4, 5}
+    assert 2 in cifar.tiled and not cifar.tiled[2].grad and cifar.tiled[2].fwd
+    every = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=True), HOPPER)
+    assert every.split_gradients == {2, 4, 5} and not every.tiled[2].grad
+    assert every.gradient_family(0) == kp.CONV_GRAD_POOLED
+    assert not kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=False), HOPPER).split_gradients
+    for plan in (lenet, cifar, every):
+        assert "gemm_async.cu" in plan.kernel_files()
+
+
 def test_the_switches_change_the_steps():
     arch = _lenet()
-    plain = kp.plan_kernels(arch, DeviceOptions(fuse=False, tiled=False, pool_tiles=False), HOPPER)
+    plain = kp.plan_kernels(arch, DeviceOptions(fuse=False, tiled=False, pool_tiles=False,
+                                                tensor_cores=False), HOPPER)
     assert _families(plain) == [
         (kp.CONV_SMALL, None, kp.GEMM_TN),
         (kp.POOL_FORWARD, kp.POOL_BACKWARD, None),

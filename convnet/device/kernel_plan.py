@@ -12,7 +12,7 @@ plan which family runs where, and the workspace, CUDA.LOG and memory.py take the
 from :class:`BatchPlan`.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, FrozenSet, Optional, Tuple
 
 from .conv_tiled import (GRAD_SUBS, SMEM_BYTES, ConvShape, delta_variants, forward_variants,
@@ -34,17 +34,18 @@ POOL_BACKWARD = "pool_backward"
 POOL_BACKWARD_TILES = "pool_backward_tiles"
 # ... of the weight gradient
 GEMM_TN = "gemm_tn"
+GEMM_TN_SPLIT = "gemm_tn_split"         # gemm_tn's partial sums on the tensor cores, split TF32
 CONV_GRAD = "conv_grad"
 CONV_GRAD_POOLED = "conv_grad_pooled"   # the first layer's, from the pooling layer's deltas
 
 FAMILIES = (GEMM_NN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BACKWARD,
-            POOL_BACKWARD_TILES, GEMM_TN, CONV_GRAD, CONV_GRAD_POOLED)
+            POOL_BACKWARD_TILES, GEMM_TN, GEMM_TN_SPLIT, CONV_GRAD, CONV_GRAD_POOLED)
 
 # The kernel files (kernels/*.cu) a family's functions are in; conv_tiled.cu's variants (the
 # CONV_GRAD family and the tiled candidates) are built per layer shape, so they have none here.
 _PRODUCTS = ("gemm.cu", "gemm_async.cu")
-FAMILY_FILES = {GEMM_NN: _PRODUCTS, GEMM_TN: _PRODUCTS, CONV_SMALL: ("conv_small.cu",),
-                CONV_SMALL_POOL: ("conv_small.cu",), CONV_GRAD_POOLED: ("conv_small.cu",),
+FAMILY_FILES = {GEMM_NN: _PRODUCTS, GEMM_TN: _PRODUCTS, GEMM_TN_SPLIT: _PRODUCTS,
+                CONV_SMALL: ("conv_small.cu",), CONV_SMALL_POOL: ("conv_small.cu",), CONV_GRAD_POOLED: ("conv_small.cu",),
                 POOL_FORWARD: ("pool.cu",), POOL_BACKWARD: ("pool.cu",),
                 POOL_BACKWARD_TILES: ("pool.cu",)}
 # the softmax, the weights' copies and the gradient's sums serve every net
@@ -173,7 +174,8 @@ class KernelPlan:
     backpropagated by pool_backward_tiles), tiled (layer index -> TiledVariants), conv_pool
     (pooling layers computed in a tiled forward epilogue), fused_pool (a conv_small first layer
     pools as it goes in forward-only evaluations), fused_pool_gradient (... in gradients too),
-    pooled_grad (the first layer's gradient from the pooled deltas)."""
+    pooled_grad (the first layer's gradient from the pooled deltas), split_gradients (layers
+    whose weight gradients run on the tensor cores, split TF32)."""
     arch: object = field(repr=False)
     layouts: Dict[int, object] = field(repr=False)
     conv_small: Dict[int, int]
@@ -184,6 +186,7 @@ class KernelPlan:
     fused_pool_gradient: bool
     pooled_grad: bool
     labels: Tuple[str, ...]
+    split_gradients: FrozenSet[int] = frozenset()
 
     # ------------------------------------------------------------ the questions of an evaluation
     def forward_family(self, index, fused=True, want_delta=False):
@@ -225,6 +228,8 @@ class KernelPlan:
             return None
         if index == 0 and self.pooled_grad:
             return CONV_GRAD_POOLED
+        if index in self.split_gradients:
+            return GEMM_TN_SPLIT
         tiled = self.tiled.get(index)
         if tiled is not None and tiled.grad:
             return CONV_GRAD
@@ -306,11 +311,39 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES):
     tiled, conv_pool = _tiled_layers(arch, layouts, options, shared_optin, conv_small, pool_tiles)
     fused_pool = _fused_first_pool(arch, layouts, options, conv_small)
     fused_pool_gradient = fused_pool and 1 in pool_tiles
+    pooled_grad = _pooled_gradient(arch, layouts, options, fused_pool_gradient)
+    split = _split_gradients(arch, options, pooled_grad, tiled)
+    # a layer whose gradient runs on the tensor cores needs no conv_grad variants built
+    tiled = {i: v for i, v in ((i, replace(v, grad={}) if i in split else v)
+                               for i, v in tiled.items()) if v.any}
     labels = tuple(f"Layer {i + 1} {layer.kind}" for i, layer in enumerate(arch.layers)) \
         + ("Output",)
     return KernelPlan(arch, layouts, conv_small, pool_tiles, tiled, frozenset(conv_pool),
-                      fused_pool, fused_pool_gradient,
-                      _pooled_gradient(arch, layouts, options, fused_pool_gradient), labels)
+                      fused_pool, fused_pool_gradient, pooled_grad, labels, split)
+
+
+def _split_gradients(arch, options, pooled_grad, tiled):
+    """The layers whose weight-gradient partial sums run on the tensor cores (gemm_tn's split
+    TF32 variants): of the layers with weights whose gradient is not the first layer's from the
+    pooled deltas, every one where options.tensor_cores is True, none where it is False, and
+    where it is None those that split_tf32_pays picks (tiled: the layers' TiledVariants)."""
+    if options.tensor_cores is False:
+        return frozenset()
+    layers = [layer for layer in arch.all_layers
+              if layer.kind.has_weights and not (layer.index == 0 and pooled_grad)]
+    return frozenset(layer.index for layer in layers
+                     if options.tensor_cores or split_tf32_pays(tiled.get(layer.index)))
+
+
+def split_tf32_pays(tiled):
+    """Whether a layer's weight gradient is faster on the tensor cores, by what the suite
+    measured (NOTES.md, "Tensor cores"): yes where it would be gemm_tn's (fully connected,
+    locally connected and output layers, convolutional layers without conv_grad variants) and
+    where conv_grad fits one stage only; no where conv_grad has two stages (LeNet's second
+    layer: 0.90 ms against 1.08). A rule of shapes, not a timing, so that the bits of a run do
+    not depend on the machine's timings."""
+    variants = tiled.grad if tiled is not None else {}
+    return all(v.stages == 1 for v in variants.values())
 
 
 # ------------------------------------------------------------------------------ device bytes

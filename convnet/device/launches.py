@@ -304,8 +304,9 @@ def dense_allowed(groups, *, src, lda, B, b_ld):
 
 
 def gemm_tn(rt, tuner, site, *, src, lda, tables, desc, delta, ldd, depth, rows, n_lo, n_hi,
-            n_cases, chunk, groups, gps, slots, local_cols, part, nz):
-    """Weight-gradient partial sums A^T delta over chunks of cases (and position ranges)."""
+            n_cases, chunk, groups, gps, slots, local_cols, part, nz, split=False):
+    """Weight-gradient partial sums A^T delta over chunks of cases (and position ranges);
+    split: on the tensor cores (the split TF32 variants)."""
     NL = n_hi - n_lo
 
     def launch(tile):
@@ -318,7 +319,8 @@ def gemm_tn(rt, tuner, site, *, src, lda, tables, desc, delta, ldd, depth, rows,
                   shared=shared)
 
     work = float(rows) * NL * n_cases * groups
-    tuner.run(site, tuning.tn_candidates(rows, NL), work, launch)
+    candidates = tuning.tn_split_candidates if split else tuning.tn_candidates
+    tuner.run(site, candidates(rows, NL), work, launch)
 
 
 def conv_grad(tuner, site, tiled, *, src, lda, delta, ldd, rows, n_lo, n_hi, n_cases, chunk, subs,

@@ -5,6 +5,7 @@ benchmarks and tests turn (every default is what a run does), and the device it 
 """
 
 from dataclasses import dataclass
+from typing import Optional
 
 from ..params import DeviceParams, Params
 
@@ -21,7 +22,9 @@ class DeviceOptions:
     pooling after it), tiled (conv_tiled.cu's kernels as candidates), pool_tiles
     (pool_backward_tiles where pooling windows tile their prior layer), pooled_grad (the first
     layer's weight gradient from the pooled deltas), pool_epilogue (pooling in the epilogue of
-    a tiled forward variant).
+    a tiled forward variant), tensor_cores (weight gradients on the tensor cores in split TF32:
+    None where kernel_plan's rule says so, True wherever the gather product could take them,
+    False nowhere).
     device: the CUDA device's index."""
 
     timing: bool = True
@@ -34,6 +37,7 @@ class DeviceOptions:
     pool_tiles: bool = True
     pooled_grad: bool = True
     pool_epilogue: bool = True
+    tensor_cores: Optional[bool] = None
     device: int = 0
 
 

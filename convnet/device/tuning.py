@@ -59,9 +59,34 @@ TN_COLS_THREADS = 256           # at most, per block (the kernels' launch bound)
 SHARED_BYTES = 48 * 1024        # dynamic shared memory a block may have without opting in
 
 
+# gemm_tn on tensor cores, split TF32 (gemm_async.cu, gemm_tn_split_body): "tcBMxBN_wWMxWN_sS":
+# (BM, BN, threads), a warp per WM x WN outputs. Their bits are their own (the same for every
+# one of them, not those of the float32 tiles), so a launch site takes its candidates from one
+# family or the other (kernel_plan.KernelPlan.split_gradients), never from both.
+TN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 128),
+            "tc128x32_w32x32_s3": (128, 32, 128), "tc64x32_w32x16_s4": (64, 32, 128),
+            "tc32x32_w16x16_s4": (32, 32, 128), "tc64x16_w16x16_s4": (64, 16, 128),
+            "tc32x16_w16x8_s4": (32, 16, 128)}
+
+
 def tn_tiles():
-    """Every gemm_tn variant the runtime builds: the tile shapes, then the whole-column blocks."""
+    """Every float32 gemm_tn variant the runtime builds: the tile shapes, then the whole-column
+    blocks (the split TF32 ones are TN_SPLIT)."""
     return [*TN_TILES, *TN_COLS]
+
+
+def tn_split_candidates(R, N):
+    """gemm_tn's split TF32 variants worth trying for a launch of R weight rows and N columns,
+    best guess first (any of them gives the same bits)."""
+    if N > 32:
+        tiles = ["tc128x64_w32x32_s3", "tc64x64_w32x32_s3"]
+    elif N > 16:
+        tiles = ["tc128x32_w32x32_s3", "tc64x32_w32x16_s4", "tc32x32_w16x16_s4"]
+    else:
+        tiles = ["tc64x16_w16x16_s4", "tc32x16_w16x8_s4"]
+    if R <= 32:
+        tiles = sorted(tiles, key=lambda t: TN_SPLIT[t][0])
+    return tiles
 
 
 def tn_cols_shape(tile, R, N):
@@ -92,7 +117,7 @@ def tn_launch_shape(tile, R, N):
     if tile in TN_COLS:
         threads, row_blocks, col_blocks, shared = tn_cols_shape(tile, R, N)
         return threads, col_blocks, row_blocks, shared
-    BM, BN, threads = TN_TILES[tile]
+    BM, BN, threads = TN_SPLIT[tile] if tile in TN_SPLIT else TN_TILES[tile]
     return threads, -(-N // BN), -(-R // BM), 0
 
 

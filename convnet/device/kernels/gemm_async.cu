@@ -391,6 +391,203 @@ GEMM_TN_ASYNC(gemm_tn_32x32_4x4_k16_s4, 32, 32, 16, 4, 4, 4)
 GEMM_TN_ASYNC(gemm_tn_32x32_2x4_s4, 32, 32, 8, 2, 4, 4)
 GEMM_TN_ASYNC(gemm_tn_64x16_4x2_s4, 64, 16, 8, 4, 2, 4)
 
+// ------------------------------------------------------------ gemm_tn on tensor cores (split TF32)
+// gemm_tn's partial sums with the multiply-adds on the tensor cores (mma.sync m16n8k8, TF32
+// inputs, float32 sums), at float32 accuracy: each operand x is split into hi = x rounded to TF32
+// (11 significant bits) and lo = x - hi rounded to TF32, and a product is taken as lo_a hi_d +
+// hi_a lo_d + hi_a hi_d; the dropped lo_a lo_d is about 2^-22 of it. The tensor cores' own sums
+// truncate rather than round, so they never run long: each stage's 16 cases (of one group) are
+// summed from zero on the tensor cores, and that stage sum is added to the thread's accumulator
+// with an ordinary float32 add. Every output thus takes the same sums in the same order whatever
+// the tile shape: every variant of this family gives the same bits (not those of the float32
+// family, which adds one case at a time).
+//
+// Tile: BM weight rows x BN columns, warps of WM x WN outputs; shared-memory rows padded by 8
+// floats so that a warp's fragment loads (8 rows x 4 k) fall in 32 different banks.
+#define TN_SPLIT_BK 16
+
+__device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo)
+{
+    // hi: x rounded to 11 significant bits (half-way cases away from zero, as cvt.rna.tf32, but
+    // in two integer operations: the operands are finite); lo = x - hi exactly, whose own low 13
+    // bits the tensor cores ignore (so lo_a hi_d is off by at most 2^-21 of a hi_d)
+    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// One stage of TN_SPLIT_BK cases: As[k][LDA] (k: case, then weight row), Ds[k][LDD]; the warp's
+// outputs start at row m0 and column n0. acc[mt][nt][i] is the fragment layout of m16n8: rows
+// g and g + 8, columns 2t and 2t + 1 (g = lane / 4, t = lane % 4).
+template <int WM, int WN, int LDA, int LDD>
+__device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4],
+                                                 const float* As, const float* Ds, int m0, int n0,
+                                                 int lane)
+{
+    constexpr int MT = WM / 16, NT8 = WN / 8;
+    const int g = lane >> 2, t = lane & 3;
+    float sum[MT][NT8][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sum[i][j][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < TN_SPLIT_BK; kk += 8) {
+        unsigned ah[MT][4], al[MT][4], dh[NT8][2], dl[NT8][2];
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+            const float* p = As + (kk + t) * LDA + m0 + i * 16 + g;
+            split_tf32(p[0], ah[i][0], al[i][0]);
+            split_tf32(p[8], ah[i][1], al[i][1]);
+            split_tf32(p[4 * LDA], ah[i][2], al[i][2]);
+            split_tf32(p[4 * LDA + 8], ah[i][3], al[i][3]);
+        }
+#pragma unroll
+        for (int j = 0; j < NT8; ++j) {
+            const float* q = Ds + (kk + t) * LDD + n0 + j * 8 + g;
+            split_tf32(q[0], dh[j][0], dl[j][0]);
+            split_tf32(q[4 * LDD], dh[j][1], dl[j][1]);
+        }
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT8; ++j) {
+                mma_tf32(sum[i][j], al[i], dh[j]);
+                mma_tf32(sum[i][j], ah[i], dl[j]);
+                mma_tf32(sum[i][j], ah[i], dh[j]);
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += sum[i][j][e];
+}
+
+template <int BM, int BN, int WM, int WN, int STAGES>
+__device__ __forceinline__ void gemm_tn_split_body(
+    const float* __restrict__ src, int lda, const int* __restrict__ tab,
+    const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,
+    int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,
+    int local_cols, float* __restrict__ part, int nz)
+{
+    constexpr int BK = TN_SPLIT_BK;
+    constexpr int WARPS_M = BM / WM;
+    constexpr int NT = 32 * WARPS_M * (BN / WN);
+    constexpr int A_PER = BM * BK / NT;
+    constexpr int B_PER = BK * BN / NT;
+    constexpr int A_STEP = NT / BM;
+    constexpr int D_STEP = NT / BN;
+    constexpr int LDA = BM + 8, LDD = BN + 8;
+    constexpr int MT = WM / 16, NT8 = WN / 8;
+    static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "warp tiles");
+    static_assert(NT % BM == 0 && NT % BN == 0, "loader shape");
+    static_assert(A_PER >= 1 && B_PER >= 1, "loader shape");
+    __shared__ __align__(16) float As[STAGES][BK][LDA];
+    __shared__ __align__(16) float Ds[STAGES][BK][LDD];
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int wm0 = (warp % WARPS_M) * WM;
+    const int wn0 = (warp / WARPS_M) * WN;
+    const int k0 = blockIdx.y * BM;
+    const int NL = n_hi - n_lo;
+    const int c0 = blockIdx.x * BN;
+    const int a_k = tid % BM;
+    const int a_r = tid / BM;
+    const int d_n = tid % BN;
+    const int d_r = tid / BN;
+    const int pld = local_cols ? groups * NL : NL;
+    const int k = k0 + a_k;
+    const int n = n_lo + c0 + d_n;
+    const i64 a_stride = (i64)A_STEP * lda;
+    const i64 d_stride = (i64)D_STEP * ldd;
+
+    for (int z = blockIdx.z; z < nz; z += gridDim.z) {
+        const PartialShare sh(z, slots, chunk, n_cases, gps, groups);
+        const int case_lo = sh.case_lo, case_hi = sh.case_hi, g_lo = sh.g_lo;
+        const int tiles = sh.tiles(BK);
+        const int steps = (sh.g_hi - g_lo) * tiles;
+
+        float acc[MT][NT8][4];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+        // A stage wholly inside the chunk (all but its last) needs no per-case checks; the
+        // addresses advance by a fixed stride from one copy to the next.
+        auto issue = [&](int s) {
+            const int st = s % STAGES;
+            const int g = g_lo + s / tiles;
+            const int cb = case_lo + (s % tiles) * BK;
+            const int ao = k < R ? tab[desc[g * 5] + k] : A_ZERO;
+            const bool full = cb + BK <= case_hi;
+            const float* pa = ao >= 0 ? src + (i64)(cb + a_r) * lda + ao : &k_one;
+            const i64 a_step = ao >= 0 ? a_stride : 0;
+#pragma unroll
+            for (int i = 0; i < A_PER; ++i, pa += a_step)
+                cp_async4(&As[st][a_r + i * A_STEP][a_k], pa,
+                          ao != A_ZERO && (full || cb + a_r + i * A_STEP < case_hi));
+            const float* pd = delta + (i64)(cb + d_r) * ldd + (i64)g * depth + n;
+#pragma unroll
+            for (int i = 0; i < B_PER; ++i, pd += d_stride)
+                cp_async4(&Ds[st][d_r + i * D_STEP][d_n], pd,
+                          n < n_hi && (full || cb + d_r + i * D_STEP < case_hi));
+        };
+
+        cp_async_stages<STAGES>(steps, issue, [&](int st) {
+            split_tf32_stage<WM, WN, LDA, LDD>(acc, &As[st][0][0], &Ds[st][0][0], wm0, wn0, lane);
+        });
+
+        const i64 p = local_cols ? sh.ch : z;
+        const int col_base = local_cols ? sh.slot * NL : 0;
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int row = k0 + wm0 + i * 16 + g + (e >> 1) * 8;
+                    const int col = c0 + wn0 + j * 8 + 2 * t + (e & 1);
+                    if (row < R && col < NL) part[(p * R + row) * pld + col_base + col] = acc[i][j][e];
+                }
+    }
+}
+
+#define GEMM_TN_SPLIT(NAME, BM, BN, WM, WN, STAGES)                                              \
+    extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN))                      \
+    NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
+         const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,      \
+         int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,      \
+         int local_cols, float* __restrict__ part, int nz)                                       \
+    {                                                                                             \
+        gemm_tn_split_body<BM, BN, WM, WN, STAGES>(src, lda, tab, desc, delta, ldd, depth, R,     \
+                                                   n_lo, n_hi, n_cases, chunk, groups, gps,       \
+                                                   slots, local_cols, part, nz);                  \
+    }
+
+GEMM_TN_SPLIT(gemm_tn_tc128x64_w32x32_s3, 128, 64, 32, 32, 3)
+GEMM_TN_SPLIT(gemm_tn_tc64x64_w32x32_s3, 64, 64, 32, 32, 3)
+GEMM_TN_SPLIT(gemm_tn_tc128x32_w32x32_s3, 128, 32, 32, 32, 3)
+GEMM_TN_SPLIT(gemm_tn_tc64x32_w32x16_s4, 64, 32, 32, 16, 4)
+GEMM_TN_SPLIT(gemm_tn_tc32x32_w16x16_s4, 32, 32, 16, 16, 4)
+GEMM_TN_SPLIT(gemm_tn_tc64x16_w16x16_s4, 64, 16, 16, 16, 4)
+GEMM_TN_SPLIT(gemm_tn_tc32x16_w16x8_s4, 32, 16, 16, 8, 4)
+
 // ---------------------------------------------------------- gemm_tn, every column in one block
 // gemm_tn's partial sums with a block that holds all the columns of a launch (up to TN_COLS_MAX),
 // padded only to the next multiple of 4, and RG groups of TM weight rows: for layers of few

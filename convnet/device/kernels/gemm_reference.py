@@ -83,7 +83,7 @@ class GemmReference(ReferenceBase):
             assert 4 * BN <= 4 * block[0] and BM <= block[0], "a loader would miss rows"
             assert shared == 4 * stages * cb * (-(-BM // 4) * 4 + BN) <= tuning.SHARED_BYTES
         else:
-            BM, BN, nt = tuning.TN_TILES[tile]
+            BM, BN, nt = tuning.TN_SPLIT[tile] if tile in tuning.TN_SPLIT else tuning.TN_TILES[tile]
             assert block[0] == nt and shared == 0
         covered(grid, BM, BN, R, NL)
         assert nz == -(-n_cases // chunk) * slots
