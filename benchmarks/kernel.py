@@ -39,7 +39,12 @@ _TILED = "tiled_"
 FAMILIES = {
     "gemm_nn": dict(sites=("forward", "delta", "forward values", "forward pooled",
                             "forward values pooled"),
-                    owns=lambda tile: tile in tuning.NN_TILES, functions=("gemm_nn_",)),
+                    owns=lambda tile: tile in tuning.NN_TILES, functions=("gemm_nn_",),
+                    options=dict(tensor_cores=False)),
+    "gemm_nn_split": dict(sites=("forward", "delta", "forward values", "forward pooled",
+                                  "forward values pooled"),
+                          owns=lambda tile: tile in tuning.NN_SPLIT, functions=("gemm_nn_tc",),
+                          options=dict(tensor_cores=True)),
     "conv_fwd": dict(sites=("forward", "forward values", "forward pooled",
                             "forward values pooled"),
                      owns=lambda tile: tile.startswith(_TILED),

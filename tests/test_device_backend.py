@@ -695,19 +695,22 @@ SPLIT_SPECS = [LENET_SHAPES,
 
 
 @pytest.mark.parametrize("spec", SPLIT_SPECS, ids=["lenet", "local", "wide"])
-def test_split_tf32_gradients_give_the_same_bits_at_float32_accuracy(spec, monkeypatch):
-    """Weight gradients on the tensor cores (split TF32): every variant, MAX BATCH all and 256,
-    gives the same bits, and those are as close to the float64 model as the golden vectors'
-    tolerances ask (criterion 1e-6, gradient 1e-5) and within twice the float32 family's own
-    distance from it."""
+def test_split_tf32_products_give_the_same_bits_at_float32_accuracy(spec, monkeypatch):
+    """Every product on the tensor cores (split TF32): every variant of the gather products and
+    of the weight gradients, MAX BATCH all and 256, gives the same bits, and those are as close
+    to the float64 model as the golden vectors' tolerances ask (criterion 1e-6, gradient 1e-5)
+    and within twice the float32 kernels' own distance from it."""
     from convnet.device import tuning
     arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(*spec)
     split = DeviceOptions(tensor_cores=True)
     runs = {}
-    for tile in tuning.TN_SPLIT:
-        monkeypatch.setattr(tuning, "tn_split_candidates", lambda R, N, t=tile: [t])
+    nns, tns = list(tuning.NN_SPLIT), list(tuning.TN_SPLIT)
+    for i in range(max(len(nns), len(tns))):                # every variant at least once
+        nn, tn = nns[i % len(nns)], tns[i % len(tns)]
+        monkeypatch.setattr(tuning, "nn_split_candidates", lambda M, N, t=nn: [t])
+        monkeypatch.setattr(tuning, "tn_split_candidates", lambda R, N, t=tn: [t])
         for params in (DeviceParams(), DeviceParams(max_batch=256)):
-            runs[tile, params.max_batch] = _backend(arch, params, split).evaluator(
+            runs[nn, tn, params.max_batch] = _backend(arch, params, split).evaluator(
                 x, c, 0.01).gradient(w)
     crit, grad = next(iter(runs.values()))
     for key, (cr, gr) in runs.items():

@@ -906,10 +906,10 @@ def test_emulated_whole_column_gradients(fake_runtime, monkeypatch, spec):
         assert f"gemm_tn_{tile}" in fake_runtime.launches
 
 
-def test_emulated_split_tf32_gradients(fake_runtime, monkeypatch):  # noqa: F811
-    """Each tensor-core weight-gradient variant (split TF32), forced at every gradient site of a
-    net with CONV, LOCAL and FC layers, launches with a grid that covers its weights and gives
-    the float64 model's gradient."""
+def test_emulated_split_tf32_products(fake_runtime, monkeypatch):  # noqa: F811
+    """Each tensor-core variant (split TF32) of the gather products and the weight gradients,
+    forced at every site of a net with CONV, LOCAL and FC layers, launches with a grid that
+    covers its outputs and gives the float64 model's gradient; no float32 product runs."""
     lines, rows, cols, bands, ncls = COLS_ARCHS[1]
     arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
     rng = np.random.default_rng(9)
@@ -918,14 +918,16 @@ def test_emulated_split_tf32_gradients(fake_runtime, monkeypatch):  # noqa: F811
     w = rng.normal(0, 0.3, arch.n_weights)
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
     split = DeviceOptions(tensor_cores=True)
-    for tile in tuning.TN_SPLIT:
-        monkeypatch.setattr(tuning, "tn_split_candidates", lambda R, N, t=tile: [t])
+    nns, tns = list(tuning.NN_SPLIT), list(tuning.TN_SPLIT)
+    for i in range(max(len(nns), len(tns))):
+        nn, tn = nns[i % len(nns)], tns[i % len(tns)]
+        monkeypatch.setattr(tuning, "nn_split_candidates", lambda M, N, t=nn: [t])
+        monkeypatch.setattr(tuning, "tn_split_candidates", lambda R, N, t=tn: [t])
         fake_runtime.launches.clear()
         crit, grad = dbe.DeviceBackend(arch, options=split).evaluator(x, c, 0.01).gradient(w)
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
-        assert f"gemm_tn_{tile}" in fake_runtime.launches
-        assert not any(name.startswith("gemm_tn_") and name != f"gemm_tn_{tile}"
-                       for name in fake_runtime.launches)
+        products = {name for name in fake_runtime.launches if name.startswith("gemm_")}
+        assert products == {f"gemm_nn_{nn}", f"gemm_tn_{tn}"}, products
 
 
 POOL_ARCHS = [

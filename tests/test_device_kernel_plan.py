@@ -52,22 +52,26 @@ CIFAR_SIZED = (["CONVOLUTIONAL LAYER 24 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2"
                 "FULLY CONNECTED LAYER 96"], 32, 32, 3, 10)
 
 
-def test_tensor_cores_take_the_weight_gradients_the_rule_picks():
-    """The split TF32 weight gradients: by default every gather-product gradient and those whose
-    conv_grad variants fit one stage only (the CIFAR-sized net's second CONV layer), never a
-    layer with two-stage conv_grad variants (LeNet's second) nor the gradient from the pooled
-    deltas; tensor_cores=True: every layer but that one; False: none. A split layer builds no
-    conv_grad variants."""
+def test_tensor_cores_take_the_steps_the_rule_picks():
+    """The steps on the tensor cores (split TF32). By default: every gather-product weight
+    gradient and those whose conv_grad variants fit one stage only (the CIFAR-sized net's second
+    CONV layer), never a layer with two-stage conv_grad variants (LeNet's second) nor the
+    gradient from the pooled deltas; every gather product of a step without tiled variants (the
+    fully connected and output layers). tensor_cores=True: every one of them, and the tiled
+    variants (and the pooling in their epilogue) are not built; False: none."""
     lenet = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER)
     assert lenet.split_gradients == {4, 5}
-    assert all(v.stages == 2 for v in lenet.tiled[2].grad.values())
+    assert lenet.split_forward == lenet.split_delta == {4, 5}
+    assert all(v.stages == 2 for v in lenet.tiled[2].grad.values()) and lenet.conv_pool == {3}
     cifar = kp.plan_kernels(Architecture.from_lines(*CIFAR_SIZED), DeviceOptions(), HOPPER)
     assert cifar.split_gradients == {0, 2, 4, 5}
     assert 2 in cifar.tiled and not cifar.tiled[2].grad and cifar.tiled[2].fwd
     every = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=True), HOPPER)
-    assert every.split_gradients == {2, 4, 5} and not every.tiled[2].grad
+    assert every.split_gradients == every.split_forward == every.split_delta == {2, 4, 5}
+    assert not every.tiled and not every.conv_pool
     assert every.gradient_family(0) == kp.CONV_GRAD_POOLED
-    assert not kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=False), HOPPER).split_gradients
+    none = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=False), HOPPER)
+    assert not (none.split_gradients or none.split_forward or none.split_delta)
     for plan in (lenet, cifar, every):
         assert "gemm_async.cu" in plan.kernel_files()
 

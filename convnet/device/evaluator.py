@@ -433,7 +433,8 @@ class DeviceEvaluator(Evaluator):
                 b_ld=lp.lay.cols, M=n_batch, out=ws.acts[index], ldo=lp.nhid, prior=NULL,
                 epi=EPI_NONE if lp.is_output else EPI_TANH, tiled=b.conv_tiled.get(index),
                 pool=(b.plan.layers[following], ws.acts[following],
-                      ws.ids[following] if want_delta else NULL) if pooled else None)
+                      ws.ids[following] if want_delta else NULL) if pooled else None,
+                split=index in b.kernels.split_forward)
 
     def _backward(self, start, stop):
         """The weight gradients and delta backpropagation of one batch, from the output layer
@@ -482,7 +483,7 @@ class DeviceEvaluator(Evaluator):
                              groups=lp.bwd, B=ptr(b.d_wbwd, lp.lay.bwd_offset), b_ld=0, M=n_batch,
                              out=out, ldo=prior.nhid, prior=prior_act,
                              epi=EPI_DERIV if prior.kind.applies_tanh else EPI_NONE,
-                             tiled=b.conv_tiled.get(index))
+                             tiled=b.conv_tiled.get(index), split=index in b.kernels.split_delta)
 
     def _gradient(self, lp, start, n_batch, delta):
         """Weight gradient of one layer for one batch: partial sums (by the family the plan

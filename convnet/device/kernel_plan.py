@@ -174,8 +174,9 @@ class KernelPlan:
     backpropagated by pool_backward_tiles), tiled (layer index -> TiledVariants), conv_pool
     (pooling layers computed in a tiled forward epilogue), fused_pool (a conv_small first layer
     pools as it goes in forward-only evaluations), fused_pool_gradient (... in gradients too),
-    pooled_grad (the first layer's gradient from the pooled deltas), split_gradients (layers
-    whose weight gradients run on the tensor cores, split TF32)."""
+    pooled_grad (the first layer's gradient from the pooled deltas), and the steps on the tensor
+    cores (split TF32): split_gradients (layers whose weight gradients), split_forward (whose
+    activations' gather products) and split_delta (whose delta backpropagation products)."""
     arch: object = field(repr=False)
     layouts: Dict[int, object] = field(repr=False)
     conv_small: Dict[int, int]
@@ -187,6 +188,8 @@ class KernelPlan:
     pooled_grad: bool
     labels: Tuple[str, ...]
     split_gradients: FrozenSet[int] = frozenset()
+    split_forward: FrozenSet[int] = frozenset()
+    split_delta: FrozenSet[int] = frozenset()
 
     # ------------------------------------------------------------ the questions of an evaluation
     def forward_family(self, index, fused=True, want_delta=False):
@@ -313,13 +316,35 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES):
     fused_pool_gradient = fused_pool and 1 in pool_tiles
     pooled_grad = _pooled_gradient(arch, layouts, options, fused_pool_gradient)
     split = _split_gradients(arch, options, pooled_grad, tiled)
-    # a layer whose gradient runs on the tensor cores needs no conv_grad variants built
-    tiled = {i: v for i, v in ((i, replace(v, grad={}) if i in split else v)
+    split_forward, split_delta = _split_products(arch, options, conv_small, tiled)
+    # a step on the tensor cores needs no float32 tiled variants built (nor, for a forward step,
+    # the pooling in their epilogue)
+    tiled = {i: v for i, v in ((i, replace(v, grad={} if i in split else v.grad,
+                                           fwd={} if i in split_forward else v.fwd,
+                                           bwd={} if i in split_delta else v.bwd))
                                for i, v in tiled.items()) if v.any}
+    conv_pool = {i + 1 for i, v in tiled.items() if v.fwd and v.pool}
     labels = tuple(f"Layer {i + 1} {layer.kind}" for i, layer in enumerate(arch.layers)) \
         + ("Output",)
     return KernelPlan(arch, layouts, conv_small, pool_tiles, tiled, frozenset(conv_pool),
-                      fused_pool, fused_pool_gradient, pooled_grad, labels, split)
+                      fused_pool, fused_pool_gradient, pooled_grad, labels, split,
+                      split_forward, split_delta)
+
+
+def _split_products(arch, options, conv_small, tiled):
+    """(layers whose activation, layers whose delta backpropagation) run as gather products on
+    the tensor cores (gemm_nn's split TF32 variants): every such gather product where
+    options.tensor_cores is True, none where it is False, and where it is None those without
+    conv_tiled.cu variants for that step (a convolutional layer's tiled kernels, float32, were
+    faster than the gather product wherever the suite has them)."""
+    if options.tensor_cores is False:
+        return frozenset(), frozenset()
+    every = bool(options.tensor_cores)
+    products = [layer.index for layer in arch.all_layers
+                if layer.kind.has_weights and layer.index not in conv_small]
+    forward = {i for i in products if every or i not in tiled or not tiled[i].fwd}
+    delta = {i for i in products if i > 0 and (every or i not in tiled or not tiled[i].bwd)}
+    return frozenset(forward), frozenset(delta)
 
 
 def _split_gradients(arch, options, pooled_grad, tiled):

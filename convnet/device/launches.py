@@ -245,13 +245,14 @@ class FirstLayerPool:
 
 
 def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out, ldo, prior, epi,
-            tiled=None, pool=None):
+            tiled=None, pool=None, split=False):
     """A gather product out = epi(A B) for M rows (cases), the groups of a layer's table.
     tiled: for a convolutional layer's activation (b_ld > 0) or delta backpropagation (b_ld 0),
     its conv_tiled.ConvTiled, whose variants are candidates beside the gather tiles (same bits).
     pool: (pooling layer, its activation, its winners) of the max pooling after a convolutional
     layer whose tiled variants compute it in their epilogue (tiled.pool); the gather tiles are
-    then followed by pool_forward, and each candidate is timed with its pooling."""
+    then followed by pool_forward, and each candidate is timed with its pooling.
+    split: on the tensor cores (the split TF32 variants alone: no tiled or dense ones)."""
     G = groups.n_groups
     N = groups.n_cols
     variants = {} if tiled is None else tiled.fwd if b_ld > 0 else tiled.bwd
@@ -276,7 +277,7 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
                 tiled.delta(tile, delta=src, ldd=lda, weights=B, M=M, out=out, ldo=ldo,
                             prior=prior, epi=epi)
             return
-        _, BN, nt = tuning.NN_TILES[tile]
+        _, BN, nt = tuning.nn_shape(tile)
         BM = tuning.nn_rows(tile, N)
         grid = (min(G, MAX_GRID_X), (M + BM - 1) // BM, (N + BN - 1) // BN)
         rt.launch(f"gemm_nn_{tile}", grid, (nt, 1, 1),
@@ -287,8 +288,12 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     work = float(M) * N * groups.max_k * G
     if pool is not None:
         site = (site[0] + " pooled",) + site[1:]
-    dense = dense_allowed(groups, src=src, lda=lda, B=B, b_ld=b_ld)
-    tuner.run(site + (M,), tuning.nn_candidates(M, N, variants, dense), work, launch)
+    if split:
+        candidates = tuning.nn_split_candidates(M, N)
+    else:
+        dense = dense_allowed(groups, src=src, lda=lda, B=B, b_ld=b_ld)
+        candidates = tuning.nn_candidates(M, N, variants, dense)
+    tuner.run(site + (M,), candidates, work, launch)
 
 
 def dense_allowed(groups, *, src, lda, B, b_ld):

@@ -69,6 +69,29 @@ TN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
             "tc32x16_w16x8_s4": (32, 16, 128)}
 
 
+# gemm_nn on tensor cores, split TF32 (gemm_async.cu, gemm_nn_split_body): "tcBMxBN_wWMxWN_sS":
+# (BM cases, BN columns, threads); like TN_SPLIT, their bits are their own (kernel_plan's
+# split_products say which launch sites take them).
+NN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 128),
+            "tc128x32_w32x32_s3": (128, 32, 128), "tc64x32_w32x16_s4": (64, 32, 128),
+            "tc128x16_w32x16_s4": (128, 16, 128), "tc64x16_w16x16_s4": (64, 16, 128)}
+
+
+def nn_split_candidates(M, N):
+    """gemm_nn's split TF32 variants worth trying for a launch of M cases and N columns, best
+    guess first (any of them gives the same bits)."""
+    if N > 32:
+        return ["tc128x64_w32x32_s3", "tc64x64_w32x32_s3"]
+    if N > 16:
+        return ["tc128x32_w32x32_s3", "tc64x32_w32x16_s4"]
+    return ["tc128x16_w32x16_s4", "tc64x16_w16x16_s4"]
+
+
+def nn_shape(tile):
+    """(BM, BN, threads) of a gemm_nn variant, float32 or split TF32."""
+    return NN_SPLIT[tile] if tile in NN_SPLIT else NN_TILES[tile]
+
+
 def tn_tiles():
     """Every float32 gemm_tn variant the runtime builds: the tile shapes, then the whole-column
     blocks (the split TF32 ones are TN_SPLIT)."""
@@ -163,7 +186,7 @@ def nn_candidates(M, N, conv=(), dense=False):
 
 def nn_rows(tile, N):
     """Cases a block of gemm_nn variant `tile` takes in a launch of N columns."""
-    BM, _, threads = NN_TILES[tile]
+    BM, _, threads = nn_shape(tile)
     if tile in NN_NARROW:
         return threads // 32 * (32 // N)
     return BM

@@ -394,8 +394,8 @@ GEMM_TN_ASYNC(gemm_tn_64x16_4x2_s4, 64, 16, 8, 4, 2, 4)
 // ------------------------------------------------------------ gemm_tn on tensor cores (split TF32)
 // gemm_tn's partial sums with the multiply-adds on the tensor cores (mma.sync m16n8k8, TF32
 // inputs, float32 sums), at float32 accuracy: each operand x is split into hi = x rounded to TF32
-// (11 significant bits) and lo = x - hi rounded to TF32, and a product is taken as lo_a hi_d +
-// hi_a lo_d + hi_a hi_d; the dropped lo_a lo_d is about 2^-22 of it. The tensor cores' own sums
+// (11 significant bits) and lo = x - hi, and a product is taken as lo_a hi_d + hi_a lo_d +
+// hi_a hi_d; lo_a lo_d, dropped, is about 2^-22 of it. The tensor cores' own sums
 // truncate rather than round, so they never run long: each stage's 16 cases (of one group) are
 // summed from zero on the tensor cores, and that stage sum is added to the thread's accumulator
 // with an ordinary float32 add. Every output thus takes the same sums in the same order whatever
@@ -587,6 +587,119 @@ GEMM_TN_SPLIT(gemm_tn_tc64x32_w32x16_s4, 64, 32, 32, 16, 4)
 GEMM_TN_SPLIT(gemm_tn_tc32x32_w16x16_s4, 32, 32, 16, 16, 4)
 GEMM_TN_SPLIT(gemm_tn_tc64x16_w16x16_s4, 64, 16, 16, 16, 4)
 GEMM_TN_SPLIT(gemm_tn_tc32x16_w16x8_s4, 32, 16, 16, 8, 4)
+
+// ------------------------------------------------------------ gemm_nn on tensor cores (split TF32)
+// gemm_nn's gather product with gemm_tn_split's arithmetic: the same operands and tables as
+// gemm_nn_async_body, A staged as [k][case] and B as [k][column] (rows padded by 8 floats), each
+// stage of 16 k summed from zero on the tensor cores and then added in float32, the epilogue
+// element by element. The same bits for every variant of this family.
+template <int BM, int BN, int WM, int WN, int STAGES>
+__device__ __forceinline__ void gemm_nn_split_body(
+    const float* __restrict__ src, int lda, const int* __restrict__ tab,
+    const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
+    float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
+{
+    constexpr int BK = TN_SPLIT_BK;
+    constexpr int WARPS_M = BM / WM;
+    constexpr int NT = 32 * WARPS_M * (BN / WN);
+    constexpr int A_PER = BM * BK / NT;
+    constexpr int B_PER = BK * BN / NT;
+    constexpr int A_STEP = NT / BK;          // cases between one thread's A elements
+    constexpr int B_STEP = NT / BN;          // k between one thread's B elements
+    constexpr int LDA = BM + 8, LDB = BN + 8;
+    constexpr int MT = WM / 16, NT8 = WN / 8;
+    static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "warp tiles");
+    static_assert(NT % BK == 0 && NT % BN == 0, "loader shape");
+    static_assert(A_PER >= 1 && B_PER >= 1, "loader shape");
+    __shared__ __align__(16) float As[STAGES][BK][LDA];
+    __shared__ __align__(16) float Bs[STAGES][BK][LDB];
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int wm0 = (warp % WARPS_M) * WM;
+    const int wn0 = (warp / WARPS_M) * WN;
+    const int m0 = blockIdx.y * BM;
+    const int n0 = blockIdx.z * BN;
+    const int a_k = tid % BK;
+    const int a_m = tid / BK;
+    const int b_n = tid % BN;
+    const int b_k = tid / BN;
+    const float* a_row = src + (i64)min(m0 + a_m, M - 1) * lda;
+    const i64 a_stride = (i64)A_STEP * lda;
+    unsigned a_valid = 0;
+#pragma unroll
+    for (int i = 0; i < A_PER; ++i)
+        if (m0 + a_m + i * A_STEP < M) a_valid |= 1u << i;
+    const int n = n0 + b_n;
+
+    for (int g = blockIdx.x; g < G; g += gridDim.x) {
+        const GroupDesc d(desc, g);
+        const int nk = (d.K + BK - 1) / BK;
+
+        float acc[MT][NT8][4];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+        auto issue = [&](int t) {
+            const int st = t % STAGES;
+            const int k = t * BK + a_k;
+            const int ao = k < d.K ? tab[d.a_start + k] : A_ZERO;
+            const float* pa = ao >= 0 ? a_row + ao : &k_one;
+            const i64 a_step = ao >= 0 ? a_stride : 0;
+#pragma unroll
+            for (int i = 0; i < A_PER; ++i, pa += a_step)
+                cp_async4(&As[st][a_k][a_m + i * A_STEP], pa, ((a_valid >> i) & 1u) && ao != A_ZERO);
+#pragma unroll
+            for (int i = 0; i < B_PER; ++i) {
+                const int kb = t * BK + b_k + i * B_STEP;
+                const bool ok = kb < d.K && n < N;
+                const float* p = B;
+                if (ok) p = B + (b_ld > 0 ? (i64)kb * b_ld : (i64)tab[d.b_start + kb]) + d.b_add + n;
+                cp_async4(&Bs[st][b_k + i * B_STEP][b_n], p, ok);
+            }
+        };
+
+        cp_async_stages<STAGES>(nk, issue, [&](int st) {
+            split_tf32_stage<WM, WN, LDA, LDB>(acc, &As[st][0][0], &Bs[st][0][0], wm0, wn0, lane);
+        });
+
+        const int gr = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int m = m0 + wm0 + i * 16 + gr + (e >> 1) * 8;
+                    const int c = n0 + wn0 + j * 8 + 2 * t + (e & 1);
+                    if (m < M && c < N) {
+                        const i64 o = (i64)m * ldo + d.o_add + c;
+                        out[o] = nn_epilogue(acc[i][j][e], epi, prior, o);
+                    }
+                }
+    }
+}
+
+#define GEMM_NN_SPLIT(NAME, BM, BN, WM, WN, STAGES)                                              \
+    extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN))                      \
+    NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
+         const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,      \
+         float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)      \
+    {                                                                                             \
+        gemm_nn_split_body<BM, BN, WM, WN, STAGES>(src, lda, tab, desc, B, b_ld, M, N, out, ldo,  \
+                                                   prior, epi, G);                                \
+    }
+
+GEMM_NN_SPLIT(gemm_nn_tc128x64_w32x32_s3, 128, 64, 32, 32, 3)
+GEMM_NN_SPLIT(gemm_nn_tc64x64_w32x32_s3, 64, 64, 32, 32, 3)
+GEMM_NN_SPLIT(gemm_nn_tc128x32_w32x32_s3, 128, 32, 32, 32, 3)
+GEMM_NN_SPLIT(gemm_nn_tc64x32_w32x16_s4, 64, 32, 32, 16, 4)
+GEMM_NN_SPLIT(gemm_nn_tc128x16_w32x16_s4, 128, 16, 32, 16, 4)
+GEMM_NN_SPLIT(gemm_nn_tc64x16_w16x16_s4, 64, 16, 16, 16, 4)
 
 // ---------------------------------------------------------- gemm_tn, every column in one block
 // gemm_tn's partial sums with a block that holds all the columns of a launch (up to TN_COLS_MAX),

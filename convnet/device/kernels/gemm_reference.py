@@ -12,14 +12,14 @@ class GemmReference(ReferenceBase):
 
     # gemm_nn(src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi, G); grid (groups, m, n)
     def gemm_nn(self, tile, grid, block, src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi, G):
-        _, BN, nt = tuning.NN_TILES[tile]
+        _, BN, nt = tuning.nn_shape(tile)
         assert block[0] == nt
         if tile in tuning.NN_NARROW:
             # a thread an output, 32 // N cases a warp (gemm.cu, gemm_nn_narrow_body)
             assert N <= tuning.NARROW_MAX_COLS
             BM = nt // 32 * (32 // N)
         else:
-            BM = tuning.NN_TILES[tile][0]
+            BM = tuning.nn_shape(tile)[0]
         assert tuning.nn_rows(tile, N) == BM
         covered((grid[2], grid[1]), BM, BN, M, N)
         assert 1 <= grid[0] <= G
