@@ -56,15 +56,17 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     """The steps on the tensor cores (split TF32). By default: every gather-product weight
     gradient and those whose conv_grad variants fit one stage only (the CIFAR-sized net's second
     CONV layer), never a layer with two-stage conv_grad variants (LeNet's second) nor the
-    gradient from the pooled deltas; every gather product of a step without tiled variants (the
-    fully connected and output layers). tensor_cores=True: every one of them, and the tiled
+    gradient from the pooled deltas; the activations of more than 16 columns without tiled
+    variants, but for fully connected layers of over 128 neurons (the CIFAR-sized net's layer
+    of 96, not LeNet's of 500); no delta. tensor_cores=True: every one of them, and the tiled
     variants (and the pooling in their epilogue) are not built; False: none."""
     lenet = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER)
     assert lenet.split_gradients == {4, 5}
-    assert lenet.split_forward == lenet.split_delta == {4, 5}
+    assert lenet.split_forward == lenet.split_delta == set()
     assert all(v.stages == 2 for v in lenet.tiled[2].grad.values()) and lenet.conv_pool == {3}
     cifar = kp.plan_kernels(Architecture.from_lines(*CIFAR_SIZED), DeviceOptions(), HOPPER)
     assert cifar.split_gradients == {0, 2, 4, 5}
+    assert cifar.split_forward == {4} and not cifar.split_delta
     assert 2 in cifar.tiled and not cifar.tiled[2].grad and cifar.tiled[2].fwd
     every = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=True), HOPPER)
     assert every.split_gradients == every.split_forward == every.split_delta == {2, 4, 5}
