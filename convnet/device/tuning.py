@@ -66,7 +66,8 @@ SHARED_BYTES = 48 * 1024        # dynamic shared memory a block may have without
 TN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 128),
             "tc128x32_w32x32_s3": (128, 32, 128), "tc64x32_w32x16_s4": (64, 32, 128),
             "tc32x32_w16x16_s4": (32, 32, 128), "tc64x16_w16x16_s4": (64, 16, 128),
-            "tc32x16_w16x8_s4": (32, 16, 128)}
+            "tc32x16_w16x8_s4": (32, 16, 128), "tc128x16_w32x16_s4": (128, 16, 128),
+            "tc64x16_w32x16_s4": (64, 16, 64)}
 
 
 # gemm_nn on tensor cores, split TF32 (gemm_async.cu, gemm_nn_split_body): "tcBMxBN_wWMxWN_sS":
@@ -106,7 +107,9 @@ def tn_split_candidates(R, N):
     elif N > 16:
         tiles = ["tc128x32_w32x32_s3", "tc64x32_w32x16_s4", "tc32x32_w16x16_s4"]
     else:
-        tiles = ["tc64x16_w16x16_s4", "tc32x16_w16x8_s4"]
+        tiles = ["tc64x16_w16x16_s4", "tc32x16_w16x8_s4", "tc64x16_w32x16_s4"]
+        if R > 64:
+            tiles.append("tc128x16_w32x16_s4")
     if R <= 32:
         tiles = sorted(tiles, key=lambda t: TN_SPLIT[t][0])
     return tiles

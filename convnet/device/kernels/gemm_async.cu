@@ -587,6 +587,8 @@ GEMM_TN_SPLIT(gemm_tn_tc64x32_w32x16_s4, 64, 32, 32, 16, 4)
 GEMM_TN_SPLIT(gemm_tn_tc32x32_w16x16_s4, 32, 32, 16, 16, 4)
 GEMM_TN_SPLIT(gemm_tn_tc64x16_w16x16_s4, 64, 16, 16, 16, 4)
 GEMM_TN_SPLIT(gemm_tn_tc32x16_w16x8_s4, 32, 16, 16, 8, 4)
+GEMM_TN_SPLIT(gemm_tn_tc128x16_w32x16_s4, 128, 16, 32, 16, 4)
+GEMM_TN_SPLIT(gemm_tn_tc64x16_w32x16_s4, 64, 16, 32, 16, 4)
 
 // ------------------------------------------------------------ gemm_nn on tensor cores (split TF32)
 // gemm_nn's gather product with gemm_tn_split's arithmetic: the same operands and tables as
