@@ -13,6 +13,7 @@ recorded with CU_EVENT_RECORD_EXTERNAL, which makes a captured record a real eve
 """
 
 import ctypes
+import gc
 
 CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
 CU_EVENT_RECORD_EXTERNAL = 1
@@ -110,9 +111,24 @@ class Graph:
 
     def __init__(self, api, stream, record):
         """Runs record() with the stream in capture mode (nothing executes) and instantiates
-        what it launched."""
+        what it launched. The garbage collector is held off meanwhile: a collection would free
+        unreachable PyCUDA buffers (an earlier backend's, say), and a free is a call that
+        capture forbids on this thread; it would end the capture with an error."""
         self.api = api
         s = ctypes.c_void_p(stream.handle)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            graph = self._capture(api, s, record)
+        finally:
+            if collecting:
+                gc.enable()
+        self.graph = graph
+        self.exec = ctypes.c_void_p()
+        api.call("cuGraphInstantiateWithFlags", ctypes.byref(self.exec), graph, 0)
+
+    @staticmethod
+    def _capture(api, s, record):
         api.call("cuStreamBeginCapture", s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         graph = ctypes.c_void_p()
         try:
@@ -123,9 +139,7 @@ class Graph:
                 api._cuGraphDestroy(graph)
             raise
         api.call("cuStreamEndCapture", s, ctypes.byref(graph))
-        self.graph = graph
-        self.exec = ctypes.c_void_p()
-        api.call("cuGraphInstantiateWithFlags", ctypes.byref(self.exec), graph, 0)
+        return graph
 
     def launch(self, stream):
         self.api.call("cuGraphLaunch", self.exec, ctypes.c_void_p(stream.handle))
