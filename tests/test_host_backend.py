@@ -67,6 +67,40 @@ def test_golden_vectors_in_single_case_blocks(reference_case, monkeypatch):
     assert rel_norm(grad, rc.gradient) < 1e-9
 
 
+def test_wide_fully_connected_nets_take_long_blocks():
+    """Only a net of fully connected layers with a layer of WIDE_WEIGHTS weights or more takes
+    blocks of up to WIDE_MAX_BLOCK cases, at least WIDE_MIN_BLOCKS of them; a CONV net with as
+    wide a layer (LeNet's fully connected one) keeps MAX_BLOCK."""
+    wide = HostBackend(Architecture.from_lines(["FULLY CONNECTED LAYER 400"], 28, 28, 1, 10))
+    assert 785 * 400 >= hb.WIDE_WEIGHTS
+    assert wide.block_size(1000) == 500 and wide.block_size(10000) == hb.WIDE_MAX_BLOCK
+    narrow = HostBackend(Architecture.from_lines(["FULLY CONNECTED LAYER 300"], 28, 28, 1, 10))
+    assert 785 * 300 < hb.WIDE_WEIGHTS and narrow.block_size(10000) == hb.MAX_BLOCK
+    lenet = HostBackend(Architecture.from_lines(
+        ["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+         "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+         "FULLY CONNECTED LAYER 500"], 28, 28, 1, 10))
+    assert not lenet._plan.wide and lenet.block_size(10000) <= hb.MAX_BLOCK
+    assert lenet.block_size(1000) == min(63, hb.BLOCK_BYTES // lenet._plan.bytes_per_case(True))
+
+
+def test_wide_fully_connected_net_in_long_blocks_whatever_the_threads(monkeypatch):
+    """The long blocks of a wide net give the same bits on 1, 2 and 3 threads, and the reference
+    path's gradient."""
+    monkeypatch.setattr(hb, "WIDE_MAX_BLOCK", 24)       # several blocks of the long kind
+    arch = Architecture.from_lines(["FULLY CONNECTED LAYER 400", "FULLY CONNECTED LAYER 20"],
+                                   28, 28, 1, 10)
+    rng = np.random.default_rng(5)
+    x, c = rng.uniform(-1, 1, (100, 1, 28, 28)), rng.integers(0, 10, 100)
+    w = rng.normal(0, 0.05, arch.n_weights)
+    runs = [HostBackend(arch, threads=t).evaluator(x, c, 0.01).gradient(w) for t in (1, 2, 3)]
+    assert HostBackend(arch).block_size(100) == 24
+    for crit, grad in runs[1:]:
+        assert crit == runs[0][0] and np.array_equal(grad, runs[0][1])
+    ref_crit, ref_grad = ReferenceModel(arch).gradient(w, x, c, 0.01)
+    assert rel(runs[0][0], ref_crit) < 1e-12 and rel_norm(runs[0][1], ref_grad) < 1e-12
+
+
 # ------------------------------------------------------------------------------ reference path
 @pytest.mark.parametrize("seed", range(60))
 def test_fast_path_matches_reference_on_random_architectures(seed, make_problem, small_blocks):

@@ -21,7 +21,8 @@ layer after a layer with tanh pools the net inputs before the tanh (tanh is mono
 same work areas as the gradient.
 
 So memory grows with threads x block size and not with the number of cases: B is chosen so that
-one worker's work areas stay near :data:`BLOCK_BYTES`, at most :data:`MAX_BLOCK` cases.
+one worker's work areas stay near :data:`BLOCK_BYTES`, at most :data:`MAX_BLOCK` cases (a net of
+wide fully connected layers only, whose time is all in BLAS products: :data:`WIDE_MAX_BLOCK`).
 
 Thread count: ``threads`` workers (default: Numba's configured thread count, which is every core
 unless NUMBA_NUM_THREADS says otherwise). Results are the same to the last bit whatever it is: the
@@ -51,6 +52,13 @@ from .threads import default_threads, single_threaded_blas
 BLOCK_BYTES = 32 << 20    # target size of one worker's per-case work areas
 MAX_BLOCK = 64            # most cases in a block
 MIN_BLOCKS = 16           # small data sets are cut into this many blocks at least (workers' share)
+# A net of fully connected layers only, one of them with WIDE_WEIGHTS weights or more, spends its
+# time in BLAS products whose inner dimension (for the weight gradient) is the block's cases: it
+# takes longer blocks, and fewer of them (wide-fc's 784 x 1024 gradient: 0.36 s of CPU in blocks
+# of 63 cases, 0.20 s in blocks of 250, 0.16 s in one of 1000).
+WIDE_WEIGHTS = 1 << 18
+WIDE_MAX_BLOCK = 512
+WIDE_MIN_BLOCKS = 2
 MAX_CHUNKS = 48           # chunks of blocks, each with its own partial sums (48 = 2^4 * 3)
 PARTIAL_BYTES = 64 << 20  # at most this much memory for the chunks' partial gradients
 
@@ -120,6 +128,8 @@ class _Plan:
         self.grad_scratch = max([L.grad_scratch() for L in self.layers]
                                 + [self.output.grad_scratch(), 1])
         self.labels = [f"Layer {i + 1} {k}" for i, k in enumerate(self.kinds)] + ["Output"]
+        widest = max(s.stop - s.start for s in [*self.slices, self.out_slice])
+        self.wide = all(k.whole_prior for k in self.kinds) and widest >= WIDE_WEIGHTS
 
     def bytes_per_case(self, gradient):
         floats = sum(L.n_out for L in self.layers) + self.n_inputs + self.n_classes
@@ -390,11 +400,14 @@ class HostBackend:
     def block_size(self, n_cases, threads=None):
         """Cases per block for a computation on n_cases cases: the per-case work areas of a
         gradient within BLOCK_BYTES, at most MAX_BLOCK, and small enough to cut the cases into
-        MIN_BLOCKS blocks. The same for criterion and gradient, so that both share the work areas,
-        and independent of the thread count (``threads`` is accepted and ignored), so that results
-        are too."""
-        b = max(1, min(MAX_BLOCK, BLOCK_BYTES // self._plan.bytes_per_case(True)))
-        return max(1, min(b, -(-n_cases // MIN_BLOCKS)))
+        MIN_BLOCKS blocks (a net of wide fully connected layers: WIDE_MAX_BLOCK and
+        WIDE_MIN_BLOCKS). The same for criterion and gradient, so that both share the work
+        areas, and independent of the thread count (``threads`` is accepted and ignored), so
+        that results are too."""
+        most, fewest = ((WIDE_MAX_BLOCK, WIDE_MIN_BLOCKS) if self._plan.wide
+                        else (MAX_BLOCK, MIN_BLOCKS))
+        b = max(1, min(most, BLOCK_BYTES // self._plan.bytes_per_case(True)))
+        return max(1, min(b, -(-n_cases // fewest)))
 
     def partition(self, n_cases):
         """The blocks [(first, stop)] of a computation and their chunks [(first block, stop)]:
