@@ -578,7 +578,7 @@ def test_dense_products_give_the_same_bits(monkeypatch):
                                 nt=narrow: [t if N > 16 else nt] if dense and t
                                 else gather(M, N, conv)[:1])
             for params in (DeviceParams(), DeviceParams(max_batch=256)):
-                be = _backend(arch, params)
+                be = _backend(arch, params, FLOAT32)
                 ev = be.evaluator(x, c, 0.01)
                 out[tile, str(params)] = (*ev.gradient(w), ev.criterion(w), ev.outputs(w))
                 chosen = set(ev.tuner.choice.values())
@@ -602,17 +602,17 @@ def test_pooling_in_the_forward_epilogue_gives_the_same_bits(monkeypatch):
     specs = [(*LENET_SHAPES, {3})] + POOL_EPILOGUE_ARCHS[1:]
     for lines, rows, cols, bands, ncls, pooled in specs:
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
-        plain = _backend(arch, options=DeviceOptions(pool_epilogue=False)).evaluator(x, c, 0.01)
+        plain = _backend(arch, options=DeviceOptions(pool_epilogue=False, tensor_cores=False)).evaluator(x, c, 0.01)
         (crit0, grad0), out0 = plain.gradient(w), plain.outputs(w)
         assert abs(crit0 - crit_ref) <= 1e-6 * crit_ref and _rel(grad0, grad_ref) <= 1e-5
-        be = _backend(arch)
+        be = _backend(arch, options=FLOAT32)
         assert be.conv_pool == pooled
         tiles = sorted({t for i in pooled for t in be.conv_tiled[i - 1].fwd})
         for tile in [None] + tiles:
             monkeypatch.setattr(tuning, "nn_candidates",
                                 lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather(M, N)[:1])
             for params in (DeviceParams(), DeviceParams(max_batch=256)):
-                ev = _backend(arch, params).evaluator(x, c, 0.01)
+                ev = _backend(arch, params, FLOAT32).evaluator(x, c, 0.01)
                 crit, grad = ev.gradient(w)
                 assert crit == crit0 and np.array_equal(grad, grad0), (lines, tile, params)
                 assert ev.criterion(w) == crit0 and np.array_equal(ev.outputs(w), out0)
@@ -635,7 +635,7 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
     specs = [LENET_SHAPES] + TILED_ARCHS[1:] + [odd]
     for lines, rows, cols, bands, ncls in specs:
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
-        variants = sorted({t for ct in _backend(arch).conv_tiled.values()
+        variants = sorted({t for ct in _backend(arch, options=FLOAT32).conv_tiled.values()
                            for t in [*ct.fwd, *ct.bwd, *ct.grad]})
         assert variants, lines
         runs = {}
@@ -645,7 +645,7 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
             monkeypatch.setattr(tuning, "grad_candidates",
                                 lambda grad, t=tile: [t] if t in grad else list(grad)[:1])
             for params in (DeviceParams(), DeviceParams(max_batch=256)):
-                be = _backend(arch, params)
+                be = _backend(arch, params, FLOAT32)
                 ev = be.evaluator(x, c, 0.01)
                 crit, grad = ev.gradient(w)
                 runs[tile, params.max_batch] = (crit, grad, ev.criterion(w), ev.outputs(w),

@@ -26,6 +26,8 @@ from convnet.device.options import DeviceOptions
 from convnet.params import DeviceParams, Params
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+# the float32 kernels' variants (the tests of those), not the tensor cores' (split TF32)
+FLOAT32 = DeviceOptions(tensor_cores=False)
 
 
 # ---------------------------------------------------------------------------- the emulated runtime
@@ -641,7 +643,7 @@ def test_emulated_dense_products(fake_runtime, monkeypatch):
                             nt=narrow: [t if N > 16 else nt] if dense else gather(M, N, conv)[:1])
         for params in (DeviceParams(), DeviceParams(max_batch=256)):
             fake_runtime.launches.clear()
-            ev = dbe.DeviceBackend(arch, params).evaluator(x, c, 0.01)
+            ev = dbe.DeviceBackend(arch, params, FLOAT32).evaluator(x, c, 0.01)
             crit, grad = ev.gradient(w)
             assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
             assert abs(ev.criterion(w) - crit_ref) <= 1e-6 * crit_ref
@@ -707,7 +709,7 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
     its first evaluation (the kernel plan names them)."""
     from convnet.device import conv_tiled
     arch, x, c, w, crit_ref, grad_ref, p_ref = _problem(*spec, n=70, seed=4)
-    be = dbe.DeviceBackend(arch)
+    be = dbe.DeviceBackend(arch, options=FLOAT32)
     assert be.conv_tiled
     assert not any(be.conv_tiled[i].fwd for i in be.conv_small if i in be.conv_tiled)
     variants = sorted({t for ct in be.conv_tiled.values() for t in [*ct.fwd, *ct.bwd, *ct.grad]})
@@ -720,7 +722,7 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
         monkeypatch.setattr(tuning, "grad_candidates",
                             lambda grad, t=tile: [t] if t in grad else list(grad)[:1])
         fake_runtime.launches.clear()
-        ev = dbe.DeviceBackend(arch).evaluator(x, c, 0.01)
+        ev = dbe.DeviceBackend(arch, options=FLOAT32).evaluator(x, c, 0.01)
         crit, grad = ev.gradient(w)
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         assert abs(ev.criterion(w) - crit_ref) <= 1e-6 * crit_ref
@@ -784,21 +786,24 @@ def test_emulated_pooling_in_the_forward_epilogue(fake_runtime, monkeypatch, spe
     read back are still every layer's."""
     *shape, pooled = spec
     arch, x, c, w, crit_ref, grad_ref, p_ref = _problem(*shape, n=90, seed=8)
-    assert dbe.DeviceBackend(arch).conv_pool == pooled
-    assert not dbe.DeviceBackend(arch, options=DeviceOptions(pool_epilogue=False)).conv_pool
-    assert not dbe.DeviceBackend(arch, options=DeviceOptions(pool_tiles=False)).conv_pool
-    plain = dbe.DeviceBackend(arch, options=DeviceOptions(pool_epilogue=False)).evaluator(x, c, 0.01)
+    on_its_own = DeviceOptions(pool_epilogue=False, tensor_cores=False)
+    assert dbe.DeviceBackend(arch, options=FLOAT32).conv_pool == pooled
+    assert not dbe.DeviceBackend(arch, options=on_its_own).conv_pool
+    assert not dbe.DeviceBackend(arch, options=DeviceOptions(pool_tiles=False,
+                                                             tensor_cores=False)).conv_pool
+    plain = dbe.DeviceBackend(arch, options=on_its_own).evaluator(x, c, 0.01)
     want = plain.gradient(w), plain.criterion(w), plain.outputs(w)
-    acts = dbe.DeviceBackend(arch, options=DeviceOptions(pool_epilogue=False)).activations(w, x[:40])
+    acts = dbe.DeviceBackend(arch, options=on_its_own).activations(w, x[:40])
     gather_first = tuning.nn_candidates
     # (every variant's epilogue is the same code; the GPU test forces each of them)
-    tiles = sorted({t for i in pooled for t in dbe.DeviceBackend(arch).conv_tiled[i - 1].fwd})[:2]
+    tiled = dbe.DeviceBackend(arch, options=FLOAT32).conv_tiled
+    tiles = sorted({t for i in pooled for t in tiled[i - 1].fwd})[:2]
     for tile in [None] + tiles:
         monkeypatch.setattr(tuning, "nn_candidates",
                             lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather_first(M, N)[:1])
         for params in (DeviceParams(), DeviceParams(max_batch=40)) if tile == tiles[0] else (DeviceParams(),):
             fake_runtime.launches.clear()
-            be = dbe.DeviceBackend(arch, params)
+            be = dbe.DeviceBackend(arch, params, FLOAT32)
             ev = be.evaluator(x, c, 0.01)
             crit, grad = ev.gradient(w)
             assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
@@ -900,8 +905,7 @@ def test_emulated_whole_column_gradients(fake_runtime, monkeypatch, spec):
         monkeypatch.setattr(tuning, "tn_candidates",
                             lambda R, N, t=tile: [t] if t in first(R, N) else first(R, N)[:1])
         fake_runtime.launches.clear()
-        float32 = DeviceOptions(tensor_cores=False)       # gemm_tn's own variants
-        crit, grad = dbe.DeviceBackend(arch, options=float32).evaluator(x, c, 0.01).gradient(w)
+        crit, grad = dbe.DeviceBackend(arch, options=FLOAT32).evaluator(x, c, 0.01).gradient(w)
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         assert f"gemm_tn_{tile}" in fake_runtime.launches
 
