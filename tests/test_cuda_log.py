@@ -58,6 +58,9 @@ def check_session_cuda_log(tmp_path):
     assert "Layer 3 is fully connected, with 5 slices" in first
     assert "Layer 1 is fully connected, with 3 slices" in second and "Layer 3" not in second
     assert "MAX BATCH = 50" in second and "MAX BATCH = 50" not in first
+    # the steps on the tensor cores are named (the weight gradients of gather products)
+    cores = re.search(r"^Tensor cores \(split TF32.*: weight gradients of (.*?)(;|$)", first, re.M)
+    assert cores and "Output" in cores.group(1), first[:2000]
     # a TRAIN times gradients; the TEST only criteria and outputs, and says why the rest is absent
     assert re.search(r"^Layer 1 CONV\s+gradient\s", first, re.M)
     assert re.search(r"^Output\s+softmax\s", test, re.M)
@@ -90,3 +93,24 @@ _OK, _WHY = device_available()
 def test_cuda_log_keeps_two_trains_and_a_test_on_the_gpu(tmp_path):
     text = check_session_cuda_log(tmp_path)
     assert "Compute capability" in text
+
+
+def test_product_lines_name_the_steps_on_the_tensor_cores():
+    from types import SimpleNamespace
+
+    from convnet.architecture import Architecture
+    from convnet.device.cuda_log import product_lines
+    from convnet.device.kernel_plan import plan_kernels
+    from convnet.device.options import DeviceOptions
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "FULLY CONNECTED LAYER 500"], 28, 28, 1, 10)
+    plan = plan_kernels(arch, DeviceOptions(), 227 * 1024)
+    lines = product_lines(SimpleNamespace(kernels=plan))
+    assert lines == ["Products of FC, LOCAL and CONV layers: float32 fused multiply-adds, except "
+                     "on the tensor cores",
+                     "Tensor cores (split TF32: float32 accuracy, sums in stages of 16 terms): "
+                     "weight gradients of Layer 5 FC, Output"]
+    none = plan_kernels(arch, DeviceOptions(tensor_cores=False), 227 * 1024)
+    assert product_lines(SimpleNamespace(kernels=none)) == [
+        "Products of FC, LOCAL and CONV layers: float32 fused multiply-adds"]

@@ -144,6 +144,25 @@ def book_activity_lines(timings, fused_first_pool=None, fused_in_gradients=False
     return out
 
 
+def product_lines(backend):
+    """How the products of FC, LOCAL and CONV layers are computed: float32 fused multiply-adds,
+    and the steps the kernel plan put on the tensor cores (split TF32, float32 accuracy)."""
+    plan = getattr(backend, "kernels", None)
+    steps = []
+    if plan is not None:
+        for what, layers in (("weight gradients", plan.split_gradients),
+                             ("activations", plan.split_forward),
+                             ("deltas backpropagated from", plan.split_delta)):
+            if layers:
+                steps.append(f"{what} of " + ", ".join(plan.labels[i] for i in sorted(layers)))
+    lines = ["Products of FC, LOCAL and CONV layers: float32 fused multiply-adds"
+             + (", except on the tensor cores" if steps else "")]
+    if steps:
+        lines.append("Tensor cores (split TF32: float32 accuracy, sums in stages of 16 terms): "
+                     + "; ".join(steps))
+    return lines
+
+
 def _report(backend):
     try:
         return backend.rt.report()
@@ -215,7 +234,7 @@ def cuda_log_lines(backend, arch, params, weight_uploads_before=0):
         if backend.minibatch_device is not None:
             lines.append(f"Mini-batch descent: every case on device {backend.minibatch_device}, "
                          f"the steps there alone")
-    lines.append("Products of FC, LOCAL and CONV layers: float32 fused multiply-adds")
+    lines += product_lines((devices or [backend])[0])
     lines += _section("2. Architecture and training parameters")
     lines += arch.report()
     lines.append("Training parameters:")
