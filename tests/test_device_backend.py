@@ -705,9 +705,12 @@ def test_split_tf32_products_give_the_same_bits_at_float32_accuracy(spec, monkey
     split = DeviceOptions(tensor_cores=True)
     runs = {}
     nns, tns = list(tuning.NN_SPLIT), list(tuning.TN_SPLIT)
+    first = tuning.nn_split_candidates
     for i in range(max(len(nns), len(tns))):                # every variant at least once
         nn, tn = nns[i % len(nns)], tns[i % len(tns)]
-        monkeypatch.setattr(tuning, "nn_split_candidates", lambda M, N, t=nn: [t])
+        # (a variant for dense rows where the launch allows it, else the first gather one)
+        monkeypatch.setattr(tuning, "nn_split_candidates", lambda M, N, dense=False, t=nn:
+                            [t] if dense or t not in tuning.NN_SPLIT_DENSE else first(M, N)[:1])
         monkeypatch.setattr(tuning, "tn_split_candidates", lambda R, N, t=tn: [t])
         for params in (DeviceParams(), DeviceParams(max_batch=256)):
             runs[nn, tn, params.max_batch] = _backend(arch, params, split).evaluator(

@@ -923,15 +923,21 @@ def test_emulated_split_tf32_products(fake_runtime, monkeypatch):  # noqa: F811
     crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
     split = DeviceOptions(tensor_cores=True)
     nns, tns = list(tuning.NN_SPLIT), list(tuning.TN_SPLIT)
+    first = tuning.nn_split_candidates
+    gather = [t for t in nns if t not in tuning.NN_SPLIT_DENSE]
     for i in range(max(len(nns), len(tns))):
         nn, tn = nns[i % len(nns)], tns[i % len(tns)]
-        monkeypatch.setattr(tuning, "nn_split_candidates", lambda M, N, t=nn: [t])
+        # (a variant for dense rows where the launch allows it: the FC layer's products)
+        monkeypatch.setattr(tuning, "nn_split_candidates", lambda M, N, dense=False, t=nn:
+                            [t] if dense or t not in tuning.NN_SPLIT_DENSE else first(M, N)[:1])
         monkeypatch.setattr(tuning, "tn_split_candidates", lambda R, N, t=tn: [t])
         fake_runtime.launches.clear()
         crit, grad = dbe.DeviceBackend(arch, options=split).evaluator(x, c, 0.01).gradient(w)
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         products = {name for name in fake_runtime.launches if name.startswith("gemm_")}
-        assert products == {f"gemm_nn_{nn}", f"gemm_tn_{tn}"}, products
+        assert f"gemm_nn_{nn}" in products and f"gemm_tn_{tn}" in products, products
+        others = products - {f"gemm_nn_{nn}", f"gemm_tn_{tn}"}
+        assert others <= {f"gemm_nn_{t}" for t in gather}, products
 
 
 POOL_ARCHS = [

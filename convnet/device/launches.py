@@ -288,10 +288,10 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     work = float(M) * N * groups.max_k * G
     if pool is not None:
         site = (site[0] + " pooled",) + site[1:]
+    dense = dense_allowed(groups, src=src, lda=lda, B=B, b_ld=b_ld)
     if split:
-        candidates = tuning.nn_split_candidates(M, N)
+        candidates = tuning.nn_split_candidates(M, N, dense)
     else:
-        dense = dense_allowed(groups, src=src, lda=lda, B=B, b_ld=b_ld)
         candidates = tuning.nn_candidates(M, N, variants, dense)
     tuner.run(site + (M,), candidates, work, launch)
 

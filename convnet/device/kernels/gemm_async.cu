@@ -423,10 +423,10 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// One stage of TN_SPLIT_BK cases: As[k][LDA] (k: case, then weight row), Ds[k][LDD]; the warp's
+// One stage of TN_SPLIT_BK cases: A's element (row m, k) at As[m * A_M + k * A_K], Ds[k][LDD]; the warp's
 // outputs start at row m0 and column n0. acc[mt][nt][i] is the fragment layout of m16n8: rows
 // g and g + 8, columns 2t and 2t + 1 (g = lane / 4, t = lane % 4).
-template <int WM, int WN, int LDA, int LDD>
+template <int WM, int WN, int A_M, int A_K, int LDD>
 __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4],
                                                  const float* As, const float* Ds, int m0, int n0,
                                                  int lane)
@@ -445,11 +445,11 @@ __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4
         unsigned ah[MT][4], al[MT][4], dh[NT8][2], dl[NT8][2];
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
-            const float* p = As + (kk + t) * LDA + m0 + i * 16 + g;
+            const float* p = As + (kk + t) * A_K + (m0 + i * 16 + g) * A_M;
             split_tf32(p[0], ah[i][0], al[i][0]);
-            split_tf32(p[8], ah[i][1], al[i][1]);
-            split_tf32(p[4 * LDA], ah[i][2], al[i][2]);
-            split_tf32(p[4 * LDA + 8], ah[i][3], al[i][3]);
+            split_tf32(p[8 * A_M], ah[i][1], al[i][1]);
+            split_tf32(p[4 * A_K], ah[i][2], al[i][2]);
+            split_tf32(p[4 * A_K + 8 * A_M], ah[i][3], al[i][3]);
         }
 #pragma unroll
         for (int j = 0; j < NT8; ++j) {
@@ -549,7 +549,8 @@ __device__ __forceinline__ void gemm_tn_split_body(
         };
 
         cp_async_stages<STAGES>(steps, issue, [&](int st) {
-            split_tf32_stage<WM, WN, LDA, LDD>(acc, &As[st][0][0], &Ds[st][0][0], wm0, wn0, lane);
+            split_tf32_stage<WM, WN, 1, LDA, LDD>(acc, &As[st][0][0], &Ds[st][0][0], wm0, wn0,
+                                                  lane);
         });
 
         const i64 p = local_cols ? sh.ch : z;
@@ -666,7 +667,8 @@ __device__ __forceinline__ void gemm_nn_split_body(
         };
 
         cp_async_stages<STAGES>(nk, issue, [&](int st) {
-            split_tf32_stage<WM, WN, LDA, LDB>(acc, &As[st][0][0], &Bs[st][0][0], wm0, wn0, lane);
+            split_tf32_stage<WM, WN, 1, LDA, LDB>(acc, &As[st][0][0], &Bs[st][0][0], wm0, wn0,
+                                                  lane);
         });
 
         const int gr = lane >> 2, t = lane & 3;
@@ -702,6 +704,123 @@ GEMM_NN_SPLIT(gemm_nn_tc128x32_w32x32_s3, 128, 32, 32, 32, 3)
 GEMM_NN_SPLIT(gemm_nn_tc64x32_w32x16_s4, 64, 32, 32, 16, 4)
 GEMM_NN_SPLIT(gemm_nn_tc128x16_w32x16_s4, 128, 16, 32, 16, 4)
 GEMM_NN_SPLIT(gemm_nn_tc64x16_w16x16_s4, 64, 16, 16, 16, 4)
+
+// gemm_nn_split over dense rows (plan.DenseRows, as gemm_nn_dense_body): A staged as the cases'
+// rows ([case][k], 16-byte copies, rows 20 floats apart so that a warp's fragment loads fall in 32
+// banks), B as [k][column]; the bias (A = 1, B's bias row) is the k after the dense part, as in
+// the gather tables, so every stage holds the same operands as gemm_nn_split's and the bits are
+// the same.
+template <int BM, int BN, int WM, int WN, int STAGES>
+__device__ __forceinline__ void gemm_nn_dense_split_body(
+    const float* __restrict__ src, int lda, const int* __restrict__ tab,
+    const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
+    float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
+{
+    constexpr int BK = TN_SPLIT_BK;
+    constexpr int WARPS_M = BM / WM;
+    constexpr int NT = 32 * WARPS_M * (BN / WN);
+    constexpr int AS = BK + 4, LDB = BN + 8;
+    constexpr int A_CHUNKS = BM * BK / 4;
+    constexpr int B_CHUNKS = BK * BN / 4;
+    constexpr int MT = WM / 16, NT8 = WN / 8;
+    static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "warp tiles");
+    __shared__ __align__(16) float As[STAGES][BM][AS];
+    __shared__ __align__(16) float Bs[STAGES][BK][LDB];
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int wm0 = (warp % WARPS_M) * WM;
+    const int wn0 = (warp / WARPS_M) * WN;
+    const int m0 = blockIdx.y * BM;
+    const int n0 = blockIdx.z * BN;
+
+    for (int g = blockIdx.x; g < G; g += gridDim.x) {
+        const GroupDesc d(desc, g);
+        const int bias = d.K > 0 && tab[d.a_start + d.K - 1] == A_ONE;
+        const int Kd = d.K - bias;
+        const float* a_rows = src + (Kd > 0 ? tab[d.a_start] : 0);
+        const float* b_rows = B + (b_ld > 0 ? 0 : (d.K > 0 ? tab[d.b_start] : 0)) + d.b_add;
+        const i64 b_step = b_ld > 0 ? b_ld : (d.K > 1 ? tab[d.b_start + 1] - tab[d.b_start] : 0);
+        const int nk = (d.K + BK - 1) / BK;
+
+        float acc[MT][NT8][4];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+        // rows past M read the last case (never stored); past the dense part, a 4-float chunk
+        // is copied a float at a time: the dense floats, then the bias input (1), then zeros
+        auto issue = [&](int t) {
+            const int st = t % STAGES;
+            const int k0 = t * BK;
+#pragma unroll
+            for (int c0 = 0; c0 < A_CHUNKS; c0 += NT) {
+                const int c = c0 + tid;
+                if (A_CHUNKS % NT == 0 || c < A_CHUNKS) {
+                    const int r = c / (BK / 4), q = c % (BK / 4);
+                    const int k = k0 + 4 * q;
+                    const float* p = a_rows + (i64)min(m0 + r, M - 1) * lda + k;
+                    if (k + 4 <= Kd) {
+                        cp_async16(&As[st][r][4 * q], p, 16);
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int ke = k + e;
+                            cp_async4(&As[st][r][4 * q + e], ke < Kd ? p + e : &k_one,
+                                      ke < Kd || (bias && ke == Kd));
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int c0 = 0; c0 < B_CHUNKS; c0 += NT) {
+                const int c = c0 + tid;
+                if (B_CHUNKS % NT == 0 || c < B_CHUNKS) {
+                    const int r = c / (BN / 4), q = c % (BN / 4);
+                    const int k = k0 + r, n = n0 + 4 * q;
+                    const int bytes = k < d.K ? max(0, min(16, 4 * (N - n))) : 0;
+                    cp_async16(&Bs[st][r][4 * q], bytes ? b_rows + k * b_step + n : B, bytes);
+                }
+            }
+        };
+
+        cp_async_stages<STAGES>(nk, issue, [&](int st) {
+            split_tf32_stage<WM, WN, AS, 1, LDB>(acc, &As[st][0][0], &Bs[st][0][0], wm0, wn0,
+                                                 lane);
+        });
+
+        const int gr = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int m = m0 + wm0 + i * 16 + gr + (e >> 1) * 8;
+                    const int c = n0 + wn0 + j * 8 + 2 * t + (e & 1);
+                    if (m < M && c < N) {
+                        const i64 o = (i64)m * ldo + d.o_add + c;
+                        out[o] = nn_epilogue(acc[i][j][e], epi, prior, o);
+                    }
+                }
+    }
+}
+
+#define GEMM_NN_DENSE_SPLIT(NAME, BM, BN, WM, WN, STAGES)                                        \
+    extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN))                      \
+    NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
+         const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,      \
+         float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)      \
+    {                                                                                             \
+        gemm_nn_dense_split_body<BM, BN, WM, WN, STAGES>(src, lda, tab, desc, B, b_ld, M, N, out, \
+                                                         ldo, prior, epi, G);                     \
+    }
+
+GEMM_NN_DENSE_SPLIT(gemm_nn_tcd128x64_w32x32_s3, 128, 64, 32, 32, 3)
+GEMM_NN_DENSE_SPLIT(gemm_nn_tcd64x64_w32x32_s3, 64, 64, 32, 32, 3)
 
 // ---------------------------------------------------------- gemm_tn, every column in one block
 // gemm_tn's partial sums with a block that holds all the columns of a launch (up to TN_COLS_MAX),

@@ -24,7 +24,7 @@ class GemmReference(ReferenceBase):
         covered((grid[2], grid[1]), BM, BN, M, N)
         assert 1 <= grid[0] <= G
         d = self.mem.view(desc, np.int32, 5 * G).reshape(G, 5).astype(np.int64)
-        if tile in tuning.NN_DENSE or tile in tuning.NN_NARROW:
+        if tile in tuning.NN_DENSE or tile in tuning.NN_NARROW or tile in tuning.NN_SPLIT_DENSE:
             self.check_dense(tab, d, src, lda, B, b_ld)
         m = np.arange(M)
         n = np.arange(N)
