@@ -57,12 +57,13 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     gradient and those whose conv_grad variants fit one stage only (the CIFAR-sized net's second
     CONV layer), never a layer with two-stage conv_grad variants (LeNet's second) nor the
     gradient from the pooled deltas; the activations of more than 16 columns without tiled
-    variants, but for fully connected layers of over 128 neurons (the CIFAR-sized net's layer
-    of 96, not LeNet's of 500); no delta. tensor_cores=True: every one of them, and the tiled
-    variants (and the pooling in their epilogue) are not built; False: none."""
+    variants (the fully connected layers of LeNet and the CIFAR-sized net, not the output
+    layer); the deltas from fully connected layers of over 128 neurons (LeNet's 500, not the
+    CIFAR-sized net's 96). tensor_cores=True: every one of them, and the tiled variants (and
+    the pooling in their epilogue) are not built; False: none."""
     lenet = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER)
     assert lenet.split_gradients == {4, 5}
-    assert lenet.split_forward == lenet.split_delta == set()
+    assert lenet.split_forward == lenet.split_delta == {4}
     assert all(v.stages == 2 for v in lenet.tiled[2].grad.values()) and lenet.conv_pool == {3}
     cifar = kp.plan_kernels(Architecture.from_lines(*CIFAR_SIZED), DeviceOptions(), HOPPER)
     assert cifar.split_gradients == {0, 2, 4, 5}

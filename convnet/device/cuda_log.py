@@ -150,11 +150,11 @@ def product_lines(backend):
     plan = getattr(backend, "kernels", None)
     steps = []
     if plan is not None:
-        for what, layers in (("weight gradients", plan.split_gradients),
-                             ("activations", plan.split_forward),
+        for what, layers in (("weight gradients of", plan.split_gradients),
+                             ("activations of", plan.split_forward),
                              ("deltas backpropagated from", plan.split_delta)):
             if layers:
-                steps.append(f"{what} of " + ", ".join(plan.labels[i] for i in sorted(layers)))
+                steps.append(f"{what} " + ", ".join(plan.labels[i] for i in sorted(layers)))
     lines = ["Products of FC, LOCAL and CONV layers: float32 fused multiply-adds"
              + (", except on the tensor cores" if steps else "")]
     if steps:

@@ -334,29 +334,35 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES):
 def _split_products(arch, options, conv_small, tiled):
     """(layers whose activation, layers whose delta backpropagation) run as gather products on
     the tensor cores (gemm_nn's split TF32 variants): every such gather product where
-    options.tensor_cores is True, none where it is False, and where it is None the activations
-    that split_tf32_forward_pays picks (no delta: the float32 products were as fast or faster
-    at every delta of the suite)."""
+    options.tensor_cores is True, none where it is False, and where it is None those that
+    split_tf32_forward_pays and split_tf32_delta_pays pick."""
     if options.tensor_cores is False:
         return frozenset(), frozenset()
     products = [layer for layer in arch.all_layers
                 if layer.kind.has_weights and layer.index not in conv_small]
-    if options.tensor_cores:
-        return (frozenset(layer.index for layer in products),
-                frozenset(layer.index for layer in products if layer.index > 0))
-    return frozenset(layer.index for layer in products
-                     if split_tf32_forward_pays(layer, tiled.get(layer.index))), frozenset()
+    every = bool(options.tensor_cores)
+    forward = [layer.index for layer in products
+               if every or split_tf32_forward_pays(layer, tiled.get(layer.index))]
+    delta = [layer.index for layer in products
+             if layer.index > 0 and (every or split_tf32_delta_pays(layer))]
+    return frozenset(forward), frozenset(delta)
 
 
 def split_tf32_forward_pays(layer, tiled):
     """Whether a layer's activation is faster on the tensor cores, by what the suite measured
     (NOTES.md, "Tensor cores"): no where conv_tiled.cu has forward variants for it, nor for 16
-    columns or fewer (the float32 tiles of 16 columns were faster), nor for a fully connected
-    layer of over 128 neurons (the float32 variants for dense rows, 16-byte copies, were
-    faster); yes otherwise."""
+    columns or fewer (the float32 tiles of 16 columns were faster); yes otherwise (a fully
+    connected layer's on the split variants for dense rows where its launch allows them)."""
     if tiled is not None and tiled.fwd:
         return False
-    return layer.depth > 16 and not (layer.kind.whole_prior and layer.depth > 128)
+    return layer.depth > 16
+
+
+def split_tf32_delta_pays(layer):
+    """Whether the delta backpropagated from a layer is faster on the tensor cores: for a fully
+    connected layer of over 128 neurons (dense rows: LeNet's 500, 0.29 -> 0.22 ms); the float32
+    products were as fast or faster at every other delta measured."""
+    return layer.kind.whole_prior and layer.depth > 128
 
 
 def _split_gradients(arch, options, pooled_grad, tiled):
