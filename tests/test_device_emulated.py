@@ -893,13 +893,7 @@ COLS_ARCHS = [
 def test_emulated_whole_column_gradients(fake_runtime, monkeypatch, spec):
     """Each whole-column gemm_tn variant, forced wherever it fits, gives the float64 model's
     gradient (the launches' grids, blocks and shared sizes checked by the emulation)."""
-    lines, rows, cols, bands, ncls = spec
-    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
-    rng = np.random.default_rng(8)
-    x = rng.uniform(-1, 1, (300, bands, rows, cols))
-    c = rng.integers(0, ncls, 300)
-    w = rng.normal(0, 0.3, arch.n_weights)
-    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    arch, x, c, w, crit_ref, grad_ref, _ = _problem(*spec, n=300, seed=8)
     first = tuning.tn_candidates
     for tile in tuning.TN_COLS:
         monkeypatch.setattr(tuning, "tn_candidates",
@@ -914,13 +908,7 @@ def test_emulated_split_tf32_products(fake_runtime, monkeypatch):  # noqa: F811
     """Each tensor-core variant (split TF32) of the gather products and the weight gradients,
     forced at every site of a net with CONV, LOCAL and FC layers, launches with a grid that
     covers its outputs and gives the float64 model's gradient; no float32 product runs."""
-    lines, rows, cols, bands, ncls = COLS_ARCHS[1]
-    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
-    rng = np.random.default_rng(9)
-    x = rng.uniform(-1, 1, (90, bands, rows, cols))
-    c = rng.integers(0, ncls, 90)
-    w = rng.normal(0, 0.3, arch.n_weights)
-    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    arch, x, c, w, crit_ref, grad_ref, _ = _problem(*COLS_ARCHS[1], n=90, seed=9)
     split = DeviceOptions(tensor_cores=True)
     nns, tns = list(tuning.NN_SPLIT), list(tuning.TN_SPLIT)
     first = tuning.nn_split_candidates

@@ -423,6 +423,48 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// The elements of a warp's m16n8 accumulator fragments: f(i, j, e, row, col) for each, row and
+// column counted from the warp's first output (g = lane / 4 gives rows g and g + 8, t = lane % 4
+// columns 2t and 2t + 1 of each 16 x 8 fragment).
+template <int MT, int NT8, typename F>
+__device__ __forceinline__ void for_each_fragment_element(int lane, F&& f)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) f(i, j, e, i * 16 + g + (e >> 1) * 8, j * 8 + 2 * t + (e & 1));
+}
+
+template <int MT, int NT8>
+__device__ __forceinline__ void zero_fragments(float (&acc)[MT][NT8][4])
+{
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+}
+
+// gemm_nn's outputs from the fragments of a warp whose first output is (m_first, n_first).
+template <int MT, int NT8>
+__device__ __forceinline__ void store_nn_fragments(const float (&acc)[MT][NT8][4], int lane,
+                                                   int m_first, int n_first, int M, int N,
+                                                   float* __restrict__ out, int ldo, int o_add,
+                                                   const float* __restrict__ prior, int epi)
+{
+    for_each_fragment_element<MT, NT8>(lane, [&](int i, int j, int e, int r, int c) {
+        const int m = m_first + r, n = n_first + c;
+        if (m < M && n < N) {
+            const i64 o = (i64)m * ldo + o_add + n;
+            out[o] = nn_epilogue(acc[i][j][e], epi, prior, o);
+        }
+    });
+}
+
 // One stage of TN_SPLIT_BK cases: A's element (row m, k) at As[m * A_M + k * A_K], Ds[k][LDD]; the warp's
 // outputs start at row m0 and column n0. acc[mt][nt][i] is the fragment layout of m16n8: rows
 // g and g + 8, columns 2t and 2t + 1 (g = lane / 4, t = lane % 4).
@@ -434,12 +476,7 @@ __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4
     constexpr int MT = WM / 16, NT8 = WN / 8;
     const int g = lane >> 2, t = lane & 3;
     float sum[MT][NT8][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sum[i][j][e] = 0.f;
+    zero_fragments(sum);
 #pragma unroll
     for (int kk = 0; kk < TN_SPLIT_BK; kk += 8) {
         unsigned ah[MT][4], al[MT][4], dh[NT8][2], dl[NT8][2];
@@ -466,12 +503,9 @@ __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4
                 mma_tf32(sum[i][j], ah[i], dh[j]);
             }
     }
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] += sum[i][j][e];
+    for_each_fragment_element<MT, NT8>(lane, [&](int i, int j, int e, int, int) {
+        acc[i][j][e] += sum[i][j][e];
+    });
 }
 
 template <int BM, int BN, int WM, int WN, int STAGES>
@@ -520,12 +554,7 @@ __device__ __forceinline__ void gemm_tn_split_body(
         const int steps = (sh.g_hi - g_lo) * tiles;
 
         float acc[MT][NT8][4];
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+        zero_fragments(acc);
 
         // A stage wholly inside the chunk (all but its last) needs no per-case checks; the
         // addresses advance by a fixed stride from one copy to the next.
@@ -555,17 +584,10 @@ __device__ __forceinline__ void gemm_tn_split_body(
 
         const i64 p = local_cols ? sh.ch : z;
         const int col_base = local_cols ? sh.slot * NL : 0;
-        const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int row = k0 + wm0 + i * 16 + g + (e >> 1) * 8;
-                    const int col = c0 + wn0 + j * 8 + 2 * t + (e & 1);
-                    if (row < R && col < NL) part[(p * R + row) * pld + col_base + col] = acc[i][j][e];
-                }
+        for_each_fragment_element<MT, NT8>(lane, [&](int i, int j, int e, int r, int c) {
+            const int row = k0 + wm0 + r, col = c0 + wn0 + c;
+            if (row < R && col < NL) part[(p * R + row) * pld + col_base + col] = acc[i][j][e];
+        });
     }
 }
 
@@ -640,12 +662,7 @@ __device__ __forceinline__ void gemm_nn_split_body(
         const int nk = (d.K + BK - 1) / BK;
 
         float acc[MT][NT8][4];
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+        zero_fragments(acc);
 
         auto issue = [&](int t) {
             const int st = t % STAGES;
@@ -671,20 +688,7 @@ __device__ __forceinline__ void gemm_nn_split_body(
                                                   lane);
         });
 
-        const int gr = lane >> 2, t = lane & 3;
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int m = m0 + wm0 + i * 16 + gr + (e >> 1) * 8;
-                    const int c = n0 + wn0 + j * 8 + 2 * t + (e & 1);
-                    if (m < M && c < N) {
-                        const i64 o = (i64)m * ldo + d.o_add + c;
-                        out[o] = nn_epilogue(acc[i][j][e], epi, prior, o);
-                    }
-                }
+        store_nn_fragments(acc, lane, m0 + wm0, n0 + wn0, M, N, out, ldo, d.o_add, prior, epi);
     }
 }
 
@@ -744,12 +748,7 @@ __device__ __forceinline__ void gemm_nn_dense_split_body(
         const int nk = (d.K + BK - 1) / BK;
 
         float acc[MT][NT8][4];
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+        zero_fragments(acc);
 
         // rows past M read the last case (never stored); past the dense part, a 4-float chunk
         // is copied a float at a time: the dense floats, then the bias input (1), then zeros
@@ -792,20 +791,7 @@ __device__ __forceinline__ void gemm_nn_dense_split_body(
                                                  lane);
         });
 
-        const int gr = lane >> 2, t = lane & 3;
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int m = m0 + wm0 + i * 16 + gr + (e >> 1) * 8;
-                    const int c = n0 + wn0 + j * 8 + 2 * t + (e & 1);
-                    if (m < M && c < N) {
-                        const i64 o = (i64)m * ldo + d.o_add + c;
-                        out[o] = nn_epilogue(acc[i][j][e], epi, prior, o);
-                    }
-                }
+        store_nn_fragments(acc, lane, m0 + wm0, n0 + wn0, M, N, out, ldo, d.o_add, prior, epi);
     }
 }
 
