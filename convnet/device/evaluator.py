@@ -519,7 +519,8 @@ class DeviceEvaluator(Evaluator):
         else:
             chunks = -(-n_batch // CHUNK)
             launches.gemm_tn(
-                rt, self.tuner, site, split=family == families.GEMM_TN_SPLIT, src=src, lda=lda, tables=b.d_tables,
+                rt, self.tuner, site, split=family == families.GEMM_TN_SPLIT, src=src, lda=lda,
+                tables=b.d_tables,
                 desc=ptr(b.d_desc, b.fwd_desc[lp.index]), delta=delta, ldd=lp.nhid,
                 depth=0 if lp.kind.whole_prior else lp.depth, rows=grad.rows, n_lo=slice_lo,
                 n_hi=slice_hi, n_cases=n_batch, chunk=CHUNK, groups=grad.groups,

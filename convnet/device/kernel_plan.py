@@ -45,7 +45,8 @@ FAMILIES = (GEMM_NN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BACKWARD,
 # CONV_GRAD family and the tiled candidates) are built per layer shape, so they have none here.
 _PRODUCTS = ("gemm.cu", "gemm_async.cu")
 FAMILY_FILES = {GEMM_NN: _PRODUCTS, GEMM_TN: _PRODUCTS, GEMM_TN_SPLIT: _PRODUCTS,
-                CONV_SMALL: ("conv_small.cu",), CONV_SMALL_POOL: ("conv_small.cu",), CONV_GRAD_POOLED: ("conv_small.cu",),
+                CONV_SMALL: ("conv_small.cu",), CONV_SMALL_POOL: ("conv_small.cu",),
+                CONV_GRAD_POOLED: ("conv_small.cu",),
                 POOL_FORWARD: ("pool.cu",), POOL_BACKWARD: ("pool.cu",),
                 POOL_BACKWARD_TILES: ("pool.cu",)}
 # the softmax, the weights' copies and the gradient's sums serve every net

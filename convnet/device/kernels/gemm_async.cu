@@ -415,7 +415,8 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo)
     lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4],
+                                         const unsigned (&b)[2])
 {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%0, %1, %2, %3};\n"
@@ -435,7 +436,8 @@ __device__ __forceinline__ void for_each_fragment_element(int lane, F&& f)
 #pragma unroll
         for (int j = 0; j < NT8; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) f(i, j, e, i * 16 + g + (e >> 1) * 8, j * 8 + 2 * t + (e & 1));
+            for (int e = 0; e < 4; ++e)
+                f(i, j, e, i * 16 + g + (e >> 1) * 8, j * 8 + 2 * t + (e & 1));
 }
 
 template <int MT, int NT8>
@@ -465,9 +467,9 @@ __device__ __forceinline__ void store_nn_fragments(const float (&acc)[MT][NT8][4
     });
 }
 
-// One stage of TN_SPLIT_BK cases: A's element (row m, k) at As[m * A_M + k * A_K], Ds[k][LDD]; the warp's
-// outputs start at row m0 and column n0. acc[mt][nt][i] is the fragment layout of m16n8: rows
-// g and g + 8, columns 2t and 2t + 1 (g = lane / 4, t = lane % 4).
+// One stage of TN_SPLIT_BK cases: A's element (row m, k) at As[m * A_M + k * A_K], Ds[k][LDD];
+// the warp's outputs start at row m0 and column n0. acc[mt][nt][i] is the fragment layout of
+// m16n8: rows g and g + 8, columns 2t and 2t + 1 (g = lane / 4, t = lane % 4).
 template <int WM, int WN, int A_M, int A_K, int LDD>
 __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4],
                                                  const float* As, const float* Ds, int m0, int n0,
@@ -672,7 +674,8 @@ __device__ __forceinline__ void gemm_nn_split_body(
             const i64 a_step = ao >= 0 ? a_stride : 0;
 #pragma unroll
             for (int i = 0; i < A_PER; ++i, pa += a_step)
-                cp_async4(&As[st][a_k][a_m + i * A_STEP], pa, ((a_valid >> i) & 1u) && ao != A_ZERO);
+                cp_async4(&As[st][a_k][a_m + i * A_STEP], pa,
+                          ((a_valid >> i) & 1u) && ao != A_ZERO);
 #pragma unroll
             for (int i = 0; i < B_PER; ++i) {
                 const int kb = t * BK + b_k + i * B_STEP;
