@@ -13,6 +13,8 @@ from convnet.device.plan import ModelPlan, simulate
 from convnet.errors import ConvnetError
 from convnet.params import DeviceParams, Params
 
+from test_device_emulated import FLOAT32  # the float32 kernels' variants, tensor cores off
+
 _OK, _WHY = device_available()
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not _OK, reason=f"no CUDA device: {_WHY}")]
 
@@ -194,10 +196,6 @@ def test_model_cuda_errors_are_user_errors():
     m = Model(arch, "cuda")
     with pytest.raises(ConvnetError):
         m.gradient(np.zeros((2, 1, 4, 4)), np.zeros(2, int))
-
-
-# the weight gradients' float32 variants (gemm_tn's tiles), not the tensor cores' (split TF32)
-FLOAT32 = DeviceOptions(tensor_cores=False)
 
 
 def _tn_fitting(tile, R, N):

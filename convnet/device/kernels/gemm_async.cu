@@ -424,6 +424,13 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// Where a warp's outputs start in its block: the warps go down the block's rows first.
+template <int WARPS_M, int WM>
+__device__ __forceinline__ int warp_first_row(int tid) { return ((tid >> 5) % WARPS_M) * WM; }
+
+template <int WARPS_M, int WN>
+__device__ __forceinline__ int warp_first_col(int tid) { return ((tid >> 5) / WARPS_M) * WN; }
+
 // The elements of a warp's m16n8 accumulator fragments: f(i, j, e, row, col) for each, row and
 // column counted from the warp's first output (g = lane / 4 gives rows g and g + 8, t = lane % 4
 // columns 2t and 2t + 1 of each 16 x 8 fragment).
@@ -533,9 +540,8 @@ __device__ __forceinline__ void gemm_tn_split_body(
     __shared__ __align__(16) float Ds[STAGES][BK][LDD];
 
     const int tid = threadIdx.x;
-    const int lane = tid & 31, warp = tid >> 5;
-    const int wm0 = (warp % WARPS_M) * WM;
-    const int wn0 = (warp / WARPS_M) * WN;
+    const int lane = tid & 31;
+    const int wm0 = warp_first_row<WARPS_M, WM>(tid), wn0 = warp_first_col<WARPS_M, WN>(tid);
     const int k0 = blockIdx.y * BM;
     const int NL = n_hi - n_lo;
     const int c0 = blockIdx.x * BN;
@@ -642,9 +648,8 @@ __device__ __forceinline__ void gemm_nn_split_body(
     __shared__ __align__(16) float Bs[STAGES][BK][LDB];
 
     const int tid = threadIdx.x;
-    const int lane = tid & 31, warp = tid >> 5;
-    const int wm0 = (warp % WARPS_M) * WM;
-    const int wn0 = (warp / WARPS_M) * WN;
+    const int lane = tid & 31;
+    const int wm0 = warp_first_row<WARPS_M, WM>(tid), wn0 = warp_first_col<WARPS_M, WN>(tid);
     const int m0 = blockIdx.y * BM;
     const int n0 = blockIdx.z * BN;
     const int a_k = tid % BK;
@@ -695,22 +700,23 @@ __device__ __forceinline__ void gemm_nn_split_body(
     }
 }
 
-#define GEMM_NN_SPLIT(NAME, BM, BN, WM, WN, STAGES)                                              \
+// BODY: gemm_nn_split_body, or gemm_nn_dense_split_body (dense rows only)
+#define GEMM_NN_SPLIT(NAME, BODY, BM, BN, WM, WN, STAGES)                                        \
     extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN))                      \
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
          const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,      \
          float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)      \
     {                                                                                             \
-        gemm_nn_split_body<BM, BN, WM, WN, STAGES>(src, lda, tab, desc, B, b_ld, M, N, out, ldo,  \
-                                                   prior, epi, G);                                \
+        BODY<BM, BN, WM, WN, STAGES>(src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi,   \
+                                     G);                                                          \
     }
 
-GEMM_NN_SPLIT(gemm_nn_tc128x64_w32x32_s3, 128, 64, 32, 32, 3)
-GEMM_NN_SPLIT(gemm_nn_tc64x64_w32x32_s3, 64, 64, 32, 32, 3)
-GEMM_NN_SPLIT(gemm_nn_tc128x32_w32x32_s3, 128, 32, 32, 32, 3)
-GEMM_NN_SPLIT(gemm_nn_tc64x32_w32x16_s4, 64, 32, 32, 16, 4)
-GEMM_NN_SPLIT(gemm_nn_tc128x16_w32x16_s4, 128, 16, 32, 16, 4)
-GEMM_NN_SPLIT(gemm_nn_tc64x16_w16x16_s4, 64, 16, 16, 16, 4)
+GEMM_NN_SPLIT(gemm_nn_tc128x64_w32x32_s3, gemm_nn_split_body, 128, 64, 32, 32, 3)
+GEMM_NN_SPLIT(gemm_nn_tc64x64_w32x32_s3, gemm_nn_split_body, 64, 64, 32, 32, 3)
+GEMM_NN_SPLIT(gemm_nn_tc128x32_w32x32_s3, gemm_nn_split_body, 128, 32, 32, 32, 3)
+GEMM_NN_SPLIT(gemm_nn_tc64x32_w32x16_s4, gemm_nn_split_body, 64, 32, 32, 16, 4)
+GEMM_NN_SPLIT(gemm_nn_tc128x16_w32x16_s4, gemm_nn_split_body, 128, 16, 32, 16, 4)
+GEMM_NN_SPLIT(gemm_nn_tc64x16_w16x16_s4, gemm_nn_split_body, 64, 16, 16, 16, 4)
 
 // gemm_nn_split over dense rows (plan.DenseRows, as gemm_nn_dense_body): A staged as the cases'
 // rows ([case][k], 16-byte copies, rows 20 floats apart so that a warp's fragment loads fall in 32
@@ -735,9 +741,8 @@ __device__ __forceinline__ void gemm_nn_dense_split_body(
     __shared__ __align__(16) float Bs[STAGES][BK][LDB];
 
     const int tid = threadIdx.x;
-    const int lane = tid & 31, warp = tid >> 5;
-    const int wm0 = (warp % WARPS_M) * WM;
-    const int wn0 = (warp / WARPS_M) * WN;
+    const int lane = tid & 31;
+    const int wm0 = warp_first_row<WARPS_M, WM>(tid), wn0 = warp_first_col<WARPS_M, WN>(tid);
     const int m0 = blockIdx.y * BM;
     const int n0 = blockIdx.z * BN;
 
@@ -798,18 +803,8 @@ __device__ __forceinline__ void gemm_nn_dense_split_body(
     }
 }
 
-#define GEMM_NN_DENSE_SPLIT(NAME, BM, BN, WM, WN, STAGES)                                        \
-    extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN))                      \
-    NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
-         const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,      \
-         float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)      \
-    {                                                                                             \
-        gemm_nn_dense_split_body<BM, BN, WM, WN, STAGES>(src, lda, tab, desc, B, b_ld, M, N, out, \
-                                                         ldo, prior, epi, G);                     \
-    }
-
-GEMM_NN_DENSE_SPLIT(gemm_nn_tcd128x64_w32x32_s3, 128, 64, 32, 32, 3)
-GEMM_NN_DENSE_SPLIT(gemm_nn_tcd64x64_w32x32_s3, 64, 64, 32, 32, 3)
+GEMM_NN_SPLIT(gemm_nn_tcd128x64_w32x32_s3, gemm_nn_dense_split_body, 128, 64, 32, 32, 3)
+GEMM_NN_SPLIT(gemm_nn_tcd64x64_w32x32_s3, gemm_nn_dense_split_body, 64, 64, 32, 32, 3)
 
 // ---------------------------------------------------------- gemm_tn, every column in one block
 // gemm_tn's partial sums with a block that holds all the columns of a launch (up to TN_COLS_MAX),
