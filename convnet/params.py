@@ -41,6 +41,8 @@ BOOK_METHOD_NAME = "ANNEAL CG"
 # (SGD CG, ADAM CG: the mini-batch steps, then conjugate gradients from where they ended)
 TRAIN_METHODS = (BOOK_METHOD_NAME, "SGD", "ADAM", "SGD CG", "ADAM CG")
 LR_SCHEDULES = ("CONSTANT", "STEP", "COSINE", "ONE CYCLE")
+# CUDA PRECISION: float32 accuracy (the default), or one TF32 product on the tensor cores
+FLOAT32, TF32 = "FLOAT32", "TF32"
 # LEARNING RATE when not set, by method (the criterion is a mean per case and class, so SGD's
 # rate is about n_classes times the usual one for a mean per case; Adam's steps do not scale)
 DEFAULT_LEARNING_RATES = {"SGD": 0.5, "ADAM": 0.002}
@@ -157,6 +159,12 @@ PARAMETER_DEFS = (
     ParamDef("CUDA DEVICES", "device", "cuda_devices", "devices",
              "GPUs that share every evaluation, each with its shard of the cases",
              default_note="GPU 0 alone"),
+    ParamDef("CUDA PRECISION", "device", "precision", "choice",
+             "the GPU's products: FLOAT32 keeps float32 accuracy (float32 arithmetic, or split "
+             "TF32 on the tensor cores); TF32 takes one tensor-core product of operands rounded "
+             "to 11 significant bits wherever the tensor cores serve: faster, about 1e-3 "
+             "relative error a product; the host computes in float64 either way", FLOAT32,
+             choices=(FLOAT32, TF32)),
     ParamDef("THREADS", "", "threads", "int", "host threads", default_note="all cores",
              minimum=1, maximum=MAX_THREADS),
     ParamDef("RANDOM SEED", "", "seed", "int", "seed of every random choice", minimum=0,
@@ -268,7 +276,7 @@ class TrainingParams(_Group):
 @dataclass(frozen=True)
 class DeviceParams(_Group):
     """What the device backend reads: MAX BATCH (None: as many as fit), MAX HID GRAD, MAX MEM
-    GRAD, and CUDA DEVICES (None: GPU 0 alone; else '0,1' or 'ALL')."""
+    GRAD, CUDA DEVICES (None: GPU 0 alone; else '0,1' or 'ALL') and CUDA PRECISION."""
 
     GROUP = "device"
 
@@ -276,6 +284,7 @@ class DeviceParams(_Group):
     max_hid_grad: int = _default("MAX HID GRAD")
     max_mem_grad: int = _default("MAX MEM GRAD")
     cuda_devices: Optional[str] = _default("CUDA DEVICES")
+    precision: str = _default("CUDA PRECISION")
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,7 @@ class DeviceBackend:
         # host weights sent in two parts, the second behind the first layers' work (upload_split)
         self.upload_split = upload_split(arch) if options.split_upload else None
         self.plan = ModelPlan(arch)
-        self.kernels = plan_kernels(arch, options, self.rt.shared_optin)
+        self.kernels = plan_kernels(arch, options, self.rt.shared_optin, params.precision)
         self.labels = list(self.kernels.labels)
         self.conv_tiled = {index: ConvTiled(self.rt, variants)
                            for index, variants in self.kernels.tiled.items()}

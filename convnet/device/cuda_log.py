@@ -70,6 +70,7 @@ def _param_lines(backend, params):
     out.append(f"   MAX MEM GRAD = {backend.max_mem_grad} MB")
     if params.get("CUDA DEVICES") is not None:
         out.append(f"   CUDA DEVICES = {params['CUDA DEVICES']}")
+    out.append(f"   CUDA PRECISION = {params['CUDA PRECISION']}")
     for key in TRAINING_PARAMS:
         if params.get(key) is not None:
             out.append(f"   {key} = {params[key]}")
@@ -146,7 +147,8 @@ def book_activity_lines(timings, fused_first_pool=None, fused_in_gradients=False
 
 def product_lines(backend):
     """How the products of FC, LOCAL and CONV layers are computed: float32 fused multiply-adds,
-    and the steps the kernel plan put on the tensor cores (split TF32, float32 accuracy)."""
+    and the steps the kernel plan put on the tensor cores (split TF32 at float32 accuracy, or one
+    TF32 product with CUDA PRECISION = TF32)."""
     plan = getattr(backend, "kernels", None)
     steps = []
     if plan is not None:
@@ -157,7 +159,10 @@ def product_lines(backend):
                 steps.append(f"{what} " + ", ".join(plan.labels[i] for i in sorted(layers)))
     lines = ["Products of FC, LOCAL and CONV layers: float32 fused multiply-adds"
              + (", except on the tensor cores" if steps else "")]
-    if steps:
+    if steps and plan.tf32:
+        lines.append("Tensor cores (one TF32 product, CUDA PRECISION = TF32: operands rounded to "
+                     "11 significant bits, sums in stages of 16 terms): " + "; ".join(steps))
+    elif steps:
         lines.append("Tensor cores (split TF32: float32 accuracy, sums in stages of 16 terms): "
                      + "; ".join(steps))
     return lines

@@ -434,7 +434,7 @@ class DeviceEvaluator(Evaluator):
                 epi=EPI_NONE if lp.is_output else EPI_TANH, tiled=b.conv_tiled.get(index),
                 pool=(b.plan.layers[following], ws.acts[following],
                       ws.ids[following] if want_delta else NULL) if pooled else None,
-                split=index in b.kernels.split_forward)
+                split=index in b.kernels.split_forward, tf32=b.kernels.tf32)
 
     def _backward(self, start, stop):
         """The weight gradients and delta backpropagation of one batch, from the output layer
@@ -483,7 +483,8 @@ class DeviceEvaluator(Evaluator):
                              groups=lp.bwd, B=ptr(b.d_wbwd, lp.lay.bwd_offset), b_ld=0, M=n_batch,
                              out=out, ldo=prior.nhid, prior=prior_act,
                              epi=EPI_DERIV if prior.kind.applies_tanh else EPI_NONE,
-                             tiled=b.conv_tiled.get(index), split=index in b.kernels.split_delta)
+                             tiled=b.conv_tiled.get(index), split=index in b.kernels.split_delta,
+                             tf32=b.kernels.tf32)
 
     def _gradient(self, lp, start, n_batch, delta):
         """Weight gradient of one layer for one batch: partial sums (by the family the plan
@@ -519,8 +520,8 @@ class DeviceEvaluator(Evaluator):
         else:
             chunks = -(-n_batch // CHUNK)
             launches.gemm_tn(
-                rt, self.tuner, site, split=family == families.GEMM_TN_SPLIT, src=src, lda=lda,
-                tables=b.d_tables,
+                rt, self.tuner, site, split=family == families.GEMM_TN_SPLIT, tf32=b.kernels.tf32,
+                src=src, lda=lda, tables=b.d_tables,
                 desc=ptr(b.d_desc, b.fwd_desc[lp.index]), delta=delta, ldd=lp.nhid,
                 depth=0 if lp.kind.whole_prior else lp.depth, rows=grad.rows, n_lo=slice_lo,
                 n_hi=slice_hi, n_cases=n_batch, chunk=CHUNK, groups=grad.groups,

@@ -1,7 +1,7 @@
 """Kernel choice as one plan: which kernel family computes each step of each layer, the variants
 the tuner may choose among, how the weight gradient is cut into launches, and every device byte.
 
-    choice = plan_kernels(arch, options, shared_optin)      # per layer: families and variants
+    choice = plan_kernels(arch, options, shared_optin, precision)   # per layer: families, variants
     batch = choice.batch_plan(n_cases, batch_limit, params) # batches, launch splits, bytes
     device_bytes(arch, n_cases, batch_limit, params)        # the same count, without a device
 
@@ -20,6 +20,7 @@ from .conv_tiled import (GRAD_SUBS, SMEM_BYTES, ConvShape, delta_variants, forwa
 from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS,
                        POOLED_GRAD_SUBS, conv_grad_pooled_shape, line_parts, windows_tile)
 from .layout import layer_layouts
+from ..params import FLOAT32, TF32
 from .options import DeviceOptions
 from .plan import CHUNK, GradPlan, gradient_launch_slices, split_batches
 
@@ -177,7 +178,8 @@ class KernelPlan:
     pools as it goes in forward-only evaluations), fused_pool_gradient (... in gradients too),
     pooled_grad (the first layer's gradient from the pooled deltas), and the steps on the tensor
     cores (split TF32): split_gradients (layers whose weight gradients), split_forward (whose
-    activations' gather products) and split_delta (whose delta backpropagation products)."""
+    activations' gather products) and split_delta (whose delta backpropagation products); tf32:
+    those steps take one TF32 product instead of split TF32 (CUDA PRECISION = TF32)."""
     arch: object = field(repr=False)
     layouts: Dict[int, object] = field(repr=False)
     conv_small: Dict[int, int]
@@ -191,6 +193,7 @@ class KernelPlan:
     split_gradients: FrozenSet[int] = frozenset()
     split_forward: FrozenSet[int] = frozenset()
     split_delta: FrozenSet[int] = frozenset()
+    tf32: bool = False
 
     # ------------------------------------------------------------ the questions of an evaluation
     def forward_family(self, index, fused=True, want_delta=False):
@@ -303,10 +306,10 @@ class KernelPlan:
         return BatchPlan.of(self, n_cases, batch_limit, params)
 
 
-def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES):
+def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES, precision=FLOAT32):
     """The KernelPlan of an architecture: which family computes each step, and the tiled
     variants that fit a device whose kernels may opt in to `shared_optin` bytes of shared
-    memory."""
+    memory; precision: CUDA PRECISION (TF32: the tensor-core steps take one TF32 product)."""
     layouts, _, _ = layer_layouts(arch)
     conv_small = _conv_small_widths(arch, layouts)
     pool_tiles = frozenset(layer.index for layer in arch.layers
@@ -329,7 +332,7 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES):
         + ("Output",)
     return KernelPlan(arch, layouts, conv_small, pool_tiles, tiled, frozenset(conv_pool),
                       fused_pool, fused_pool_gradient, pooled_grad, labels, split,
-                      split_forward, split_delta)
+                      split_forward, split_delta, precision == TF32)
 
 
 def _split_products(arch, options, conv_small, tiled):
@@ -515,5 +518,5 @@ def device_bytes(arch, n_cases, batch_limit, params, options=DeviceOptions(),
                  shared_optin=SMEM_BYTES):
     """Every device byte an evaluator of n_cases cases with MAX BATCH batch_limit allocates,
     with the backend's own: the BatchPlan's total."""
-    plan = plan_kernels(arch, options, shared_optin)
+    plan = plan_kernels(arch, options, shared_optin, params.precision)
     return plan.batch_plan(n_cases, batch_limit, params).total_bytes

@@ -245,14 +245,15 @@ class FirstLayerPool:
 
 
 def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out, ldo, prior, epi,
-            tiled=None, pool=None, split=False):
+            tiled=None, pool=None, split=False, tf32=False):
     """A gather product out = epi(A B) for M rows (cases), the groups of a layer's table.
     tiled: for a convolutional layer's activation (b_ld > 0) or delta backpropagation (b_ld 0),
     its conv_tiled.ConvTiled, whose variants are candidates beside the gather tiles (same bits).
     pool: (pooling layer, its activation, its winners) of the max pooling after a convolutional
     layer whose tiled variants compute it in their epilogue (tiled.pool); the gather tiles are
     then followed by pool_forward, and each candidate is timed with its pooling.
-    split: on the tensor cores (the split TF32 variants alone: no tiled or dense ones)."""
+    split: on the tensor cores (the split TF32 variants alone: no tiled or dense ones); with
+    tf32, their one-product TF32 twins (CUDA PRECISION = TF32)."""
     G = groups.n_groups
     N = groups.n_cols
     variants = {} if tiled is None else tiled.fwd if b_ld > 0 else tiled.bwd
@@ -291,6 +292,7 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     dense = dense_allowed(groups, src=src, lda=lda, B=B, b_ld=b_ld)
     if split:
         candidates = tuning.nn_split_candidates(M, N, dense)
+        candidates = tuning.tf32_tiles(candidates) if tf32 else candidates
     else:
         candidates = tuning.nn_candidates(M, N, variants, dense)
     tuner.run(site + (M,), candidates, work, launch)
@@ -309,9 +311,9 @@ def dense_allowed(groups, *, src, lda, B, b_ld):
 
 
 def gemm_tn(rt, tuner, site, *, src, lda, tables, desc, delta, ldd, depth, rows, n_lo, n_hi,
-            n_cases, chunk, groups, gps, slots, local_cols, part, nz, split=False):
+            n_cases, chunk, groups, gps, slots, local_cols, part, nz, split=False, tf32=False):
     """Weight-gradient partial sums A^T delta over chunks of cases (and position ranges);
-    split: on the tensor cores (the split TF32 variants)."""
+    split: on the tensor cores (the split TF32 variants; with tf32, their one-product twins)."""
     NL = n_hi - n_lo
 
     def launch(tile):
@@ -324,8 +326,12 @@ def gemm_tn(rt, tuner, site, *, src, lda, tables, desc, delta, ldd, depth, rows,
                   shared=shared)
 
     work = float(rows) * NL * n_cases * groups
-    candidates = tuning.tn_split_candidates if split else tuning.tn_candidates
-    tuner.run(site, candidates(rows, NL), work, launch)
+    if split:
+        candidates = tuning.tn_split_candidates(rows, NL)
+        candidates = tuning.tf32_tiles(candidates) if tf32 else candidates
+    else:
+        candidates = tuning.tn_candidates(rows, NL)
+    tuner.run(site, candidates, work, launch)
 
 
 def conv_grad(tuner, site, tiled, *, src, lda, delta, ldd, rows, n_lo, n_hi, n_cases, chunk, subs,

@@ -15,8 +15,7 @@ from ..errors import ConvnetError
 from .graphs import DriverAPI, DriverEvent, Graph
 from .kernel_args import compiled_functions
 from .kernel_cache import CompileJob, KernelCache, split_units
-from .tuning import (NN_SHARED, NN_SPLIT, NN_TILES, SHARED_BYTES, TN_SPLIT, tile_source,
-                     tn_tiles)
+from .tuning import NN_SHARED, NN_TENSOR, NN_TILES, SHARED_BYTES, TN_TENSOR, tile_source, tn_tiles
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 # built when a backend is made (the files its net needs) or on a function's first launch
@@ -53,7 +52,8 @@ def _function_files():
     """({function name: its kernel file}, {kernel file: [(function name, KernelParams)]}) of
     every function of EAGER_FILES."""
     by_name, by_file = {}, {f: [] for f in EAGER_FILES}
-    products = compiled_functions([*NN_TILES, *NN_SPLIT], [*tn_tiles(), *TN_SPLIT], tile_source)
+    products = compiled_functions([*NN_TILES, *NN_TENSOR], [*tn_tiles(), *TN_TENSOR],
+                                  tile_source)
     for source, name, params in products:
         by_name[name] = source
         by_file[source].append((name, params))

@@ -81,6 +81,21 @@ NN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
 NN_SPLIT_DENSE = [t for t in NN_SPLIT if t.startswith("tcd")]
 
 
+# The same tiles with one TF32 product of the rounded operands (CUDA PRECISION = TF32): "tf" for
+# "tc" (gemm_async.cu's instantiations with PASSES 1); again a family of their own bits.
+def tf32_tiles(tiles):
+    """The one-product TF32 variants of split TF32 variants, in the same order."""
+    return [tile.replace("tc", "tf", 1) for tile in tiles]
+
+
+TN_TF32 = dict(zip(tf32_tiles(TN_SPLIT), TN_SPLIT.values()))
+NN_TF32 = dict(zip(tf32_tiles(NN_SPLIT), NN_SPLIT.values()))
+NN_TF32_DENSE = tf32_tiles(NN_SPLIT_DENSE)
+# every tensor-core variant, by the shape of its tile
+TN_TENSOR = {**TN_SPLIT, **TN_TF32}
+NN_TENSOR = {**NN_SPLIT, **NN_TF32}
+
+
 def nn_split_candidates(M, N, dense=False):
     """gemm_nn's split TF32 variants worth trying for a launch of M cases and N columns, best
     guess first (any of them gives the same bits); dense: the launch may take the variants for
@@ -95,7 +110,7 @@ def nn_split_candidates(M, N, dense=False):
 
 def nn_shape(tile):
     """(BM, BN, threads) of a gemm_nn variant, float32 or split TF32."""
-    return NN_SPLIT[tile] if tile in NN_SPLIT else NN_TILES[tile]
+    return NN_TENSOR[tile] if tile in NN_TENSOR else NN_TILES[tile]
 
 
 def tn_tiles():
@@ -148,7 +163,7 @@ def tn_launch_shape(tile, R, N):
     if tile in TN_COLS:
         threads, row_blocks, col_blocks, shared = tn_cols_shape(tile, R, N)
         return threads, col_blocks, row_blocks, shared
-    BM, BN, threads = TN_SPLIT[tile] if tile in TN_SPLIT else TN_TILES[tile]
+    BM, BN, threads = TN_TENSOR[tile] if tile in TN_TENSOR else TN_TILES[tile]
     return threads, -(-N // BN), -(-R // BM), 0
 
 

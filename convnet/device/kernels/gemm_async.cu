@@ -415,6 +415,18 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo)
     lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
+// PASSES 3: split TF32 (hi and lo, three products: float32 accuracy); PASSES 1: one TF32
+// product of the rounded operands (CUDA PRECISION = TF32; lo is not formed)
+template <int PASSES>
+__device__ __forceinline__ void tf32_operand(float x, unsigned& hi, unsigned& lo)
+{
+    static_assert(PASSES == 1 || PASSES == 3, "one TF32 product or split TF32");
+    if (PASSES == 3)
+        split_tf32(x, hi, lo);
+    else
+        hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+}
+
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4],
                                          const unsigned (&b)[2])
 {
@@ -477,7 +489,7 @@ __device__ __forceinline__ void store_nn_fragments(const float (&acc)[MT][NT8][4
 // One stage of TN_SPLIT_BK cases: A's element (row m, k) at As[m * A_M + k * A_K], Ds[k][LDD];
 // the warp's outputs start at row m0 and column n0. acc[mt][nt][i] is the fragment layout of
 // m16n8: rows g and g + 8, columns 2t and 2t + 1 (g = lane / 4, t = lane % 4).
-template <int WM, int WN, int A_M, int A_K, int LDD>
+template <int WM, int WN, int A_M, int A_K, int LDD, int PASSES>
 __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4],
                                                  const float* As, const float* Ds, int m0, int n0,
                                                  int lane)
@@ -492,23 +504,25 @@ __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
             const float* p = As + (kk + t) * A_K + (m0 + i * 16 + g) * A_M;
-            split_tf32(p[0], ah[i][0], al[i][0]);
-            split_tf32(p[8 * A_M], ah[i][1], al[i][1]);
-            split_tf32(p[4 * A_K], ah[i][2], al[i][2]);
-            split_tf32(p[4 * A_K + 8 * A_M], ah[i][3], al[i][3]);
+            tf32_operand<PASSES>(p[0], ah[i][0], al[i][0]);
+            tf32_operand<PASSES>(p[8 * A_M], ah[i][1], al[i][1]);
+            tf32_operand<PASSES>(p[4 * A_K], ah[i][2], al[i][2]);
+            tf32_operand<PASSES>(p[4 * A_K + 8 * A_M], ah[i][3], al[i][3]);
         }
 #pragma unroll
         for (int j = 0; j < NT8; ++j) {
             const float* q = Ds + (kk + t) * LDD + n0 + j * 8 + g;
-            split_tf32(q[0], dh[j][0], dl[j][0]);
-            split_tf32(q[4 * LDD], dh[j][1], dl[j][1]);
+            tf32_operand<PASSES>(q[0], dh[j][0], dl[j][0]);
+            tf32_operand<PASSES>(q[4 * LDD], dh[j][1], dl[j][1]);
         }
 #pragma unroll
         for (int i = 0; i < MT; ++i)
 #pragma unroll
             for (int j = 0; j < NT8; ++j) {
-                mma_tf32(sum[i][j], al[i], dh[j]);
-                mma_tf32(sum[i][j], ah[i], dl[j]);
+                if (PASSES == 3) {
+                    mma_tf32(sum[i][j], al[i], dh[j]);
+                    mma_tf32(sum[i][j], ah[i], dl[j]);
+                }
                 mma_tf32(sum[i][j], ah[i], dh[j]);
             }
     }
@@ -517,7 +531,7 @@ __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4
     });
 }
 
-template <int BM, int BN, int WM, int WN, int STAGES>
+template <int BM, int BN, int WM, int WN, int STAGES, int PASSES>
 __device__ __forceinline__ void gemm_tn_split_body(
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
     const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,
@@ -586,8 +600,8 @@ __device__ __forceinline__ void gemm_tn_split_body(
         };
 
         cp_async_stages<STAGES>(steps, issue, [&](int st) {
-            split_tf32_stage<WM, WN, 1, LDA, LDD>(acc, &As[st][0][0], &Ds[st][0][0], wm0, wn0,
-                                                  lane);
+            split_tf32_stage<WM, WN, 1, LDA, LDD, PASSES>(acc, &As[st][0][0], &Ds[st][0][0], wm0,
+                                                          wn0, lane);
         });
 
         const i64 p = local_cols ? sh.ch : z;
@@ -599,34 +613,45 @@ __device__ __forceinline__ void gemm_tn_split_body(
     }
 }
 
-#define GEMM_TN_SPLIT(NAME, BM, BN, WM, WN, STAGES)                                              \
+#define GEMM_TN_SPLIT(NAME, BM, BN, WM, WN, STAGES, PASSES)                                      \
     extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN))                      \
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
          const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,      \
          int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,      \
          int local_cols, float* __restrict__ part, int nz)                                       \
     {                                                                                             \
-        gemm_tn_split_body<BM, BN, WM, WN, STAGES>(src, lda, tab, desc, delta, ldd, depth, R,     \
-                                                   n_lo, n_hi, n_cases, chunk, groups, gps,       \
-                                                   slots, local_cols, part, nz);                  \
+        gemm_tn_split_body<BM, BN, WM, WN, STAGES, PASSES>(src, lda, tab, desc, delta, ldd,       \
+                                                           depth, R, n_lo, n_hi, n_cases, chunk,  \
+                                                           groups, gps, slots, local_cols, part,  \
+                                                           nz);                                   \
     }
 
-GEMM_TN_SPLIT(gemm_tn_tc128x64_w32x32_s3, 128, 64, 32, 32, 3)
-GEMM_TN_SPLIT(gemm_tn_tc64x64_w32x32_s3, 64, 64, 32, 32, 3)
-GEMM_TN_SPLIT(gemm_tn_tc128x32_w32x32_s3, 128, 32, 32, 32, 3)
-GEMM_TN_SPLIT(gemm_tn_tc64x32_w32x16_s4, 64, 32, 32, 16, 4)
-GEMM_TN_SPLIT(gemm_tn_tc32x32_w16x16_s4, 32, 32, 16, 16, 4)
-GEMM_TN_SPLIT(gemm_tn_tc64x16_w16x16_s4, 64, 16, 16, 16, 4)
-GEMM_TN_SPLIT(gemm_tn_tc32x16_w16x8_s4, 32, 16, 16, 8, 4)
-GEMM_TN_SPLIT(gemm_tn_tc128x16_w32x16_s4, 128, 16, 32, 16, 4)
-GEMM_TN_SPLIT(gemm_tn_tc64x16_w32x16_s4, 64, 16, 32, 16, 4)
+GEMM_TN_SPLIT(gemm_tn_tc128x64_w32x32_s3, 128, 64, 32, 32, 3, 3)
+GEMM_TN_SPLIT(gemm_tn_tc64x64_w32x32_s3, 64, 64, 32, 32, 3, 3)
+GEMM_TN_SPLIT(gemm_tn_tc128x32_w32x32_s3, 128, 32, 32, 32, 3, 3)
+GEMM_TN_SPLIT(gemm_tn_tc64x32_w32x16_s4, 64, 32, 32, 16, 4, 3)
+GEMM_TN_SPLIT(gemm_tn_tc32x32_w16x16_s4, 32, 32, 16, 16, 4, 3)
+GEMM_TN_SPLIT(gemm_tn_tc64x16_w16x16_s4, 64, 16, 16, 16, 4, 3)
+GEMM_TN_SPLIT(gemm_tn_tc32x16_w16x8_s4, 32, 16, 16, 8, 4, 3)
+GEMM_TN_SPLIT(gemm_tn_tc128x16_w32x16_s4, 128, 16, 32, 16, 4, 3)
+GEMM_TN_SPLIT(gemm_tn_tc64x16_w32x16_s4, 64, 16, 32, 16, 4, 3)
+// the same tiles with one TF32 product (CUDA PRECISION = TF32)
+GEMM_TN_SPLIT(gemm_tn_tf128x64_w32x32_s3, 128, 64, 32, 32, 3, 1)
+GEMM_TN_SPLIT(gemm_tn_tf64x64_w32x32_s3, 64, 64, 32, 32, 3, 1)
+GEMM_TN_SPLIT(gemm_tn_tf128x32_w32x32_s3, 128, 32, 32, 32, 3, 1)
+GEMM_TN_SPLIT(gemm_tn_tf64x32_w32x16_s4, 64, 32, 32, 16, 4, 1)
+GEMM_TN_SPLIT(gemm_tn_tf32x32_w16x16_s4, 32, 32, 16, 16, 4, 1)
+GEMM_TN_SPLIT(gemm_tn_tf64x16_w16x16_s4, 64, 16, 16, 16, 4, 1)
+GEMM_TN_SPLIT(gemm_tn_tf32x16_w16x8_s4, 32, 16, 16, 8, 4, 1)
+GEMM_TN_SPLIT(gemm_tn_tf128x16_w32x16_s4, 128, 16, 32, 16, 4, 1)
+GEMM_TN_SPLIT(gemm_tn_tf64x16_w32x16_s4, 64, 16, 32, 16, 4, 1)
 
 // ------------------------------------------------------------ gemm_nn on tensor cores (split TF32)
 // gemm_nn's gather product with gemm_tn_split's arithmetic: the same operands and tables as
 // gemm_nn_async_body, A staged as [k][case] and B as [k][column] (rows padded by 8 floats), each
 // stage of 16 k summed from zero on the tensor cores and then added in float32, the epilogue
 // element by element. The same bits for every variant of this family.
-template <int BM, int BN, int WM, int WN, int STAGES>
+template <int BM, int BN, int WM, int WN, int STAGES, int PASSES>
 __device__ __forceinline__ void gemm_nn_split_body(
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
     const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
@@ -692,8 +717,8 @@ __device__ __forceinline__ void gemm_nn_split_body(
         };
 
         cp_async_stages<STAGES>(nk, issue, [&](int st) {
-            split_tf32_stage<WM, WN, 1, LDA, LDB>(acc, &As[st][0][0], &Bs[st][0][0], wm0, wn0,
-                                                  lane);
+            split_tf32_stage<WM, WN, 1, LDA, LDB, PASSES>(acc, &As[st][0][0], &Bs[st][0][0], wm0,
+                                                          wn0, lane);
         });
 
         store_nn_fragments(acc, lane, m0 + wm0, n0 + wn0, M, N, out, ldo, d.o_add, prior, epi);
@@ -701,29 +726,36 @@ __device__ __forceinline__ void gemm_nn_split_body(
 }
 
 // BODY: gemm_nn_split_body, or gemm_nn_dense_split_body (dense rows only)
-#define GEMM_NN_SPLIT(NAME, BODY, BM, BN, WM, WN, STAGES)                                        \
+#define GEMM_NN_SPLIT(NAME, BODY, BM, BN, WM, WN, STAGES, PASSES)                                \
     extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN))                      \
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
          const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,      \
          float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)      \
     {                                                                                             \
-        BODY<BM, BN, WM, WN, STAGES>(src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi,   \
-                                     G);                                                          \
+        BODY<BM, BN, WM, WN, STAGES, PASSES>(src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, \
+                                             epi, G);                                             \
     }
 
-GEMM_NN_SPLIT(gemm_nn_tc128x64_w32x32_s3, gemm_nn_split_body, 128, 64, 32, 32, 3)
-GEMM_NN_SPLIT(gemm_nn_tc64x64_w32x32_s3, gemm_nn_split_body, 64, 64, 32, 32, 3)
-GEMM_NN_SPLIT(gemm_nn_tc128x32_w32x32_s3, gemm_nn_split_body, 128, 32, 32, 32, 3)
-GEMM_NN_SPLIT(gemm_nn_tc64x32_w32x16_s4, gemm_nn_split_body, 64, 32, 32, 16, 4)
-GEMM_NN_SPLIT(gemm_nn_tc128x16_w32x16_s4, gemm_nn_split_body, 128, 16, 32, 16, 4)
-GEMM_NN_SPLIT(gemm_nn_tc64x16_w16x16_s4, gemm_nn_split_body, 64, 16, 16, 16, 4)
+GEMM_NN_SPLIT(gemm_nn_tc128x64_w32x32_s3, gemm_nn_split_body, 128, 64, 32, 32, 3, 3)
+GEMM_NN_SPLIT(gemm_nn_tc64x64_w32x32_s3, gemm_nn_split_body, 64, 64, 32, 32, 3, 3)
+GEMM_NN_SPLIT(gemm_nn_tc128x32_w32x32_s3, gemm_nn_split_body, 128, 32, 32, 32, 3, 3)
+GEMM_NN_SPLIT(gemm_nn_tc64x32_w32x16_s4, gemm_nn_split_body, 64, 32, 32, 16, 4, 3)
+GEMM_NN_SPLIT(gemm_nn_tc128x16_w32x16_s4, gemm_nn_split_body, 128, 16, 32, 16, 4, 3)
+GEMM_NN_SPLIT(gemm_nn_tc64x16_w16x16_s4, gemm_nn_split_body, 64, 16, 16, 16, 4, 3)
+// the same tiles with one TF32 product (CUDA PRECISION = TF32)
+GEMM_NN_SPLIT(gemm_nn_tf128x64_w32x32_s3, gemm_nn_split_body, 128, 64, 32, 32, 3, 1)
+GEMM_NN_SPLIT(gemm_nn_tf64x64_w32x32_s3, gemm_nn_split_body, 64, 64, 32, 32, 3, 1)
+GEMM_NN_SPLIT(gemm_nn_tf128x32_w32x32_s3, gemm_nn_split_body, 128, 32, 32, 32, 3, 1)
+GEMM_NN_SPLIT(gemm_nn_tf64x32_w32x16_s4, gemm_nn_split_body, 64, 32, 32, 16, 4, 1)
+GEMM_NN_SPLIT(gemm_nn_tf128x16_w32x16_s4, gemm_nn_split_body, 128, 16, 32, 16, 4, 1)
+GEMM_NN_SPLIT(gemm_nn_tf64x16_w16x16_s4, gemm_nn_split_body, 64, 16, 16, 16, 4, 1)
 
 // gemm_nn_split over dense rows (plan.DenseRows, as gemm_nn_dense_body): A staged as the cases'
 // rows ([case][k], 16-byte copies, rows 20 floats apart so that a warp's fragment loads fall in 32
 // banks), B as [k][column]; the bias (A = 1, B's bias row) is the k after the dense part, as in
 // the gather tables, so every stage holds the same operands as gemm_nn_split's and the bits are
 // the same.
-template <int BM, int BN, int WM, int WN, int STAGES>
+template <int BM, int BN, int WM, int WN, int STAGES, int PASSES>
 __device__ __forceinline__ void gemm_nn_dense_split_body(
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
     const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
@@ -795,16 +827,19 @@ __device__ __forceinline__ void gemm_nn_dense_split_body(
         };
 
         cp_async_stages<STAGES>(nk, issue, [&](int st) {
-            split_tf32_stage<WM, WN, AS, 1, LDB>(acc, &As[st][0][0], &Bs[st][0][0], wm0, wn0,
-                                                 lane);
+            split_tf32_stage<WM, WN, AS, 1, LDB, PASSES>(acc, &As[st][0][0], &Bs[st][0][0], wm0,
+                                                         wn0, lane);
         });
 
         store_nn_fragments(acc, lane, m0 + wm0, n0 + wn0, M, N, out, ldo, d.o_add, prior, epi);
     }
 }
 
-GEMM_NN_SPLIT(gemm_nn_tcd128x64_w32x32_s3, gemm_nn_dense_split_body, 128, 64, 32, 32, 3)
-GEMM_NN_SPLIT(gemm_nn_tcd64x64_w32x32_s3, gemm_nn_dense_split_body, 64, 64, 32, 32, 3)
+GEMM_NN_SPLIT(gemm_nn_tcd128x64_w32x32_s3, gemm_nn_dense_split_body, 128, 64, 32, 32, 3, 3)
+GEMM_NN_SPLIT(gemm_nn_tcd64x64_w32x32_s3, gemm_nn_dense_split_body, 64, 64, 32, 32, 3, 3)
+// the same tiles with one TF32 product (CUDA PRECISION = TF32)
+GEMM_NN_SPLIT(gemm_nn_tfd128x64_w32x32_s3, gemm_nn_dense_split_body, 128, 64, 32, 32, 3, 1)
+GEMM_NN_SPLIT(gemm_nn_tfd64x64_w32x32_s3, gemm_nn_dense_split_body, 64, 64, 32, 32, 3, 1)
 
 // ---------------------------------------------------------- gemm_tn, every column in one block
 // gemm_tn's partial sums with a block that holds all the columns of a launch (up to TN_COLS_MAX),

@@ -7,6 +7,17 @@ from .. import launches, tuning
 from .host_memory import ReferenceBase, covered
 
 
+def round_tf32(x):
+    """float32 values rounded to TF32 (11 significant bits, half-way cases away from zero) as
+    gemm_async.cu's tf32_operand does; the one-product TF32 variants multiply these exactly."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xffffe000)).view(np.float32)
+
+
+def _operand(values, tf32):
+    return (round_tf32(values) if tf32 else values).astype(np.float64)
+
+
 class GemmReference(ReferenceBase):
     """The numpy reference of gemm_reference.py (see the package docstring)."""
 
@@ -24,8 +35,10 @@ class GemmReference(ReferenceBase):
         covered((grid[2], grid[1]), BM, BN, M, N)
         assert 1 <= grid[0] <= G
         d = self.mem.view(desc, np.int32, 5 * G).reshape(G, 5).astype(np.int64)
-        if tile in tuning.NN_DENSE or tile in tuning.NN_NARROW or tile in tuning.NN_SPLIT_DENSE:
+        if tile in (*tuning.NN_DENSE, *tuning.NN_NARROW, *tuning.NN_SPLIT_DENSE,
+                    *tuning.NN_TF32_DENSE):
             self.check_dense(tab, d, src, lda, B, b_ld)
+        tf32 = tile in tuning.NN_TF32
         m = np.arange(M)
         n = np.arange(N)
         for a_start, b_start, K, b_add, o_add in d:
@@ -36,9 +49,9 @@ class GemmReference(ReferenceBase):
                 else:
                     bo = self.gather(tab, np.int32, b_start + np.arange(K)).astype(np.int64)
                 idx = m[:, None] * lda + np.maximum(ao, 0)[None, :]
-                A = self.gather(src, np.float32, idx).astype(np.float64)
+                A = _operand(self.gather(src, np.float32, idx), tf32)
                 A = np.where(ao[None, :] >= 0, A, np.where(ao == -2, 1.0, 0.0)[None, :])
-                Bm = self.gather(B, np.float32, bo[:, None] + b_add + n[None, :]).astype(np.float64)
+                Bm = _operand(self.gather(B, np.float32, bo[:, None] + b_add + n[None, :]), tf32)
                 C = A @ Bm
             else:
                 C = np.zeros((M, N))
@@ -83,13 +96,14 @@ class GemmReference(ReferenceBase):
             assert 4 * BN <= 4 * block[0] and BM <= block[0], "a loader would miss rows"
             assert shared == 4 * stages * cb * (-(-BM // 4) * 4 + BN) <= tuning.SHARED_BYTES
         else:
-            BM, BN, nt = tuning.TN_SPLIT[tile] if tile in tuning.TN_SPLIT else tuning.TN_TILES[tile]
+            BM, BN, nt = tuning.TN_TENSOR.get(tile) or tuning.TN_TILES[tile]
             assert block[0] == nt and shared == 0
         covered(grid, BM, BN, R, NL)
         assert nz == -(-n_cases // chunk) * slots
         d = self.mem.view(desc, np.int32, 5 * groups).reshape(groups, 5).astype(np.int64)
         pld = groups * NL if local_cols else NL
         n = n_lo + np.arange(NL)
+        tf32 = tile in tuning.TN_TF32
         for z in range(nz):
             ch, slot = divmod(z, slots)
             lo, hi = ch * chunk, min(n_cases, ch * chunk + chunk)
@@ -97,10 +111,12 @@ class GemmReference(ReferenceBase):
             acc = np.zeros((R, NL))
             for g in range(slot * gps, min(groups, slot * gps + gps)):
                 ao = self.gather(tab, np.int32, d[g, 0] + np.arange(R)).astype(np.int64)
-                A = self.gather(src, np.float32, m[:, None] * lda + np.maximum(ao, 0)[None, :])
+                A = _operand(self.gather(src, np.float32, m[:, None] * lda
+                                         + np.maximum(ao, 0)[None, :]), tf32)
                 A = np.where(ao[None, :] >= 0, A, np.where(ao == -2, 1.0, 0.0)[None, :])
-                D = self.gather(delta, np.float32, m[:, None] * ldd + g * depth + n[None, :])
-                acc += A.T.astype(np.float64) @ D.astype(np.float64)
+                D = _operand(self.gather(delta, np.float32, m[:, None] * ldd + g * depth
+                                         + n[None, :]), tf32)
+                acc += A.T @ D
             p = ch if local_cols else z
             col = (slot * NL if local_cols else 0) + np.arange(NL)
             idx = (p * R + np.arange(R))[:, None] * pld + col[None, :]
