@@ -78,7 +78,7 @@ def parse_args(argv=None):
     ap.add_argument("--tf32", action="store_true", help="also time PyTorch with TF32 allowed")
     ap.add_argument("--torch-modes", default=",".join(TORCH_MODES),
                     help="PyTorch ways to time (eager, graph, compile)")
-    ap.add_argument("--params", default="", help='device parameters, e.g. "MAX BATCH=512"')
+    ap.add_argument("--params", default="", help='device parameters, e.g. "MAX BATCH=512,CUDA PRECISION=TF32"')
     ap.add_argument("--no-tiled", action="store_true",
                     help="convolutional layers with the gather product alone (no conv_tiled.cu)")
     ap.add_argument("--tensor-cores", choices=("rule", "on", "off"), default="rule",
@@ -150,12 +150,12 @@ def rel(a, b):
 
 
 def parse_params(text):
-    """A DeviceParams from "MAX BATCH=512,MAX HID GRAD=100"."""
+    """A DeviceParams from "MAX BATCH=512,MAX HID GRAD=100,CUDA PRECISION=TF32"."""
     from convnet.params import Params
     out = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
-        k, v = part.split("=")
-        out[" ".join(k.upper().split())] = int(v)
+        k, v = (side.strip() for side in part.split("="))
+        out[" ".join(k.upper().split())] = int(v) if v.lstrip("-").isdigit() else v.upper()
     return Params.from_phrases(out).device
 
 

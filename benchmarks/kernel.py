@@ -34,7 +34,8 @@ from convnet.device import kernel_args, launches, tuning  # noqa: E402
 
 FIRST_LAYER_VARIANTS = ("generic", *launches.FirstLayerPool.FIXED)
 # Each family: the tuner's candidates it owns at a launch site, the prefixes of its functions,
-# and the device options under which the plan gives it launch sites (if not the defaults).
+# and the device options and CUDA PRECISION under which the plan gives it launch sites (if not
+# the defaults).
 _TILED = "tiled_"
 FAMILIES = {
     "gemm_nn": dict(sites=("forward", "delta", "forward values", "forward pooled",
@@ -45,6 +46,10 @@ FAMILIES = {
                                   "forward values pooled"),
                           owns=lambda tile: tile in tuning.NN_SPLIT, functions=("gemm_nn_tc",),
                           options=dict(tensor_cores=True)),
+    "gemm_nn_tf32": dict(sites=("forward", "delta", "forward values", "forward pooled",
+                                 "forward values pooled"),
+                         owns=lambda tile: tile in tuning.NN_TF32, functions=("gemm_nn_tf",),
+                         options=dict(tensor_cores=True), precision="TF32"),
     "conv_fwd": dict(sites=("forward", "forward values", "forward pooled",
                             "forward values pooled"),
                      owns=lambda tile: tile.startswith(_TILED),
@@ -56,6 +61,9 @@ FAMILIES = {
                     options=dict(tensor_cores=False)),
     "gemm_tn_split": dict(sites=("gradient",), owns=lambda tile: tile in tuning.TN_SPLIT,
                           functions=("gemm_tn_tc",), options=dict(tensor_cores=True)),
+    "gemm_tn_tf32": dict(sites=("gradient",), owns=lambda tile: tile in tuning.TN_TF32,
+                         functions=("gemm_tn_tf",), options=dict(tensor_cores=True),
+                         precision="TF32"),
     "conv_grad": dict(sites=("gradient",), owns=lambda tile: tile.startswith(_TILED),
                       functions=("conv_grad_",)),
     "conv_small_pool": dict(sites=("forward pooled", "forward pooled values"),
@@ -301,7 +309,8 @@ def run_shape(family, shape, repeat, timing):
                             **FAMILIES[family].get("options", {}))
     rows = []
     with Mirror(rt) as mirror:
-        ev = DeviceBackend(arch, DeviceParams(), options).evaluator(inputs, classes, 0.01)
+        params = DeviceParams(precision=FAMILIES[family].get("precision", "FLOAT32"))
+        ev = DeviceBackend(arch, params, options).evaluator(inputs, classes, 0.01)
         seen = ForcedTuner(rt)
         _evaluate(ev, seen, weights)
         for variant in variants_of(family, seen.candidates):

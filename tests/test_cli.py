@@ -77,7 +77,7 @@ def test_check_manual_example_prints_the_books_report():
 
 @pytest.mark.parametrize("name,total", [
     ("lenet-mnist.ctl", None), ("lenet-mnist-split.ctl", None), ("mnist-small.ctl", None),
-    ("local-rgb.ctl", None), ("series-sp500.ctl", None),
+    ("local-rgb.ctl", None), ("series-sp500.ctl", None), ("lenet-mnist-split-tf32.ctl", None),
 ])
 def test_check_every_bench_copy(name, total):
     result = invoke("check", CONTROLFILES / name)

@@ -722,6 +722,35 @@ def test_split_tf32_products_give_the_same_bits_at_float32_accuracy(spec, monkey
     assert _rel(grad, grad_ref) <= 2 * _rel(grad32, grad_ref) + 1e-7
 
 
+@pytest.mark.parametrize("spec", SPLIT_SPECS, ids=["lenet", "local", "wide"])
+def test_tf32_products_give_the_same_bits(spec, monkeypatch):
+    """CUDA PRECISION = TF32 (tensor cores wherever they serve): every one-product variant, MAX
+    BATCH all and 256, gives the same bits; the gradient is TF32's distance from the float64
+    model (far more than split TF32's, under 2 %). Each variant against its TF32 reference:
+    benchmarks/kernel.py gemm_nn_tf32 and gemm_tn_tf32."""
+    from convnet.device import tuning
+    arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(*spec)
+    every = DeviceOptions(tensor_cores=True)
+    tf32 = DeviceParams(precision="TF32")
+    runs = {}
+    nns, tns = list(tuning.NN_SPLIT), list(tuning.TN_SPLIT)
+    first = tuning.nn_split_candidates
+    for i in range(max(len(nns), len(tns))):
+        nn, tn = nns[i % len(nns)], tns[i % len(tns)]
+        monkeypatch.setattr(tuning, "nn_split_candidates", lambda M, N, dense=False, t=nn:
+                            [t] if dense or t not in tuning.NN_SPLIT_DENSE else first(M, N)[:1])
+        monkeypatch.setattr(tuning, "tn_split_candidates", lambda R, N, t=tn: [t])
+        for params in (tf32, dataclasses.replace(tf32, max_batch=256)):
+            runs[nn, tn, params.max_batch] = _backend(arch, params, every).evaluator(
+                x, c, 0.01).gradient(w)
+    crit, grad = next(iter(runs.values()))
+    for key, (cr, gr) in runs.items():
+        assert cr == crit and np.array_equal(gr, grad), key
+    _, grad_split = _backend(arch, options=every).evaluator(x, c, 0.01).gradient(w)
+    assert 10 * _rel(grad_split, grad_ref) < _rel(grad, grad_ref) < 2e-2
+    assert abs(crit - crit_ref) <= 1e-3 * crit_ref
+
+
 def test_whole_column_gradients_give_the_same_bits(monkeypatch):
     """The whole-column weight-gradient variants (gemm_tn_cols) against the tile shapes, on
     LeNet's shapes (26 x 20 and 501 x 50 weight rows x slices) and on a LOCAL layer, MAX BATCH

@@ -928,6 +928,27 @@ def test_emulated_split_tf32_products(fake_runtime, monkeypatch):  # noqa: F811
         assert others <= {f"gemm_nn_{t}" for t in gather}, products
 
 
+def test_emulated_tf32_products(fake_runtime):  # noqa: F811
+    """CUDA PRECISION = TF32: the tensor-core sites launch the one-product variants only, whose
+    reference rounds both operands to TF32, so the gradient moves off the float64 model by
+    about TF32's rounding (far more than float32's, under 2 %), the criterion far less."""
+    arch, x, c, w, crit_ref, grad_ref, _ = _problem(*COLS_ARCHS[1], n=90, seed=9)
+    every = DeviceOptions(tensor_cores=True)
+    fake_runtime.launches.clear()
+    be = dbe.DeviceBackend(arch, DeviceParams(precision="TF32"), every)
+    assert be.kernels.tf32
+    crit, grad = be.evaluator(x, c, 0.01).gradient(w)
+    products = {name for name in fake_runtime.launches if name.startswith("gemm_")}
+    assert products and all(name.startswith(("gemm_nn_tf", "gemm_tn_tf")) for name in products)
+    assert 1e-5 < _rel(grad, grad_ref) < 2e-2
+    assert abs(crit - crit_ref) < 1e-3 * crit_ref
+    # the same net at FLOAT32: split TF32 at the same sites, float32 accuracy
+    fake_runtime.launches.clear()
+    _, grad_split = dbe.DeviceBackend(arch, options=every).evaluator(x, c, 0.01).gradient(w)
+    assert not any(name.startswith(("gemm_nn_tf", "gemm_tn_tf")) for name in fake_runtime.launches)
+    assert _rel(grad_split, grad_ref) <= 1e-5
+
+
 POOL_ARCHS = [
     # LeNet's pattern: both max-pooling layers tile a tanh layer
     (["CONVOLUTIONAL LAYER 6 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",

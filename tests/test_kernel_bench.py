@@ -19,8 +19,9 @@ def test_families_are_listed(capsys):
     assert all(name in out for name in bench.FAMILIES)
 
 
-@pytest.mark.parametrize("family", ["gemm_nn", "gemm_nn_split", "conv_fwd", "conv_bwd", "gemm_tn",
-                                    "gemm_tn_split", "conv_grad", "conv_small_pool"])
+@pytest.mark.parametrize("family", ["gemm_nn", "gemm_nn_split", "gemm_nn_tf32", "conv_fwd",
+                                    "conv_bwd", "gemm_tn", "gemm_tn_split", "gemm_tn_tf32",
+                                    "conv_grad", "conv_small_pool"])
 def test_every_variant_matches_its_reference(fake_runtime, family, capsys):  # noqa: F811
     bench = _bench()
     rows = bench.main([family, "--shapes", "small", "--no-timing"])
