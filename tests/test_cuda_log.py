@@ -115,3 +115,8 @@ def test_product_lines_name_the_steps_on_the_tensor_cores():
     none = plan_kernels(arch, DeviceOptions(tensor_cores=False), 227 * 1024)
     assert product_lines(SimpleNamespace(kernels=none)) == [
         "Products of FC, LOCAL and CONV layers: float32 fused multiply-adds"]
+    tf32 = plan_kernels(arch, DeviceOptions(), 227 * 1024, "TF32")
+    assert product_lines(SimpleNamespace(kernels=tf32))[1] == (
+        "Tensor cores (one TF32 product, CUDA PRECISION = TF32: operands rounded to 11 "
+        "significant bits, sums in stages of 16 terms): weight gradients of Layer 3 CONV, "
+        "Layer 5 FC, Output; activations of Layer 5 FC; deltas backpropagated from Layer 5 FC")

@@ -379,7 +379,7 @@ def test_emulated_cuda_log(fake_runtime, tmp_path):
                   "3. Device memory allocations", "4. Device time by layer and activity"):
         assert title in text
     assert "MAX BATCH = 100" in text and "WPEN = 0.5" in text and "RANDOM SEED = 3" in text
-    assert "CUDA DEVICES" not in text
+    assert "CUDA DEVICES" not in text and "CUDA PRECISION = FLOAT32" in text
     assert "Batch size 84 cases, 3 batch(es)" in text
     assert "Layer 1 is convolutional" in text and "Evaluations timed: 2" in text
     rows = [ln for ln in text.splitlines() if ln.startswith("Layer 1 CONV")]

@@ -79,6 +79,31 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
         assert "gemm_async.cu" in plan.kernel_files()
 
 
+STRIDED_3X3 = (["CONVOLUTIONAL LAYER 32 3 3 0 0 2 2", "CONVOLUTIONAL LAYER 64 1 1 1 1 2 2",
+                "FULLY CONNECTED LAYER 128"], 32, 32, 3, 10)
+
+
+def test_tf32_precision_takes_the_tensor_cores_wider():
+    """CUDA PRECISION = TF32: one TF32 product wherever the split rule puts the tensor cores, and
+    further: every weight gradient (LeNet's second CONV layer's too) and the activations and
+    deltas of over 16 columns, except where tiled variants serve a window of 16 taps or more
+    (LeNet's 5 x 5 second layer keeps its tiled activation with pooling and its tiled delta; a
+    3 x 3 layer with tiled variants gives them up). FLOAT32 plans are never tf32."""
+    lenet = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER, "TF32")
+    assert lenet.tf32 and not kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER).tf32
+    assert lenet.split_gradients == {2, 4, 5}
+    assert lenet.split_forward == lenet.split_delta == {4}
+    assert lenet.tiled[2].fwd and lenet.tiled[2].bwd and not lenet.tiled[2].grad
+    assert lenet.conv_pool == {3} and lenet.gradient_family(0) == kp.CONV_GRAD_POOLED
+    strided = Architecture.from_lines(*STRIDED_3X3)
+    assert kp.plan_kernels(strided, DeviceOptions(), HOPPER).tiled[1].fwd   # FLOAT32: tiled
+    tf32 = kp.plan_kernels(strided, DeviceOptions(), HOPPER, "TF32")
+    assert tf32.split_forward == tf32.split_delta == {1, 2} and not tf32.tiled
+    assert tf32.split_gradients == {0, 1, 2, 3}
+    off = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=False), HOPPER, "TF32")
+    assert not (off.split_gradients or off.split_forward or off.split_delta)
+
+
 def test_the_switches_change_the_steps():
     arch = _lenet()
     plain = kp.plan_kernels(arch, DeviceOptions(fuse=False, tiled=False, pool_tiles=False,

@@ -319,8 +319,9 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES, precisi
     fused_pool = _fused_first_pool(arch, layouts, options, conv_small)
     fused_pool_gradient = fused_pool and 1 in pool_tiles
     pooled_grad = _pooled_gradient(arch, layouts, options, fused_pool_gradient)
-    split = _split_gradients(arch, options, pooled_grad, tiled)
-    split_forward, split_delta = _split_products(arch, options, conv_small, tiled)
+    tf32 = precision == TF32
+    split = _split_gradients(arch, options, pooled_grad, tiled, tf32)
+    split_forward, split_delta = _split_products(arch, options, conv_small, tiled, tf32)
     # a step on the tensor cores needs no float32 tiled variants built (nor, for a forward step,
     # the pooling in their epilogue)
     tiled = {i: v for i, v in ((i, replace(v, grad={} if i in split else v.grad,
@@ -332,23 +333,26 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES, precisi
         + ("Output",)
     return KernelPlan(arch, layouts, conv_small, pool_tiles, tiled, frozenset(conv_pool),
                       fused_pool, fused_pool_gradient, pooled_grad, labels, split,
-                      split_forward, split_delta, precision == TF32)
+                      split_forward, split_delta, tf32)
 
 
-def _split_products(arch, options, conv_small, tiled):
+def _split_products(arch, options, conv_small, tiled, tf32=False):
     """(layers whose activation, layers whose delta backpropagation) run as gather products on
-    the tensor cores (gemm_nn's split TF32 variants): every such gather product where
-    options.tensor_cores is True, none where it is False, and where it is None those that
-    split_tf32_forward_pays and split_tf32_delta_pays pick."""
+    the tensor cores (gemm_nn's split TF32 variants, or with tf32 their one-product twins):
+    every such gather product where options.tensor_cores is True, none where it is False, and
+    where it is None those that split_tf32_forward_pays and split_tf32_delta_pays pick (with
+    tf32: tf32_forward_pays and tf32_delta_pays)."""
     if options.tensor_cores is False:
         return frozenset(), frozenset()
     products = [layer for layer in arch.all_layers
                 if layer.kind.has_weights and layer.index not in conv_small]
     every = bool(options.tensor_cores)
+    forward_pays = tf32_forward_pays if tf32 else split_tf32_forward_pays
+    delta_pays = tf32_delta_pays if tf32 else (lambda layer, _: split_tf32_delta_pays(layer))
     forward = [layer.index for layer in products
-               if every or split_tf32_forward_pays(layer, tiled.get(layer.index))]
+               if every or forward_pays(layer, tiled.get(layer.index))]
     delta = [layer.index for layer in products
-             if layer.index > 0 and (every or split_tf32_delta_pays(layer))]
+             if layer.index > 0 and (every or delta_pays(layer, tiled.get(layer.index)))]
     return frozenset(forward), frozenset(delta)
 
 
@@ -369,17 +373,18 @@ def split_tf32_delta_pays(layer):
     return layer.kind.whole_prior and layer.depth > 128
 
 
-def _split_gradients(arch, options, pooled_grad, tiled):
+def _split_gradients(arch, options, pooled_grad, tiled, tf32=False):
     """The layers whose weight-gradient partial sums run on the tensor cores (gemm_tn's split
-    TF32 variants): of the layers with weights whose gradient is not the first layer's from the
-    pooled deltas, every one where options.tensor_cores is True, none where it is False, and
-    where it is None those that split_tf32_pays picks (tiled: the layers' TiledVariants)."""
+    TF32 variants, or with tf32 their one-product twins): of the layers with weights whose
+    gradient is not the first layer's from the pooled deltas, every one where
+    options.tensor_cores is True, none where it is False, and where it is None those that
+    split_tf32_pays picks (tiled: the layers' TiledVariants); with tf32, every one."""
     if options.tensor_cores is False:
         return frozenset()
     layers = [layer for layer in arch.all_layers
               if layer.kind.has_weights and not (layer.index == 0 and pooled_grad)]
     return frozenset(layer.index for layer in layers
-                     if options.tensor_cores or split_tf32_pays(tiled.get(layer.index)))
+                     if options.tensor_cores or tf32 or split_tf32_pays(tiled.get(layer.index)))
 
 
 def split_tf32_pays(tiled):
@@ -391,6 +396,31 @@ def split_tf32_pays(tiled):
     not depend on the machine's timings."""
     variants = tiled.grad if tiled is not None else {}
     return all(v.stages == 1 for v in variants.values())
+
+
+# CUDA PRECISION = TF32 (one TF32 product, a third of split TF32's tensor-core work): measured
+# on the suite (NOTES.md, "One TF32 product"), it beats the float32 kernels at every weight
+# gradient and at every activation and delta of over 16 columns, except where conv_tiled.cu's
+# kernels serve a window of many taps: they reuse each input they load across the taps (LeNet's
+# and cifar-conv's 5 x 5 windows: tiled 0.94 against 1.01 ms, 1.29 against 1.65), where at 3 x 3
+# the one TF32 product won (strided-rgb 0.56 -> 0.42 ms, avgpool-deep 0.61 -> 0.55).
+TILED_OVER_TF32_TAPS = 16
+
+
+def _keeps_tiled(layer, variants):
+    """Whether a layer's tiled variants (of one step) stay ahead of one TF32 product."""
+    return bool(variants) and layer.spec.filter_v * layer.spec.filter_h >= TILED_OVER_TF32_TAPS
+
+
+def tf32_forward_pays(layer, tiled):
+    """With CUDA PRECISION = TF32: whether a layer's activation takes the tensor cores."""
+    return layer.depth > 16 and not _keeps_tiled(layer, tiled.fwd if tiled else None)
+
+
+def tf32_delta_pays(layer, tiled):
+    """With CUDA PRECISION = TF32: whether the delta backpropagated from a layer takes the
+    tensor cores."""
+    return layer.depth > 16 and not _keeps_tiled(layer, tiled.bwd if tiled else None)
 
 
 # ------------------------------------------------------------------------------ device bytes
