@@ -82,8 +82,9 @@ def parse_args(argv=None):
     ap.add_argument("--no-tiled", action="store_true",
                     help="convolutional layers with the gather product alone (no conv_tiled.cu)")
     ap.add_argument("--tensor-cores", choices=("rule", "on", "off"), default="rule",
-                    help="weight gradients on the tensor cores (split TF32): where the plan's rule "
-                         "says (the default), wherever they can be, or nowhere")
+                    help="products on the tensor cores (split TF32, or one TF32 product with "
+                         "CUDA PRECISION=TF32 in --params): where the plan's rule says (the "
+                         "default), wherever they can be, or nowhere")
     ap.add_argument("--profile", metavar="NET",
                     help="run one gradient of NET between cuProfilerStart/Stop (for ncu) and exit")
     ap.add_argument("--sync-check", metavar="NET",
@@ -149,6 +150,10 @@ def rel(a, b):
     return float(np.linalg.norm(np.asarray(a) - b) / max(np.linalg.norm(b), 1e-300))
 
 
+# --tensor-cores: DeviceOptions.tensor_cores
+TENSOR_CORES = {"rule": None, "on": True, "off": False}
+
+
 def parse_params(text):
     """A DeviceParams from "MAX BATCH=512,MAX HID GRAD=100,CUDA PRECISION=TF32"."""
     from convnet.params import Params
@@ -181,8 +186,10 @@ def profile(args):
 
 def sync_check(args):
     from convnet.device.backend import DeviceBackend
+    from convnet.device.options import DeviceOptions
     arch, x, c, wpen = load_net(args.bench_dir, args.sync_check)
-    be = DeviceBackend(arch, parse_params(args.params))
+    options = DeviceOptions(tensor_cores=TENSOR_CORES[args.tensor_cores])
+    be = DeviceBackend(arch, parse_params(args.params), options)
     ev = be.evaluator(x, c, wpen)
     rng = np.random.default_rng(7)
     w = rng.uniform(-0.1, 0.1, arch.n_weights)
@@ -209,7 +216,8 @@ def sync_check(args):
     print(f"events in that evaluation: {sum(s for (_, _), (_, s) in be.timer.totals.items()):.6f}")
     w2 = w + 0.01
     c1, g1 = ev.gradient(w2)
-    c2, g2 = DeviceBackend(arch, parse_params(args.params)).evaluator(x, c, wpen).gradient(w2)
+    c2, g2 = DeviceBackend(arch, parse_params(args.params), options).evaluator(
+        x, c, wpen).gradient(w2)
     print(f"reused evaluator vs fresh one: criterion equal {c1 == c2}, gradient equal "
           f"{bool(np.array_equal(g1, g2))}, max difference {float(np.abs(g1 - g2).max()):.3e}")
 
@@ -335,7 +343,7 @@ def bench_net(args, name, params, use_torch, mac_rate, bw):
     rng = np.random.default_rng(7)
     w0 = rng.uniform(-0.1, 0.1, arch.n_weights)
     w1 = w0 + rng.normal(0, 1e-3, arch.n_weights)
-    tensor_cores = {"rule": None, "on": True, "off": False}[args.tensor_cores]
+    tensor_cores = TENSOR_CORES[args.tensor_cores]
     be = DeviceBackend(arch, params, DeviceOptions(tiled=not args.no_tiled,
                                                    tensor_cores=tensor_cores))
     ev = be.evaluator(x, c, wpen)
