@@ -48,11 +48,13 @@ def test_kernel_file_compiles(path, tmp_path):
     ptx = out.read_text()
     # every kernel the backend launches from this file is there
     mod = os.path.basename(path)
-    products = [f"gemm_{kind}_{t}" for kind, tiles in (("nn", tuning.NN_TILES), ("tn", tuning.tn_tiles()))
-                for t in tiles]
-    wanted = {"gemm.cu": [p for p in products if tuning.tile_source(p.split("_", 2)[2]) == "gemm.cu"],
-              "gemm_async.cu": [p for p in products
-                                if tuning.tile_source(p.split("_", 2)[2]) == "gemm_async.cu"],
+    products = [f"gemm_{kind}_{t}" for kind, tiles in
+                (("nn", [*tuning.NN_TILES, *tuning.NN_TENSOR]),
+                 ("tn", [*tuning.tn_tiles(), *tuning.TN_TENSOR])) for t in tiles]
+    by_file = {}
+    for p in products:
+        by_file.setdefault(tuning.tile_source(p.split("_", 2)[2]), []).append(p)
+    wanted = {**by_file,
               "conv_small.cu": [f"conv_small_{n}" for n in kernel_args.CONV_SMALL_WIDTHS]
               + ["conv_grad_pooled"],
               "conv_tiled.cu": ["conv_fwd_c2_m8_n8_b4", "conv_bwd_c3"],
@@ -71,7 +73,7 @@ def test_kernel_file_compiles(path, tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 def test_kernel_source_as_loaded_compiles(tmp_path):
-    """The backend inlines common.cuh into each file; that text must build on its own."""
+    """The backend inlines the headers into each file; that text must build on its own."""
     for name in runtime.KERNEL_FILES:
         src = tmp_path / name
         src.write_text(runtime.kernel_source(name))

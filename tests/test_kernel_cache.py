@@ -178,8 +178,23 @@ def _arch(lines, rows, cols, classes):
 
 def test_a_fully_connected_net_needs_no_convolution_or_pooling_file():
     arch = _arch(["FULLY CONNECTED LAYER 8"], 6, 6, 3)
-    assert plan_kernels(arch).kernel_files() == ("gemm.cu", "gemm_async.cu", "output.cu",
-                                                  "weights.cu")
+    assert plan_kernels(arch).kernel_files() == ("gemm.cu", "gemm_async.cu", "gemm_split.cu",
+                                                  "output.cu", "weights.cu")
+
+
+def test_the_tensor_cores_file_follows_the_precision():
+    """Split TF32's variants for a FLOAT32 plan with tensor-core steps, the one-product twins
+    for TF32, neither when no step takes the tensor cores; each file holds only its family."""
+    from convnet.device.options import DeviceOptions
+    arch = _arch(["FULLY CONNECTED LAYER 8"], 6, 6, 3)
+    tf32 = plan_kernels(arch, precision="TF32").kernel_files()
+    assert "gemm_tf32.cu" in tf32 and "gemm_split.cu" not in tf32
+    off = plan_kernels(arch, DeviceOptions(tensor_cores=False)).kernel_files()
+    assert not {"gemm_split.cu", "gemm_tf32.cu"} & set(off)
+    for name, prefix in (("gemm_split.cu", "_tc"), ("gemm_tf32.cu", "_tf")):
+        lines = [ln for ln in runtime.kernel_source(name).splitlines()
+                 if ln.startswith("GEMM_") and "(" in ln]
+        assert lines and all(prefix in ln.split(",")[0] for ln in lines), name
 
 
 def test_a_convolutional_net_with_pooling_needs_their_files():

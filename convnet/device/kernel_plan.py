@@ -44,8 +44,10 @@ FAMILIES = (GEMM_NN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BACKWARD,
 
 # The kernel files (kernels/*.cu) a family's functions are in; conv_tiled.cu's variants (the
 # CONV_GRAD family and the tiled candidates) are built per layer shape, so they have none here.
+# The tensor cores' variants are in a file of their own (KernelPlan.tensor_file), built only for
+# a plan that puts some step on them.
 _PRODUCTS = ("gemm.cu", "gemm_async.cu")
-FAMILY_FILES = {GEMM_NN: _PRODUCTS, GEMM_TN: _PRODUCTS, GEMM_TN_SPLIT: _PRODUCTS,
+FAMILY_FILES = {GEMM_NN: _PRODUCTS, GEMM_TN: _PRODUCTS, GEMM_TN_SPLIT: (),
                 CONV_SMALL: ("conv_small.cu",), CONV_SMALL_POOL: ("conv_small.cu",),
                 CONV_GRAD_POOLED: ("conv_small.cu",),
                 POOL_FORWARD: ("pool.cu",), POOL_BACKWARD: ("pool.cu",),
@@ -265,7 +267,14 @@ class KernelPlan:
                             for fused in (False, True) for delta in (False, True))
             families.update((self.delta_family(i), self.gradient_family(i)))
         files = [f for family in FAMILIES if family in families for f in FAMILY_FILES.get(family, ())]
+        if self.split_gradients or self.split_forward or self.split_delta:
+            files.append(self.tensor_file)
         return tuple(dict.fromkeys(files + list(EVERY_NET_FILES)))
+
+    @property
+    def tensor_file(self):
+        """The kernel file of this plan's tensor-core variants: one TF32 product or split TF32."""
+        return "gemm_tf32.cu" if self.tf32 else "gemm_split.cu"
 
     # ------------------------------------------------------------ launch splits and bytes
     def grad_plan(self, index):

@@ -6,6 +6,7 @@ PyCUDA is imported only when a runtime is first asked for, so importing this mod
 
 import contextlib
 import os
+import re
 import threading
 
 import numpy as np
@@ -19,12 +20,11 @@ from .tuning import NN_SHARED, NN_TENSOR, NN_TILES, SHARED_BYTES, TN_TENSOR, til
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 # built when a backend is made (the files its net needs) or on a function's first launch
-EAGER_FILES = ("gemm.cu", "gemm_async.cu", "conv_small.cu", "pool.cu", "output.cu", "weights.cu",
-               "minibatch.cu")
+EAGER_FILES = ("gemm.cu", "gemm_async.cu", "gemm_split.cu", "gemm_tf32.cu", "conv_small.cu",
+               "pool.cu", "output.cu", "weights.cu", "minibatch.cu")
 # built for one layer shape at a time, when first launched (conv_tiled.py)
 SPECIALIZED_FILES = ("conv_tiled.cu",)
 KERNEL_FILES = EAGER_FILES + SPECIALIZED_FILES
-COMMON_HEADER = "common.cuh"
 
 NULL = np.uintp(0)
 
@@ -34,12 +34,27 @@ class DeviceUnavailable(ConvnetError):
 
 
 def kernel_source(name):
-    """The text of kernels/NAME with common.cuh inlined (what the runtime compiles)."""
+    """The text of kernels/NAME with its headers inlined (what the runtime compiles): each
+    `#include "HEADER"` of a file in kernels/ is replaced by that file's text, its own includes
+    inlined the same way, and a header already inlined is left out (so it comes once)."""
+    return _inline_headers(name, set())
+
+
+_LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"[ \t]*$', re.M)
+
+
+def _inline_headers(name, seen):
     with open(os.path.join(KERNEL_DIR, name), encoding="utf-8") as f:
-        src = f.read()
-    with open(os.path.join(KERNEL_DIR, COMMON_HEADER), encoding="utf-8") as f:
-        common = f.read()
-    return src.replace(f'#include "{COMMON_HEADER}"', common)
+        text = f.read()
+
+    def header(match):
+        included = match.group(1)
+        if included in seen:
+            return ""
+        seen.add(included)
+        return _inline_headers(included, seen)
+
+    return _LOCAL_INCLUDE.sub(header, text)
 
 
 def specialized_source(name, lines):

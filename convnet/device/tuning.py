@@ -59,7 +59,8 @@ TN_COLS_THREADS = 256           # at most, per block (the kernels' launch bound)
 SHARED_BYTES = 48 * 1024        # dynamic shared memory a block may have without opting in
 
 
-# gemm_tn on tensor cores, split TF32 (gemm_async.cu, gemm_tn_split_body): "tcBMxBN_wWMxWN_sS":
+# gemm_tn on tensor cores, split TF32 (gemm_split.cu; tensor_cores.cuh, gemm_tn_split_body):
+# "tcBMxBN_wWMxWN_sS":
 # (BM, BN, threads), a warp per WM x WN outputs. Their bits are their own (the same for every
 # one of them, not those of the float32 tiles), so a launch site takes its candidates from one
 # family or the other (kernel_plan.KernelPlan.split_gradients), never from both.
@@ -70,7 +71,8 @@ TN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
             "tc64x16_w32x16_s4": (64, 16, 64)}
 
 
-# gemm_nn on tensor cores, split TF32 (gemm_async.cu, gemm_nn_split_body): "tcBMxBN_wWMxWN_sS":
+# gemm_nn on tensor cores, split TF32 (gemm_split.cu; tensor_cores.cuh, gemm_nn_split_body):
+# "tcBMxBN_wWMxWN_sS":
 # (BM cases, BN columns, threads); like TN_SPLIT, their bits are their own (kernel_plan's
 # split_products say which launch sites take them).
 NN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 128),
@@ -82,7 +84,7 @@ NN_SPLIT_DENSE = [t for t in NN_SPLIT if t.startswith("tcd")]
 
 
 # The same tiles with one TF32 product of the rounded operands (CUDA PRECISION = TF32): "tf" for
-# "tc" (gemm_async.cu's instantiations with PASSES 1); again a family of their own bits.
+# "tc" (gemm_tf32.cu: the same bodies with PASSES 1); again a family of their own bits.
 def tf32_tiles(tiles):
     """The one-product TF32 variants of split TF32 variants, in the same order."""
     return [tile.replace("tc", "tf", 1) for tile in tiles]
@@ -167,8 +169,16 @@ def tn_launch_shape(tile, R, N):
     return threads, -(-N // BN), -(-R // BM), 0
 
 
+# the kernel files of the tensor-core variants, by their names' first letters
+TENSOR_FILES = {"tc": "gemm_split.cu", "tf": "gemm_tf32.cu"}
+
+
 def tile_source(tile):
-    """The kernel file of a tile shape: the cp.async variants (named ..._sN) are in gemm_async.cu."""
+    """The kernel file of a tile shape: the tensor cores' split TF32 variants (tc...) are in
+    gemm_split.cu and their one-product twins (tf...) in gemm_tf32.cu; the other cp.async
+    variants (named ..._sN) in gemm_async.cu."""
+    if tile[:2] in TENSOR_FILES:
+        return TENSOR_FILES[tile[:2]]
     return "gemm_async.cu" if tile.rsplit("_", 1)[-1].startswith("s") else "gemm.cu"
 
 

@@ -1,5 +1,5 @@
-"""The numpy reference of gemm.cu and gemm_async.cu: the gather products (gemm_nn, every tile
-variant), the weight-gradient partial sums (gemm_tn) and their sums (grad_slot_sum, grad_flatten)."""
+"""The numpy reference of gemm.cu, gemm_async.cu, gemm_split.cu and gemm_tf32.cu: the gather
+products (gemm_nn, every tile variant), the weight-gradient partial sums (gemm_tn) and their sums (grad_slot_sum, grad_flatten)."""
 
 import numpy as np
 
@@ -9,7 +9,7 @@ from .host_memory import ReferenceBase, covered
 
 def round_tf32(x):
     """float32 values rounded to TF32 (11 significant bits, half-way cases away from zero) as
-    gemm_async.cu's tf32_operand does; the one-product TF32 variants multiply these exactly."""
+    tensor_cores.cuh's tf32_operand does; the one-product TF32 variants multiply these exactly."""
     bits = np.asarray(x, np.float32).view(np.uint32)
     return ((bits + np.uint32(0x1000)) & np.uint32(0xffffe000)).view(np.float32)
 

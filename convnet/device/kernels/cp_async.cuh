@@ -1,0 +1,53 @@
+// cp.async copies (compute capability 8.0+) and the stage loop, shared by the products of
+// gemm_async.cu and the tensor-core products (tensor_cores.cuh).
+
+// ------------------------------------------------------------------------------ cp.async loads
+// Variants of both products whose tiles travel straight from global to shared memory with
+// cp.async, STAGES tiles deep: no staging registers, no separate shared-memory stores, and
+// several tiles' loads in flight while one is multiplied. Padding reads (A_ZERO, rows or columns
+// past the end) are zero-filled by the copy itself (source size 0); the bias input reads the
+// constant below. The multiply-add loop and its order are those of the plain variants, so every
+// variant gives the same bits.
+
+__device__ const float k_one = 1.f;
+
+__device__ __forceinline__ void cp_async4(float* smem, const float* gmem, bool valid)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    const int size = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(size));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// The stage loop of every product here: issue(s) starts the copies of step s into stage
+// s % STAGES, STAGES - 1 steps ahead; multiply(stage) runs once step s has landed and every
+// thread is done with step s - 1 (whose stage the copies of step s + STAGES - 1 then reuse).
+// On return every copy has landed and every thread is done with the stages.
+template <int STAGES, typename Issue, typename Multiply>
+__device__ __forceinline__ void cp_async_stages(int steps, Issue&& issue, Multiply&& multiply)
+{
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < steps) issue(s);
+        cp_async_commit();
+    }
+    for (int s = 0; s < steps; ++s) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (s + STAGES - 1 < steps) issue(s + STAGES - 1);
+        cp_async_commit();
+        multiply(s % STAGES);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+}
+
+__device__ __forceinline__ void cp_async16(float* smem, const float* gmem, int bytes)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}

@@ -1,0 +1,24 @@
+// gemm_tn and gemm_nn on the tensor cores in split TF32 (tensor_cores.cuh, PASSES 3): float32
+// accuracy, the same bits for every variant; the default wherever the kernel plan's rule puts a
+// product on the tensor cores.
+
+#include "tensor_cores.cuh"
+
+GEMM_TN_SPLIT(gemm_tn_tc128x64_w32x32_s3, 128, 64, 32, 32, 3, 3)
+GEMM_TN_SPLIT(gemm_tn_tc64x64_w32x32_s3, 64, 64, 32, 32, 3, 3)
+GEMM_TN_SPLIT(gemm_tn_tc128x32_w32x32_s3, 128, 32, 32, 32, 3, 3)
+GEMM_TN_SPLIT(gemm_tn_tc64x32_w32x16_s4, 64, 32, 32, 16, 4, 3)
+GEMM_TN_SPLIT(gemm_tn_tc32x32_w16x16_s4, 32, 32, 16, 16, 4, 3)
+GEMM_TN_SPLIT(gemm_tn_tc64x16_w16x16_s4, 64, 16, 16, 16, 4, 3)
+GEMM_TN_SPLIT(gemm_tn_tc32x16_w16x8_s4, 32, 16, 16, 8, 4, 3)
+GEMM_TN_SPLIT(gemm_tn_tc128x16_w32x16_s4, 128, 16, 32, 16, 4, 3)
+GEMM_TN_SPLIT(gemm_tn_tc64x16_w32x16_s4, 64, 16, 32, 16, 4, 3)
+
+GEMM_NN_SPLIT(gemm_nn_tc128x64_w32x32_s3, gemm_nn_split_body, 128, 64, 32, 32, 3, 3)
+GEMM_NN_SPLIT(gemm_nn_tc64x64_w32x32_s3, gemm_nn_split_body, 64, 64, 32, 32, 3, 3)
+GEMM_NN_SPLIT(gemm_nn_tc128x32_w32x32_s3, gemm_nn_split_body, 128, 32, 32, 32, 3, 3)
+GEMM_NN_SPLIT(gemm_nn_tc64x32_w32x16_s4, gemm_nn_split_body, 64, 32, 32, 16, 4, 3)
+GEMM_NN_SPLIT(gemm_nn_tc128x16_w32x16_s4, gemm_nn_split_body, 128, 16, 32, 16, 4, 3)
+GEMM_NN_SPLIT(gemm_nn_tc64x16_w16x16_s4, gemm_nn_split_body, 64, 16, 16, 16, 4, 3)
+GEMM_NN_SPLIT(gemm_nn_tcd128x64_w32x32_s3, gemm_nn_dense_split_body, 128, 64, 32, 32, 3, 3)
+GEMM_NN_SPLIT(gemm_nn_tcd64x64_w32x32_s3, gemm_nn_dense_split_body, 64, 64, 32, 32, 3, 3)

@@ -1,0 +1,24 @@
+// The variants of gemm_split.cu with one TF32 product (tensor_cores.cuh, PASSES 1): operands
+// rounded to 11 significant bits, for CUDA PRECISION = TF32 only; again the same bits for every
+// variant.
+
+#include "tensor_cores.cuh"
+
+GEMM_TN_SPLIT(gemm_tn_tf128x64_w32x32_s3, 128, 64, 32, 32, 3, 1)
+GEMM_TN_SPLIT(gemm_tn_tf64x64_w32x32_s3, 64, 64, 32, 32, 3, 1)
+GEMM_TN_SPLIT(gemm_tn_tf128x32_w32x32_s3, 128, 32, 32, 32, 3, 1)
+GEMM_TN_SPLIT(gemm_tn_tf64x32_w32x16_s4, 64, 32, 32, 16, 4, 1)
+GEMM_TN_SPLIT(gemm_tn_tf32x32_w16x16_s4, 32, 32, 16, 16, 4, 1)
+GEMM_TN_SPLIT(gemm_tn_tf64x16_w16x16_s4, 64, 16, 16, 16, 4, 1)
+GEMM_TN_SPLIT(gemm_tn_tf32x16_w16x8_s4, 32, 16, 16, 8, 4, 1)
+GEMM_TN_SPLIT(gemm_tn_tf128x16_w32x16_s4, 128, 16, 32, 16, 4, 1)
+GEMM_TN_SPLIT(gemm_tn_tf64x16_w32x16_s4, 64, 16, 32, 16, 4, 1)
+
+GEMM_NN_SPLIT(gemm_nn_tf128x64_w32x32_s3, gemm_nn_split_body, 128, 64, 32, 32, 3, 1)
+GEMM_NN_SPLIT(gemm_nn_tf64x64_w32x32_s3, gemm_nn_split_body, 64, 64, 32, 32, 3, 1)
+GEMM_NN_SPLIT(gemm_nn_tf128x32_w32x32_s3, gemm_nn_split_body, 128, 32, 32, 32, 3, 1)
+GEMM_NN_SPLIT(gemm_nn_tf64x32_w32x16_s4, gemm_nn_split_body, 64, 32, 32, 16, 4, 1)
+GEMM_NN_SPLIT(gemm_nn_tf128x16_w32x16_s4, gemm_nn_split_body, 128, 16, 32, 16, 4, 1)
+GEMM_NN_SPLIT(gemm_nn_tf64x16_w16x16_s4, gemm_nn_split_body, 64, 16, 16, 16, 4, 1)
+GEMM_NN_SPLIT(gemm_nn_tfd128x64_w32x32_s3, gemm_nn_dense_split_body, 128, 64, 32, 32, 3, 1)
+GEMM_NN_SPLIT(gemm_nn_tfd64x64_w32x32_s3, gemm_nn_dense_split_body, 64, 64, 32, 32, 3, 1)
