@@ -1,7 +1,7 @@
 """The CUDA sources of the device path (*.cu and the headers they include, *.cuh) and, beside
 each, its numpy reference (*_reference.py): what every kernel of a family computes, in float64, on
-the device memory as host arrays (host_memory.py), with the checks of what the kernel takes for granted about its
-launch (grid, block, shared memory).
+the device memory as host arrays (host_memory.py), with the checks of what the kernel takes for
+granted about its launch (grid, block, shared memory).
 
     gemm_reference.py        gemm.cu, gemm_async.cu, gemm_split.cu, gemm_tf32.cu: gemm_nn, gemm_tn,
                              grad_slot_sum, grad_flatten
