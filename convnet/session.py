@@ -23,7 +23,7 @@ from .runlock import RunLock
 from .interrupt import Interrupt, signals
 from .display import commands as display_commands
 from .logs.record import MODEL, Artifact
-from .params import DEFAULTS, Params
+from .params import DEFAULTS, FLOAT32, Params
 from .session_data import DataCommands
 from .session_images import ImageCommands, class_names_phrase
 from . import memory
@@ -68,6 +68,7 @@ class Session(DataCommands, ImageCommands):
         self.results = []                        # TrainResult / TestResult objects in order
         self.interrupt = Interrupt()
         self.device_note_written = False
+        self.precision_note_written = False      # CUDA PRECISION on the host, said once
         self.outcomes = []                       # (command, result) of every TRAIN and TEST
         self.pending_saves = {}                  # check mode: model files SAVE MODEL will write
         self.cuda_log = None                     # the session's CUDA.LOG, started by its first part
@@ -249,6 +250,10 @@ class Session(DataCommands, ImageCommands):
     def _make_model(self, arch, device):
         from .model import Model
         params = self.params_in_force()
+        if device == "cpu" and params.device.precision != FLOAT32 and not self.precision_note_written:
+            self.log.write(f"   CUDA PRECISION = {params.device.precision} is for the GPU; the "
+                           "host path computes in float64")
+            self.precision_note_written = True
         return Model(arch, device=device, threads=params.threads, params=params.device)
 
     def _train(self, cmd):

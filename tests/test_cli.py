@@ -168,6 +168,17 @@ def test_run_echoes_every_line_to_the_log(tmp_path):
     assert any("4 cases of 4 rows" in line for line in log)
 
 
+def test_tf32_precision_on_the_host_is_said_once(tmp_path):
+    ctl = write(tmp_path, "MAKE IMAGE 4 4 1 2 20\nCUDA PRECISION = TF32\nFULLY CONNECTED LAYER 3\n"
+                          "ANNEAL ITERS = 2\nMAXITERS = 2\nTRAIN\nTEST\n")
+    result = invoke("run", ctl, "--out", tmp_path / "o", "--seed", "3", "--quiet",
+                    "--device", "cpu", "--threads", "1")
+    assert result.exit_code == 0, result.output
+    log = (tmp_path / "o" / "CONVNET.LOG").read_text()
+    note = "CUDA PRECISION = TF32 is for the GPU; the host path computes in float64"
+    assert log.count(note) == 1
+
+
 def test_cuda_yes_without_gpu_is_a_clear_error(tmp_path):
     pytest.importorskip("numpy")
     from convnet.devices import cuda_status
