@@ -51,3 +51,23 @@ __device__ __forceinline__ void cp_async16(float* smem, const float* gmem, int b
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
 }
+
+// gemm_nn's B rows of gather step t into one [k][column] stage of row length LDB: this thread's
+// B_PER rows, B_STEP apart from row b_k, column b_n (n in the product); B's row of k is kb *
+// b_ld, or the table's offset where b_ld is 0. Rows past the group's K and columns past N are
+// zero-filled. The gather products of gemm_async.cu and of the tensor cores share it.
+template <int BK, int B_PER, int B_STEP, int LDB>
+__device__ __forceinline__ void cp_async_gather_b(float (*stage)[LDB],
+                                                  const float* __restrict__ B, int b_ld,
+                                                  const int* __restrict__ tab, const GroupDesc& d,
+                                                  int t, int b_k, int b_n, int n, int N)
+{
+#pragma unroll
+    for (int i = 0; i < B_PER; ++i) {
+        const int kb = t * BK + b_k + i * B_STEP;
+        const bool ok = kb < d.K && n < N;
+        const float* p = B;
+        if (ok) p = B + (b_ld > 0 ? (i64)kb * b_ld : (i64)tab[d.b_start + kb]) + d.b_add + n;
+        cp_async4(&stage[b_k + i * B_STEP][b_n], p, ok);
+    }
+}

@@ -61,14 +61,7 @@ __device__ __forceinline__ void gemm_nn_async_body(
                 const float* p = ok && ao >= 0 ? a_row + i * a_stride + ao : &k_one;
                 cp_async4(&As[st][a_k][a_m + i * A_STEP], p, ok);
             }
-#pragma unroll
-            for (int i = 0; i < B_PER; ++i) {
-                const int kb = t * BK + b_k + i * B_STEP;
-                const bool ok = kb < d.K && n < N;
-                const float* p = B;
-                if (ok) p = B + (b_ld > 0 ? (i64)kb * b_ld : (i64)tab[d.b_start + kb]) + d.b_add + n;
-                cp_async4(&Bs[st][b_k + i * B_STEP][b_n], p, ok);
-            }
+            cp_async_gather_b<BK, B_PER, B_STEP, BN>(Bs[st], B, b_ld, tab, d, t, b_k, b_n, n, N);
         };
 
         cp_async_stages<STAGES>(nk, issue, [&](int st) {

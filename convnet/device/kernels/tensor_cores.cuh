@@ -301,14 +301,7 @@ __device__ __forceinline__ void gemm_nn_split_body(
             for (int i = 0; i < A_PER; ++i, pa += a_step)
                 cp_async4(&As[st][a_k][a_m + i * A_STEP], pa,
                           ((a_valid >> i) & 1u) && ao != A_ZERO);
-#pragma unroll
-            for (int i = 0; i < B_PER; ++i) {
-                const int kb = t * BK + b_k + i * B_STEP;
-                const bool ok = kb < d.K && n < N;
-                const float* p = B;
-                if (ok) p = B + (b_ld > 0 ? (i64)kb * b_ld : (i64)tab[d.b_start + kb]) + d.b_add + n;
-                cp_async4(&Bs[st][b_k + i * B_STEP][b_n], p, ok);
-            }
+            cp_async_gather_b<BK, B_PER, B_STEP, LDB>(Bs[st], B, b_ld, tab, d, t, b_k, b_n, n, N);
         };
 
         cp_async_stages<STAGES>(nk, issue, [&](int st) {
