@@ -47,6 +47,9 @@ def test_lenet_steps():
     assert plan.forward_family(1, want_delta=False) == kp.WITH_PRIOR
 
 
+STRIDED_3X3 = (["CONVOLUTIONAL LAYER 32 3 3 0 0 2 2", "CONVOLUTIONAL LAYER 64 1 1 1 1 2 2",
+                "FULLY CONNECTED LAYER 128"], 32, 32, 3, 10)
+
 CIFAR_SIZED = (["CONVOLUTIONAL LAYER 24 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
                 "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
                 "FULLY CONNECTED LAYER 96"], 32, 32, 3, 10)
@@ -58,17 +61,24 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     CONV layer), never a layer with two-stage conv_grad variants (LeNet's second) nor the
     gradient from the pooled deltas; the activations of more than 16 columns without tiled
     variants (the fully connected layers of LeNet and the CIFAR-sized net, not the output
-    layer); the deltas from fully connected layers of over 128 neurons (LeNet's 500, not the
-    CIFAR-sized net's 96). tensor_cores=True: every one of them, and the tiled variants (and
-    the pooling in their epilogue) are not built; False: none."""
+    layer), and those with tiled variants whose inputs come in runs of four through a window of
+    under 16 taps (the strided net's 3 x 3 second layer, not a 5 x 5 one); the deltas from fully
+    connected layers of over 128 neurons (LeNet's 500, not the CIFAR-sized net's 96) and from
+    other layers whose depth gives runs of four (the CIFAR-sized net's 48 and the strided net's
+    64, not LeNet's 50). tensor_cores=True: every one of them, and the tiled variants (and the
+    pooling in their epilogue) are not built; False: none."""
     lenet = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER)
     assert lenet.split_gradients == {4, 5}
     assert lenet.split_forward == lenet.split_delta == {4}
     assert all(v.stages == 2 for v in lenet.tiled[2].grad.values()) and lenet.conv_pool == {3}
     cifar = kp.plan_kernels(Architecture.from_lines(*CIFAR_SIZED), DeviceOptions(), HOPPER)
     assert cifar.split_gradients == {0, 2, 4, 5}
-    assert cifar.split_forward == {4} and not cifar.split_delta
+    assert cifar.split_forward == {4} and cifar.split_delta == {2}
     assert 2 in cifar.tiled and not cifar.tiled[2].grad and cifar.tiled[2].fwd
+    assert not cifar.tiled[2].bwd
+    strided = kp.plan_kernels(Architecture.from_lines(*STRIDED_3X3), DeviceOptions(), HOPPER)
+    assert strided.split_forward == {1, 2} and strided.split_delta == {1}
+    assert 1 not in strided.tiled or not strided.tiled[1].fwd
     every = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=True), HOPPER)
     assert every.split_gradients == every.split_forward == every.split_delta == {2, 4, 5}
     assert not every.tiled and not every.conv_pool
@@ -77,10 +87,6 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     assert not (none.split_gradients or none.split_forward or none.split_delta)
     for plan in (lenet, cifar, every):
         assert "gemm_async.cu" in plan.kernel_files()
-
-
-STRIDED_3X3 = (["CONVOLUTIONAL LAYER 32 3 3 0 0 2 2", "CONVOLUTIONAL LAYER 64 1 1 1 1 2 2",
-                "FULLY CONNECTED LAYER 128"], 32, 32, 3, 10)
 
 
 def test_tf32_precision_takes_the_tensor_cores_wider():
@@ -96,7 +102,6 @@ def test_tf32_precision_takes_the_tensor_cores_wider():
     assert lenet.tiled[2].fwd and lenet.tiled[2].bwd and not lenet.tiled[2].grad
     assert lenet.conv_pool == {3} and lenet.gradient_family(0) == kp.CONV_GRAD_POOLED
     strided = Architecture.from_lines(*STRIDED_3X3)
-    assert kp.plan_kernels(strided, DeviceOptions(), HOPPER).tiled[1].fwd   # FLOAT32: tiled
     tf32 = kp.plan_kernels(strided, DeviceOptions(), HOPPER, "TF32")
     assert tf32.split_forward == tf32.split_delta == {1, 2} and not tf32.tiled
     assert tf32.split_gradients == {0, 1, 2, 3}

@@ -365,21 +365,35 @@ def _split_products(arch, options, conv_small, tiled, tf32=False):
     return frozenset(forward), frozenset(delta)
 
 
+def runs_of_four(depth):
+    """Whether a gathered layer of this depth gives the gather products runs of four floats on
+    16-byte boundaries (depth-fastest layout), which the quad variants copy 16 bytes at a time."""
+    return depth % 4 == 0
+
+
 def split_tf32_forward_pays(layer, tiled):
     """Whether a layer's activation is faster on the tensor cores, by what the suite measured
-    (NOTES.md, "Tensor cores"): no where conv_tiled.cu has forward variants for it, nor for 16
-    columns or fewer (the float32 tiles of 16 columns were faster); yes otherwise (a fully
-    connected layer's on the split variants for dense rows where its launch allows them)."""
-    if tiled is not None and tiled.fwd:
+    (NOTES.md, "Tensor cores", "Runs of four"): not for 16 columns or fewer (the float32 tiles
+    of 16 columns were faster); where conv_tiled.cu has forward variants, only where the prior
+    layer's inputs come in runs of four and the window has fewer than TILED_OVER_TF32_TAPS taps
+    (strided-rgb's 3 x 3: 0.53 -> 0.41 ms; at 5 x 5 the tiled kernels, which reuse each input
+    across the taps, stayed ahead); yes otherwise (a fully connected layer's on the split
+    variants for dense rows where its launch allows them)."""
+    if layer.depth <= 16:
         return False
-    return layer.depth > 16
+    if tiled is not None and tiled.fwd:
+        return runs_of_four(layer.prior_depth) and not _keeps_tiled(layer, tiled.fwd)
+    return True
 
 
 def split_tf32_delta_pays(layer):
-    """Whether the delta backpropagated from a layer is faster on the tensor cores: for a fully
-    connected layer of over 128 neurons (dense rows: LeNet's 500, 0.29 -> 0.22 ms); the float32
-    products were as fast or faster at every other delta measured."""
-    return layer.kind.whole_prior and layer.depth > 128
+    """Whether the delta backpropagated from a layer is faster on the tensor cores: from a fully
+    connected layer, where it has over 128 neurons (dense rows: LeNet's 500, 0.29 -> 0.22 ms);
+    from any other layer, where its deltas come in runs of four (avgpool-deep's 64 slices:
+    1.44 -> 0.97 ms; LeNet's 50, no runs: the tiled kernels stayed ahead, 1.26 against 1.65)."""
+    if layer.kind.whole_prior:
+        return layer.depth > 128
+    return runs_of_four(layer.depth)
 
 
 def _split_gradients(arch, options, pooled_grad, tiled, tf32=False):

@@ -79,7 +79,12 @@ NN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
             "tc128x32_w32x32_s3": (128, 32, 128), "tc64x32_w32x16_s4": (64, 32, 128),
             "tc128x16_w32x16_s4": (128, 16, 128), "tc64x16_w16x16_s4": (64, 16, 128),
             # dense rows only (as NN_DENSE): 16-byte copies of the cases' rows and of B's
-            "tcd128x64_w32x32_s3": (128, 64, 256), "tcd64x64_w32x32_s3": (64, 64, 128)}
+            "tcd128x64_w32x32_s3": (128, 64, 256), "tcd64x64_w32x32_s3": (64, 64, 128),
+            # any table: 16-byte copies of the runs of four it gives, and of B's rows
+            # (tensor_cores.cuh, gemm_nn_quad_split_body)
+            "tcq128x64_w32x32_s3": (128, 64, 256), "tcq64x64_w32x32_s3": (64, 64, 128),
+            "tcq128x32_w32x32_s3": (128, 32, 128), "tcq64x32_w32x16_s4": (64, 32, 128),
+            "tcq128x16_w32x16_s4": (128, 16, 128), "tcq64x16_w16x16_s4": (64, 16, 128)}
 NN_SPLIT_DENSE = [t for t in NN_SPLIT if t.startswith("tcd")]
 
 
@@ -103,11 +108,14 @@ def nn_split_candidates(M, N, dense=False):
     guess first (any of them gives the same bits); dense: the launch may take the variants for
     dense rows (launches.dense_allowed)."""
     if N > 32:
-        gather = ["tc128x64_w32x32_s3", "tc64x64_w32x32_s3"]
+        gather = ["tc128x64_w32x32_s3", "tc64x64_w32x32_s3", "tcq128x64_w32x32_s3",
+                  "tcq64x64_w32x32_s3"]
         return NN_SPLIT_DENSE + gather if dense else gather
     if N > 16:
-        return ["tc128x32_w32x32_s3", "tc64x32_w32x16_s4"]
-    return ["tc128x16_w32x16_s4", "tc64x16_w16x16_s4"]
+        return ["tc128x32_w32x32_s3", "tc64x32_w32x16_s4", "tcq128x32_w32x32_s3",
+                "tcq64x32_w32x16_s4"]
+    return ["tc128x16_w32x16_s4", "tc64x16_w16x16_s4", "tcq128x16_w32x16_s4",
+            "tcq64x16_w16x16_s4"]
 
 
 def nn_shape(tile):

@@ -313,7 +313,68 @@ __device__ __forceinline__ void gemm_nn_split_body(
     }
 }
 
-// BODY: gemm_nn_split_body, or gemm_nn_dense_split_body (dense rows only)
+// gemm_nn_split over the gather tables in runs of four (cp_async.cuh): A staged as the cases'
+// rows ([case][k], rows BK + 4 floats apart as in gemm_nn_dense_split_body), each four k of a
+// case copied 16 bytes at a time where the table names four consecutive floats on a 16-byte
+// boundary, else float by float; B's rows four columns a copy. Every stage holds the operands of
+// gemm_nn_split_body's, so the bits are the same. Any table: the runs are found as it is read.
+template <int BM, int BN, int WM, int WN, int STAGES, int PASSES>
+__device__ __forceinline__ void gemm_nn_quad_split_body(
+    const float* __restrict__ src, int lda, const int* __restrict__ tab,
+    const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
+    float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
+{
+    constexpr int BK = TN_SPLIT_BK;
+    constexpr int WARPS_M = BM / WM;
+    constexpr int NT = 32 * WARPS_M * (BN / WN);
+    constexpr int AS = BK + 4, LDB = BN + 8;
+    constexpr int QUADS = BK / 4;                 // runs of four in a case's stage row
+    constexpr int MT = WM / 16, NT8 = WN / 8;
+    static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "warp tiles");
+    static_assert(NT % QUADS == 0 && BM * QUADS % NT == 0, "loader shape");
+    __shared__ __align__(16) float As[STAGES][BM][AS];
+    __shared__ __align__(16) float Bs[STAGES][BK][LDB];
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int wm0 = warp_first_row<WARPS_M, WM>(tid), wn0 = warp_first_col<WARPS_M, WN>(tid);
+    const int m0 = blockIdx.y * BM;
+    const int n0 = blockIdx.z * BN;
+    const int a_q = tid % QUADS;                  // this thread's run: k = 4 a_q ... of a stage
+    const int a_r = tid / QUADS;                  // its first case; then every NT / QUADS
+    const bool a_vec = ((size_t)src & 15) == 0 && (lda & 3) == 0;
+
+    for (int g = blockIdx.x; g < G; g += gridDim.x) {
+        const GroupDesc d(desc, g);
+        const int nk = (d.K + BK - 1) / BK;
+
+        float acc[MT][NT8][4];
+        zero_fragments(acc);
+
+        // rows past M read the last case (never stored)
+        auto issue = [&](int t) {
+            const int st = t % STAGES;
+            int o[4];
+            table_four(o, tab, d.a_start, t * BK + 4 * a_q, d.K);
+#pragma unroll
+            for (int i = 0; i < BM * QUADS / NT; ++i) {
+                const int r = a_r + i * (NT / QUADS);
+                cp_async_four(&As[st][r][4 * a_q], src + (i64)min(m0 + r, M - 1) * lda, o, a_vec);
+            }
+            cp_async_rows_b<BK, BN, NT, LDB>(Bs[st], B, b_ld, tab, d, t, n0, N, tid);
+        };
+
+        cp_async_stages<STAGES>(nk, issue, [&](int st) {
+            split_tf32_stage<WM, WN, AS, 1, LDB, PASSES>(acc, &As[st][0][0], &Bs[st][0][0], wm0,
+                                                         wn0, lane);
+        });
+
+        store_nn_fragments(acc, lane, m0 + wm0, n0 + wn0, M, N, out, ldo, d.o_add, prior, epi);
+    }
+}
+
+// BODY: gemm_nn_split_body, gemm_nn_dense_split_body (dense rows only) or
+// gemm_nn_quad_split_body
 #define GEMM_NN_SPLIT(NAME, BODY, BM, BN, WM, WN, STAGES, PASSES)                                \
     extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN))                      \
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
