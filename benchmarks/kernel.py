@@ -53,9 +53,9 @@ FAMILIES = {
     "conv_fwd": dict(sites=("forward", "forward values", "forward pooled",
                             "forward values pooled"),
                      owns=lambda tile: tile.startswith(_TILED),
-                     functions=("conv_fwd_",)),
+                     functions=("conv_fwd_",), options=dict(tensor_cores=False)),
     "conv_bwd": dict(sites=("delta",), owns=lambda tile: tile.startswith(_TILED),
-                     functions=("conv_bwd_",)),
+                     functions=("conv_bwd_",), options=dict(tensor_cores=False)),
     "gemm_tn": dict(sites=("gradient",), owns=lambda tile: tile in tuning.TN_TILES
                     or tile in tuning.TN_COLS, functions=("gemm_tn_",),
                     options=dict(tensor_cores=False)),

@@ -537,16 +537,18 @@ def test_pooled_values_at_tanhf_dip_give_the_same_bits(monkeypatch):
     for key, h in pooled.items():
         assert np.array_equal(h, ref), key
     # 36 slices: too many for conv_small, so the first layer takes the tiled forward variants
+    # (with the tensor cores off: its 4 bands, runs of four, would take them there)
     arch, x, c, w = _dip_problem(["CONVOLUTIONAL LAYER 36 0 0 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                                   "FULLY CONNECTED LAYER 3"], 8, 8, 4, (1.0, -1.0, 0.5))
-    be = _backend(arch)
+    float32 = DeviceOptions(tensor_cores=False)
+    be = _backend(arch, options=float32)
     assert be.conv_pool == {1} and be.first_pool is None
     gather = tuning.nn_candidates
     ref = None
     for tile in [None] + sorted(be.conv_tiled[0].fwd):
         monkeypatch.setattr(tuning, "nn_candidates",
                             lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather(M, N)[:1])
-        be = _backend(arch)
+        be = _backend(arch, options=float32)
         ev = be.evaluator(x, c, 0.01)
         for kind in ("criterion", "gradient"):
             getattr(ev, kind)(w)
