@@ -438,14 +438,17 @@ def _keeps_tiled(layer, variants):
 
 
 def tf32_forward_pays(layer, tiled):
-    """With CUDA PRECISION = TF32: whether a layer's activation takes the tensor cores."""
-    return layer.depth > 16 and not _keeps_tiled(layer, tiled.fwd if tiled else None)
+    """With CUDA PRECISION = TF32: whether a layer's activation takes the tensor cores (where the
+    prior layer's inputs come in runs of four, whatever the window: NOTES.md, "Runs of four")."""
+    return layer.depth > 16 and (runs_of_four(layer.prior_depth)
+                                 or not _keeps_tiled(layer, tiled.fwd if tiled else None))
 
 
 def tf32_delta_pays(layer, tiled):
     """With CUDA PRECISION = TF32: whether the delta backpropagated from a layer takes the
-    tensor cores."""
-    return layer.depth > 16 and not _keeps_tiled(layer, tiled.bwd if tiled else None)
+    tensor cores (where the layer's deltas come in runs of four, whatever the window)."""
+    return layer.depth > 16 and (runs_of_four(layer.depth)
+                                 or not _keeps_tiled(layer, tiled.bwd if tiled else None))
 
 
 # ------------------------------------------------------------------------------ device bytes
