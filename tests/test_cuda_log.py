@@ -119,4 +119,5 @@ def test_product_lines_name_the_steps_on_the_tensor_cores():
     assert product_lines(SimpleNamespace(kernels=tf32))[1] == (
         "Tensor cores (one TF32 product, CUDA PRECISION = TF32: operands rounded to 11 "
         "significant bits, sums in stages of 16 terms): weight gradients of Layer 3 CONV, "
-        "Layer 5 FC, Output; activations of Layer 5 FC; deltas backpropagated from Layer 5 FC")
+        "Layer 5 FC, Output; activations of Layer 3 CONV, Layer 5 FC; deltas backpropagated "
+        "from Layer 5 FC")
