@@ -42,6 +42,11 @@ __device__ __forceinline__ void tf32_operand(float x, unsigned& hi, unsigned& lo
         hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
 }
 
+// Row length of a [k][column] stage of BN columns: padded by 8 floats, or 16 where 8 would leave
+// the rows a multiple of 16 floats apart, so that a warp's fragment loads (4 rows x 8 columns)
+// fall in 32 different banks (BN 24: 40, not 32).
+__host__ __device__ constexpr int stage_row(int bn) { return (bn + 8) % 16 == 0 ? bn + 16 : bn + 8; }
+
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4],
                                          const unsigned (&b)[2])
 {
@@ -160,11 +165,14 @@ __device__ __forceinline__ void gemm_tn_split_body(
     constexpr int B_PER = BK * BN / NT;
     constexpr int A_STEP = NT / BM;
     constexpr int D_STEP = NT / BN;
-    constexpr int LDA = BM + 8, LDD = BN + 8;
+    constexpr int LDA = BM + 8, LDD = stage_row(BN);
     constexpr int MT = WM / 16, NT8 = WN / 8;
+    // columns that do not divide the threads (BN 24, 48): the deltas' loader goes element by
+    // element over the stage instead of a fixed column per thread
+    constexpr bool D_FIXED = NT % BN == 0;
     static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "warp tiles");
-    static_assert(NT % BM == 0 && NT % BN == 0, "loader shape");
-    static_assert(A_PER >= 1 && B_PER >= 1, "loader shape");
+    static_assert(NT % BM == 0, "loader shape");
+    static_assert(A_PER >= 1 && BK * BN >= NT, "loader shape");
     __shared__ __align__(16) float As[STAGES][BK][LDA];
     __shared__ __align__(16) float Ds[STAGES][BK][LDD];
 
@@ -207,6 +215,18 @@ __device__ __forceinline__ void gemm_tn_split_body(
             for (int i = 0; i < A_PER; ++i, pa += a_step)
                 cp_async4(&As[st][a_r + i * A_STEP][a_k], pa,
                           ao != A_ZERO && (full || cb + a_r + i * A_STEP < case_hi));
+            if constexpr (!D_FIXED) {
+#pragma unroll
+                for (int e0 = 0; e0 < BK * BN; e0 += NT) {
+                    const int e = e0 + tid, r = e / BN, col = e % BN;
+                    const int ne = n_lo + c0 + col;
+                    if (BK * BN % NT == 0 || e < BK * BN)
+                        cp_async4(&Ds[st][r][col],
+                                  delta + (i64)(cb + r) * ldd + (i64)g * depth + ne,
+                                  ne < n_hi && cb + r < case_hi);
+                }
+                return;
+            }
             const float* pd = delta + (i64)(cb + d_r) * ldd + (i64)g * depth + n;
 #pragma unroll
             for (int i = 0; i < B_PER; ++i, pd += d_stride)
@@ -327,7 +347,7 @@ __device__ __forceinline__ void gemm_nn_quad_split_body(
     constexpr int BK = TN_SPLIT_BK;
     constexpr int WARPS_M = BM / WM;
     constexpr int NT = 32 * WARPS_M * (BN / WN);
-    constexpr int AS = BK + 4, LDB = BN + 8;
+    constexpr int AS = BK + 4, LDB = stage_row(BN);
     constexpr int QUADS = BK / 4;                 // runs of four in a case's stage row
     constexpr int MT = WM / 16, NT8 = WN / 8;
     static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "warp tiles");
