@@ -373,18 +373,30 @@ def runs_of_four(depth):
     return depth % 4 == 0
 
 
+# Below this many positions a CONV or LOCAL layer's products are too small for the runs of four
+# to pay on the tensor cores (inexact's 4 x 4 layer: activation 0.050 -> 0.066 ms, delta 0.075
+# -> 0.082, where layers of 49 to 256 positions gained 10-33 %).
+TENSOR_MIN_POSITIONS = 32
+
+
+def _runs_pay(layer, depth):
+    """Whether runs of four in a gathered layer of `depth` put a CONV or LOCAL layer's product on
+    the tensor cores (split TF32)."""
+    return runs_of_four(depth) and layer.height * layer.width >= TENSOR_MIN_POSITIONS
+
+
 def split_tf32_forward_pays(layer, tiled):
     """Whether a layer's activation is faster on the tensor cores, by what the suite measured
     (NOTES.md, "Tensor cores", "Runs of four"): not for 16 columns or fewer (the float32 tiles
     of 16 columns were faster); where conv_tiled.cu has forward variants, only where the prior
-    layer's inputs come in runs of four and the window has fewer than TILED_OVER_TF32_TAPS taps
-    (strided-rgb's 3 x 3: 0.53 -> 0.41 ms; at 5 x 5 the tiled kernels, which reuse each input
-    across the taps, stayed ahead); yes otherwise (a fully connected layer's on the split
+    layer's inputs come in runs of four, the layer has TENSOR_MIN_POSITIONS positions and the
+    window has fewer than TILED_OVER_TF32_TAPS taps (strided-rgb's 3 x 3: 0.53 -> 0.41 ms; at
+    5 x 5 the tiled kernels, which reuse each input across the taps, stayed ahead); yes otherwise (a fully connected layer's on the split
     variants for dense rows where its launch allows them)."""
     if layer.depth <= 16:
         return False
     if tiled is not None and tiled.fwd:
-        return runs_of_four(layer.prior_depth) and not _keeps_tiled(layer, tiled.fwd)
+        return _runs_pay(layer, layer.prior_depth) and not _keeps_tiled(layer, tiled.fwd)
     return True
 
 
@@ -392,10 +404,11 @@ def split_tf32_delta_pays(layer):
     """Whether the delta backpropagated from a layer is faster on the tensor cores: from a fully
     connected layer, where it has over 128 neurons (dense rows: LeNet's 500, 0.29 -> 0.22 ms);
     from any other layer, where its deltas come in runs of four (avgpool-deep's 64 slices:
-    1.44 -> 0.97 ms; LeNet's 50, no runs: the tiled kernels stayed ahead, 1.26 against 1.65)."""
+    1.44 -> 0.97 ms; LeNet's 50, no runs: the tiled kernels stayed ahead, 1.26 against 1.65) and
+    it has TENSOR_MIN_POSITIONS positions."""
     if layer.kind.whole_prior:
         return layer.depth > 128
-    return runs_of_four(layer.depth)
+    return _runs_pay(layer, layer.depth)
 
 
 def _split_gradients(arch, options, pooled_grad, tiled, tf32=False):
