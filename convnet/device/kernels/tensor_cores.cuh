@@ -56,12 +56,22 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// Where a warp's outputs start in its block: the warps go down the block's rows first.
-template <int WARPS_M, int WM>
-__device__ __forceinline__ int warp_first_row(int tid) { return ((tid >> 5) % WARPS_M) * WM; }
+// A block of BM x BN outputs in warps of WM x WN, each warp MT x NT8 m16n8 fragments: the shape
+// every tensor-core body takes, and where this thread's warp starts in the block (the warps go
+// down the block's rows first).
+template <int BM, int BN, int WM, int WN>
+struct WarpTiling {
+    static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "warp tiles");
+    static constexpr int WARPS_M = BM / WM;
+    static constexpr int NT = 32 * WARPS_M * (BN / WN);      // threads
+    static constexpr int MT = WM / 16, NT8 = WN / 8;
 
-template <int WARPS_M, int WN>
-__device__ __forceinline__ int warp_first_col(int tid) { return ((tid >> 5) / WARPS_M) * WN; }
+    int lane, m0, n0;
+    __device__ __forceinline__ explicit WarpTiling(int tid)
+        : lane(tid & 31), m0(((tid >> 5) % WARPS_M) * WM), n0(((tid >> 5) / WARPS_M) * WN)
+    {
+    }
+};
 
 // The elements of a warp's m16n8 accumulator fragments: f(i, j, e, row, col) for each, row and
 // column counted from the warp's first output (g = lane / 4 gives rows g and g + 8, t = lane % 4
@@ -159,26 +169,24 @@ __device__ __forceinline__ void gemm_tn_split_body(
     int local_cols, float* __restrict__ part, int nz)
 {
     constexpr int BK = TN_SPLIT_BK;
-    constexpr int WARPS_M = BM / WM;
-    constexpr int NT = 32 * WARPS_M * (BN / WN);
+    using Tiling = WarpTiling<BM, BN, WM, WN>;
+    constexpr int NT = Tiling::NT, MT = Tiling::MT, NT8 = Tiling::NT8;
     constexpr int A_PER = BM * BK / NT;
     constexpr int B_PER = BK * BN / NT;
     constexpr int A_STEP = NT / BM;
     constexpr int D_STEP = NT / BN;
     constexpr int LDA = BM + 8, LDD = stage_row(BN);
-    constexpr int MT = WM / 16, NT8 = WN / 8;
     // columns that do not divide the threads (BN 24, 48): the deltas' loader goes element by
     // element over the stage instead of a fixed column per thread
     constexpr bool D_FIXED = NT % BN == 0;
-    static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "warp tiles");
     static_assert(NT % BM == 0, "loader shape");
     static_assert(A_PER >= 1 && BK * BN >= NT, "loader shape");
     __shared__ __align__(16) float As[STAGES][BK][LDA];
     __shared__ __align__(16) float Ds[STAGES][BK][LDD];
 
     const int tid = threadIdx.x;
-    const int lane = tid & 31;
-    const int wm0 = warp_first_row<WARPS_M, WM>(tid), wn0 = warp_first_col<WARPS_M, WN>(tid);
+    const Tiling warp(tid);
+    const int lane = warp.lane, wm0 = warp.m0, wn0 = warp.n0;
     const int k0 = blockIdx.y * BM;
     const int NL = n_hi - n_lo;
     const int c0 = blockIdx.x * BN;
@@ -273,23 +281,21 @@ __device__ __forceinline__ void gemm_nn_split_body(
     float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
 {
     constexpr int BK = TN_SPLIT_BK;
-    constexpr int WARPS_M = BM / WM;
-    constexpr int NT = 32 * WARPS_M * (BN / WN);
+    using Tiling = WarpTiling<BM, BN, WM, WN>;
+    constexpr int NT = Tiling::NT, MT = Tiling::MT, NT8 = Tiling::NT8;
     constexpr int A_PER = BM * BK / NT;
     constexpr int B_PER = BK * BN / NT;
     constexpr int A_STEP = NT / BK;          // cases between one thread's A elements
     constexpr int B_STEP = NT / BN;          // k between one thread's B elements
     constexpr int LDA = BM + 8, LDB = BN + 8;
-    constexpr int MT = WM / 16, NT8 = WN / 8;
-    static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "warp tiles");
     static_assert(NT % BK == 0 && NT % BN == 0, "loader shape");
     static_assert(A_PER >= 1 && B_PER >= 1, "loader shape");
     __shared__ __align__(16) float As[STAGES][BK][LDA];
     __shared__ __align__(16) float Bs[STAGES][BK][LDB];
 
     const int tid = threadIdx.x;
-    const int lane = tid & 31;
-    const int wm0 = warp_first_row<WARPS_M, WM>(tid), wn0 = warp_first_col<WARPS_M, WN>(tid);
+    const Tiling warp(tid);
+    const int lane = warp.lane, wm0 = warp.m0, wn0 = warp.n0;
     const int m0 = blockIdx.y * BM;
     const int n0 = blockIdx.z * BN;
     const int a_k = tid % BK;
@@ -345,19 +351,17 @@ __device__ __forceinline__ void gemm_nn_quad_split_body(
     float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
 {
     constexpr int BK = TN_SPLIT_BK;
-    constexpr int WARPS_M = BM / WM;
-    constexpr int NT = 32 * WARPS_M * (BN / WN);
+    using Tiling = WarpTiling<BM, BN, WM, WN>;
+    constexpr int NT = Tiling::NT, MT = Tiling::MT, NT8 = Tiling::NT8;
     constexpr int AS = BK + 4, LDB = stage_row(BN);
     constexpr int QUADS = BK / 4;                 // runs of four in a case's stage row
-    constexpr int MT = WM / 16, NT8 = WN / 8;
-    static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "warp tiles");
     static_assert(NT % QUADS == 0 && BM * QUADS % NT == 0, "loader shape");
     __shared__ __align__(16) float As[STAGES][BM][AS];
     __shared__ __align__(16) float Bs[STAGES][BK][LDB];
 
     const int tid = threadIdx.x;
-    const int lane = tid & 31;
-    const int wm0 = warp_first_row<WARPS_M, WM>(tid), wn0 = warp_first_col<WARPS_M, WN>(tid);
+    const Tiling warp(tid);
+    const int lane = warp.lane, wm0 = warp.m0, wn0 = warp.n0;
     const int m0 = blockIdx.y * BM;
     const int n0 = blockIdx.z * BN;
     const int a_q = tid % QUADS;                  // this thread's run: k = 4 a_q ... of a stage
@@ -417,19 +421,17 @@ __device__ __forceinline__ void gemm_nn_dense_split_body(
     float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
 {
     constexpr int BK = TN_SPLIT_BK;
-    constexpr int WARPS_M = BM / WM;
-    constexpr int NT = 32 * WARPS_M * (BN / WN);
+    using Tiling = WarpTiling<BM, BN, WM, WN>;
+    constexpr int NT = Tiling::NT, MT = Tiling::MT, NT8 = Tiling::NT8;
     constexpr int AS = BK + 4, LDB = BN + 8;
     constexpr int A_CHUNKS = BM * BK / 4;
     constexpr int B_CHUNKS = BK * BN / 4;
-    constexpr int MT = WM / 16, NT8 = WN / 8;
-    static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "warp tiles");
     __shared__ __align__(16) float As[STAGES][BM][AS];
     __shared__ __align__(16) float Bs[STAGES][BK][LDB];
 
     const int tid = threadIdx.x;
-    const int lane = tid & 31;
-    const int wm0 = warp_first_row<WARPS_M, WM>(tid), wn0 = warp_first_col<WARPS_M, WN>(tid);
+    const Tiling warp(tid);
+    const int lane = warp.lane, wm0 = warp.m0, wn0 = warp.n0;
     const int m0 = blockIdx.y * BM;
     const int n0 = blockIdx.z * BN;
 
