@@ -391,8 +391,9 @@ def split_tf32_forward_pays(layer, tiled):
     of 16 columns were faster); where conv_tiled.cu has forward variants, only where the prior
     layer's inputs come in runs of four, the layer has TENSOR_MIN_POSITIONS positions and the
     window has fewer than TILED_OVER_TF32_TAPS taps (strided-rgb's 3 x 3: 0.53 -> 0.41 ms; at
-    5 x 5 the tiled kernels, which reuse each input across the taps, stayed ahead); yes otherwise (a fully connected layer's on the split
-    variants for dense rows where its launch allows them)."""
+    5 x 5 the tiled kernels, which reuse each input across the taps, stayed ahead); yes
+    otherwise (a fully connected layer's on the split variants for dense rows where its launch
+    allows them)."""
     if layer.depth <= 16:
         return False
     if tiled is not None and tiled.fwd:
