@@ -237,7 +237,7 @@ def test_every_tile_shape_gives_the_same_bits(seed, monkeypatch):
     for i in range(max(len(nns), len(tns), len(tiled))):       # every shape at least once
         nn, tn, ct = nns[i % len(nns)], tns[i % len(tns)], tiled[i % len(tiled)]
         monkeypatch.setattr(tuning, "nn_candidates",
-                            lambda M, N, conv=(), dense=False, t=nn, ct=ct:
+                            lambda M, N, conv=(), dense=False, direct=False, t=nn, ct=ct:
                             [ct] if ct in conv else [_nn_fitting(t, M, N, dense, gather)])
         monkeypatch.setattr(tuning, "tn_candidates", lambda R, N, t=tn: [_tn_fitting(t, R, N)])
         monkeypatch.setattr(tuning, "grad_candidates",
@@ -547,7 +547,7 @@ def test_pooled_values_at_tanhf_dip_give_the_same_bits(monkeypatch):
     ref = None
     for tile in [None] + sorted(be.conv_tiled[0].fwd):
         monkeypatch.setattr(tuning, "nn_candidates",
-                            lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather(M, N)[:1])
+                            lambda M, N, conv=(), dense=False, direct=False, t=tile: [t] if t in conv else gather(M, N)[:1])
         be = _backend(arch, options=float32)
         ev = be.evaluator(x, c, 0.01)
         for kind in ("criterion", "gradient"):
@@ -574,7 +574,7 @@ def test_dense_products_give_the_same_bits(monkeypatch):
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(*spec, n=1301)
         out = {}
         for tile, narrow in zip([None] + tuning.NN_DENSE, [None] + tuning.NN_NARROW * 3):
-            monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, conv=(), dense=False, t=tile,
+            monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, conv=(), dense=False, direct=False, t=tile,
                                 nt=narrow: [t if N > 16 else nt] if dense and t
                                 else gather(M, N, conv)[:1])
             for params in (DeviceParams(), DeviceParams(max_batch=256)):
@@ -610,7 +610,7 @@ def test_pooling_in_the_forward_epilogue_gives_the_same_bits(monkeypatch):
         tiles = sorted({t for i in pooled for t in be.conv_tiled[i - 1].fwd})
         for tile in [None] + tiles:
             monkeypatch.setattr(tuning, "nn_candidates",
-                                lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather(M, N)[:1])
+                                lambda M, N, conv=(), dense=False, direct=False, t=tile: [t] if t in conv else gather(M, N)[:1])
             for params in (DeviceParams(), DeviceParams(max_batch=256)):
                 ev = _backend(arch, params, FLOAT32).evaluator(x, c, 0.01)
                 crit, grad = ev.gradient(w)
@@ -619,9 +619,10 @@ def test_pooling_in_the_forward_epilogue_gives_the_same_bits(monkeypatch):
 
 
 def test_tiled_convolution_gives_the_same_bits(monkeypatch):
-    """conv_tiled.cu's variants against the gather product, each forced as the only candidate of
-    the convolutional layers' activations and delta backpropagations (and conv_grad's variants
-    against each other, where conv_grad takes a layer's weight gradient): the same criterion,
+    """conv_tiled.cu's variants (and conv_small.cu's direct kernel of a later small layer) against
+    the gather product, each forced as the only candidate of the convolutional layers'
+    activations and delta backpropagations (and conv_grad's variants against each other, where
+    conv_grad takes a layer's weight gradient): the same criterion,
     gradient, outputs and activations, bit for bit, on LeNet's shapes and on padded, strided,
     odd-depth layers (and the float64 model within the usual tolerances)."""
     from convnet.device import tuning
@@ -639,9 +640,13 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
                            for t in [*ct.fwd, *ct.bwd, *ct.grad]})
         assert variants, lines
         runs = {}
-        for tile in [None] + variants:
+        # and the direct kernel of a conv_small layer after the first (the odd net's second)
+        small = [tuning.DIRECT] if any(i > 0 for i in _backend(arch).conv_small) else []
+        assert small or lines != odd[0]
+        for tile in [None] + variants + small:
             monkeypatch.setattr(tuning, "nn_candidates",
-                                lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather(M, N)[:1])
+                                lambda M, N, conv=(), dense=False, direct=False, t=tile:
+                                [t] if t in conv or direct and t == tuning.DIRECT else gather(M, N)[:1])
             monkeypatch.setattr(tuning, "grad_candidates",
                                 lambda grad, t=tile: [t] if t in grad else list(grad)[:1])
             for params in (DeviceParams(), DeviceParams(max_batch=256)):

@@ -639,7 +639,7 @@ def test_emulated_dense_products(fake_runtime, monkeypatch):
     assert all(lp.bwd.dense is not None for lp in fc) and plan.layers[0].fwd.dense is None
     gather = tuning.nn_candidates
     for tile, narrow in zip(tuning.NN_DENSE, tuning.NN_NARROW * len(tuning.NN_DENSE)):
-        monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, conv=(), dense=False, t=tile,
+        monkeypatch.setattr(tuning, "nn_candidates", lambda M, N, conv=(), dense=False, direct=False, t=tile,
                             nt=narrow: [t if N > 16 else nt] if dense else gather(M, N, conv)[:1])
         for params in (DeviceParams(), DeviceParams(max_batch=256)):
             fake_runtime.launches.clear()
@@ -711,14 +711,20 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
     arch, x, c, w, crit_ref, grad_ref, p_ref = _problem(*spec, n=70, seed=4)
     be = dbe.DeviceBackend(arch, options=FLOAT32)
     assert be.conv_tiled
-    assert not any(be.conv_tiled[i].fwd for i in be.conv_small if i in be.conv_tiled)
+    # a conv_small first layer's activation has the direct kernel and the gather tiles only; a
+    # later one's has tiled variants too, and the direct kernel is forced as they are
+    assert not (0 in be.conv_small and 0 in be.conv_tiled and be.conv_tiled[0].fwd)
+    later = [i for i in be.conv_small if i > 0]
+    assert all(be.conv_tiled[i].fwd for i in later)
     variants = sorted({t for ct in be.conv_tiled.values() for t in [*ct.fwd, *ct.bwd, *ct.grad]})
+    variants += [tuning.DIRECT] if later else []
     assert {ct.function(t, k) for ct in be.conv_tiled.values() for k in ("fwd", "bwd", "grad")
             for t in getattr(ct, k)} <= set(fake_runtime.specialized)
     gather_first = tuning.nn_candidates
     for tile in variants:
         monkeypatch.setattr(tuning, "nn_candidates",
-                            lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather_first(M, N)[:1])
+                            lambda M, N, conv=(), dense=False, direct=False, t=tile:
+                            [t] if t in conv or direct and t == tuning.DIRECT else gather_first(M, N)[:1])
         monkeypatch.setattr(tuning, "grad_candidates",
                             lambda grad, t=tile: [t] if t in grad else list(grad)[:1])
         fake_runtime.launches.clear()
@@ -727,6 +733,8 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         assert abs(ev.criterion(w) - crit_ref) <= 1e-6 * crit_ref
         assert np.abs(ev.outputs(w) - p_ref).max() < 1e-6
+        if tile == tuning.DIRECT:
+            assert any(name.startswith("conv_small_") for name in fake_runtime.launches)
         kinds = [k for k in ("fwd", "bwd", "grad") if any(tile in getattr(ct, k) for ct in be.conv_tiled.values())]
         for k in kinds:
             assert any(name.startswith(f"conv_{k}_") for name in fake_runtime.launches), tile
@@ -800,7 +808,7 @@ def test_emulated_pooling_in_the_forward_epilogue(fake_runtime, monkeypatch, spe
     tiles = sorted({t for i in pooled for t in tiled[i - 1].fwd})[:2]
     for tile in [None] + tiles:
         monkeypatch.setattr(tuning, "nn_candidates",
-                            lambda M, N, conv=(), dense=False, t=tile: [t] if t in conv else gather_first(M, N)[:1])
+                            lambda M, N, conv=(), dense=False, direct=False, t=tile: [t] if t in conv else gather_first(M, N)[:1])
         for params in (DeviceParams(), DeviceParams(max_batch=40)) if tile == tiles[0] else (DeviceParams(),):
             fake_runtime.launches.clear()
             be = dbe.DeviceBackend(arch, params, FLOAT32)

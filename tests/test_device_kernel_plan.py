@@ -89,6 +89,32 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
         assert "gemm_async.cu" in plan.kernel_files()
 
 
+VGG_SIZED = (["CONVOLUTIONAL LAYER 12 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 12 1 1 1 1 1 1",
+              "POOLED MAX LAYER 2 2 2 2", "CONVOLUTIONAL LAYER 24 1 1 1 1 1 1",
+              "CONVOLUTIONAL LAYER 24 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
+              "FULLY CONNECTED LAYER 48"], 28, 28, 1, 10)
+
+
+def test_small_conv_layers_after_the_first_are_tuned_sites():
+    """conv_small layers after the first (stacked 3 x 3 layers of 12 and 24 slices): their
+    activation is a tuned site whose candidates are the direct kernel (first), the gather tiles
+    and tiled variants, with the pooling after them in the epilogue; those of 24 slices (their
+    inputs come in runs of four) take the tensor cores by the rule instead; the first layer has
+    no tiled activation (10 weight rows); no conv_small layer's delta is on the tensor cores."""
+    plan = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED), DeviceOptions(), HOPPER)
+    assert set(plan.conv_small) == {0, 1, 3, 4}
+    assert 0 not in plan.tiled or not plan.tiled[0].fwd
+    assert plan.tiled[1].fwd and plan.conv_pool == {2}
+    assert plan.split_forward == {3, 4, 6} and not plan.split_delta
+    assert [plan.forward_family(i, want_delta=True) for i in range(5)] == [
+        kp.CONV_SMALL, kp.CONV_SMALL, kp.WITH_PRIOR, kp.GEMM_NN, kp.GEMM_NN]
+    assert {"conv_small.cu", "gemm.cu", "gemm_async.cu"} <= set(plan.kernel_files())
+    off = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED), DeviceOptions(tensor_cores=False),
+                          HOPPER)
+    assert not off.split_forward and off.tiled[3].fwd and off.tiled[4].fwd
+    assert off.forward_family(4, want_delta=True) == kp.CONV_SMALL
+
+
 def test_tf32_precision_takes_the_tensor_cores_wider():
     """CUDA PRECISION = TF32: one TF32 product wherever the split rule puts the tensor cores, and
     further: every weight gradient (LeNet's second CONV layer's too) and the activations and

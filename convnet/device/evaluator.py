@@ -419,9 +419,6 @@ class DeviceEvaluator(Evaluator):
                                 ws.ids[1] if want_delta else NULL)
         elif family == families.POOL_FORWARD:
             launches.pool_forward(rt, lp, src, ws.acts[index], ws.ids.get(index, NULL), n_batch)
-        elif family == families.CONV_SMALL:
-            launches.conv_small(rt, lp, src, lda, n_batch, weights, ws.acts[index],
-                                b.kernels.conv_small[index])
         else:
             pooled = b.kernels.pools_in_epilogue(index, fused)
             following = index + 1
@@ -434,7 +431,16 @@ class DeviceEvaluator(Evaluator):
                 epi=EPI_NONE if lp.is_output else EPI_TANH, tiled=b.conv_tiled.get(index),
                 pool=(b.plan.layers[following], ws.acts[following],
                       ws.ids[following] if want_delta else NULL) if pooled else None,
-                split=index in b.kernels.split_forward, tf32=b.kernels.tf32)
+                split=index in b.kernels.split_forward, tf32=b.kernels.tf32,
+                direct=self._direct(lp, src, lda, n_batch) if family == families.CONV_SMALL else None)
+
+    def _direct(self, lp, src, lda, n_batch):
+        """The launch of a conv_small layer's direct kernel for one batch (a candidate of its
+        activation's launch site)."""
+        b = self.backend
+        weights = ptr(b.d_wfwd, lp.lay.fwd_offset)
+        return lambda: launches.conv_small(b.rt, lp, src, lda, n_batch, weights,
+                                           self.ws.acts[lp.index], b.kernels.conv_small[lp.index])
 
     def _backward(self, start, stop):
         """The weight gradients and delta backpropagation of one batch, from the output layer

@@ -18,7 +18,7 @@ from typing import Dict, FrozenSet, Optional, Tuple
 from .conv_tiled import (GRAD_SUBS, SMEM_BYTES, ConvShape, delta_variants, forward_variants,
                          grad_variants)
 from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS,
-                       POOLED_GRAD_SUBS, conv_grad_pooled_shape, line_parts, windows_tile)
+                       POOLED_GRAD_SUBS, conv_small_stage_row, conv_grad_pooled_shape, line_parts, windows_tile)
 from .layout import layer_layouts
 from ..params import FLOAT32, TF32
 from .options import DeviceOptions
@@ -26,7 +26,8 @@ from .plan import CHUNK, GradPlan, gradient_launch_slices, split_batches
 
 # Kernel families of the forward step (activation)
 GEMM_NN = "gemm_nn"                     # the gather product, or a conv_tiled forward variant
-CONV_SMALL = "conv_small"               # a small CONV layer's direct kernel
+CONV_SMALL = "conv_small"               # a small CONV layer: its direct kernel, or the gather
+                                        # and tiled products where the tuner finds them faster
 CONV_SMALL_POOL = "conv_small_pool"     # a conv_small first layer and the pooling after it
 POOL_FORWARD = "pool_forward"
 WITH_PRIOR = "with the layer before"    # computed in the launch of the layer before
@@ -48,7 +49,7 @@ FAMILIES = (GEMM_NN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BACKWARD,
 # a plan that puts some step on them.
 _PRODUCTS = ("gemm.cu", "gemm_async.cu")
 FAMILY_FILES = {GEMM_NN: _PRODUCTS, GEMM_TN: _PRODUCTS, GEMM_TN_SPLIT: (),
-                CONV_SMALL: ("conv_small.cu",), CONV_SMALL_POOL: ("conv_small.cu",),
+                CONV_SMALL: ("conv_small.cu",) + _PRODUCTS, CONV_SMALL_POOL: ("conv_small.cu",),
                 CONV_GRAD_POOLED: ("conv_small.cu",),
                 POOL_FORWARD: ("pool.cu",), POOL_BACKWARD: ("pool.cu",),
                 POOL_BACKWARD_TILES: ("pool.cu",)}
@@ -126,9 +127,11 @@ def tiled_variants(layer, ldw, shared_optin, pool=None, forward=True):
 
 
 def _tiled_layers(arch, layouts, options, shared_optin, conv_small, pool_tiles):
-    """conv_tiled.cu's variants of every convolutional layer that has some (a conv_small layer's
-    activation stays with conv_small), and the pooling layers computed in the epilogue of the
-    forward variants of the layer before them."""
+    """conv_tiled.cu's variants of every convolutional layer that has some, and the pooling
+    layers computed in the epilogue of the forward variants of the layer before them. A conv_small
+    first layer's activation has none: its products are too small for them (10 weight rows on
+    one band) and its direct kernel reads its inputs in order; a later conv_small layer's are
+    candidates beside the direct kernel (vgg-mnist's 14 x 14 x 24 layers)."""
     tiled, conv_pool = {}, set()
     if not options.tiled:
         return tiled, conv_pool
@@ -141,7 +144,7 @@ def _tiled_layers(arch, layouts, options, shared_optin, conv_small, pool_tiles):
             spec = arch.layers[following].spec
             pool = (spec.width_v, spec.width_h)
         variants = tiled_variants(layer, layouts[layer.index].cols, shared_optin, pool,
-                                  forward=layer.index not in conv_small)
+                                  forward=not (layer.index == 0 and 0 in conv_small))
         if variants.any:
             tiled[layer.index] = variants
         if variants.fwd and pool:
@@ -157,7 +160,8 @@ def _fused_first_pool(arch, layouts, options, conv_small):
             and layers[1].kind.keeps_winners):
         return False
     spec = layers[1].spec
-    smem = 4 * (layouts[0].rows * conv_small[0] + 2 * CONV_SMALL_THREADS * layers[0].depth)
+    smem = 4 * (layouts[0].rows * conv_small[0]
+                + 2 * CONV_SMALL_THREADS * conv_small_stage_row(layers[0].depth))
     return spec.stride_v == spec.width_v and spec.stride_h == spec.width_h and smem <= SMEM_BYTES
 
 
@@ -209,7 +213,7 @@ class KernelPlan:
             return CONV_SMALL_POOL
         if not layer.kind.has_weights:
             return POOL_FORWARD
-        if index in self.conv_small:
+        if index in self.conv_small and index not in self.split_forward:
             return CONV_SMALL
         return GEMM_NN
 
@@ -353,17 +357,19 @@ def _split_products(arch, options, conv_small, tiled, tf32=False):
     tf32: tf32_forward_pays and tf32_delta_pays)."""
     if options.tensor_cores is False:
         return frozenset(), frozenset()
-    # (not conv_small's layers: their deltas of 12 and 24 columns on the tensor cores were
-    # slower, vgg-mnist 1.56 -> 1.87 ms and 0.54 -> 0.63)
-    products = [layer for layer in arch.all_layers
-                if layer.kind.has_weights and layer.index not in conv_small]
+    products = [layer for layer in arch.all_layers if layer.kind.has_weights]
     every = bool(options.tensor_cores)
     forward_pays = tf32_forward_pays if tf32 else split_tf32_forward_pays
     delta_pays = tf32_delta_pays if tf32 else (lambda layer, _: split_tf32_delta_pays(layer))
+    # a conv_small layer's activation only where it has tiled variants too (not a first layer of
+    # a few weight rows); its delta never (12 and 24 columns on the tensor cores were slower:
+    # vgg-mnist 1.56 -> 1.87 ms and 0.54 -> 0.63)
     forward = [layer.index for layer in products
-               if every or forward_pays(layer, tiled.get(layer.index))]
+               if (layer.index not in conv_small or layer.index in tiled and tiled[layer.index].fwd)
+               and (every or forward_pays(layer, tiled.get(layer.index)))]
     delta = [layer.index for layer in products
-             if layer.index > 0 and (every or delta_pays(layer, tiled.get(layer.index)))]
+             if layer.index > 0 and layer.index not in conv_small
+             and (every or delta_pays(layer, tiled.get(layer.index)))]
     return frozenset(forward), frozenset(delta)
 
 

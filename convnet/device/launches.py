@@ -23,6 +23,14 @@ MAX_GRID_X = 2 ** 31 - 1
 CONV_SMALL_SLICES = 32
 CONV_SMALL_FLOATS = 8192
 CONV_SMALL_THREADS = 128
+
+
+def conv_small_stage_row(depth):
+    """Floats between the rows of a conv_small block's staged results (conv_small.cu): odd, so
+    that a warp's stores of one slice fall in 32 different banks."""
+    return depth | 1
+
+
 # Pooling launches: about this many blocks, each thread looping over cases.
 POOL_CASES_PER_THREAD = 8
 # conv_grad_pooled: pooled neurons and prior activations a thread copies per case (conv_small.cu)
@@ -161,7 +169,7 @@ def conv_small(rt, lp, src, lda, nb, weights, out, width):
     rt.launch(f"conv_small_{width}", _blocks(total, nt), (nt, 1, 1),
               *CONV_SMALL.pack(**_conv_shape(L, src, lda, weights, lp.lay.cols), out=out,
                                total=total),
-              shared=4 * (lp.rows * width + nt * L.depth))
+              shared=4 * (lp.rows * width + nt * conv_small_stage_row(L.depth)))
 
 
 class FirstLayerPool:
@@ -235,7 +243,7 @@ class FirstLayerPool:
 
         def run(variant):
             self.rt.launch(self.function(variant), _blocks(total, nt), (nt, 1, 1), *args,
-                           shared=4 * (lp.rows * self.width + 2 * nt * L.depth))
+                           shared=4 * (lp.rows * self.width + 2 * nt * conv_small_stage_row(L.depth)))
 
         work = float(total) * P.spec.width_v * P.spec.width_h * lp.rows * self.width
         if int(ids):
@@ -245,7 +253,7 @@ class FirstLayerPool:
 
 
 def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out, ldo, prior, epi,
-            tiled=None, pool=None, split=False, tf32=False):
+            tiled=None, pool=None, split=False, tf32=False, direct=None):
     """A gather product out = epi(A B) for M rows (cases), the groups of a layer's table.
     tiled: for a convolutional layer's activation (b_ld > 0) or delta backpropagation (b_ld 0),
     its conv_tiled.ConvTiled, whose variants are candidates beside the gather tiles (same bits).
@@ -253,7 +261,8 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     layer whose tiled variants compute it in their epilogue (tiled.pool); the gather tiles are
     then followed by pool_forward, and each candidate is timed with its pooling.
     split: on the tensor cores (the split TF32 variants alone: no tiled or dense ones); with
-    tf32, their one-product TF32 twins (CUDA PRECISION = TF32)."""
+    tf32, their one-product TF32 twins (CUDA PRECISION = TF32). direct: a conv_small layer's
+    activation, direct() its launch of conv_small.cu's kernel (same bits): the first candidate."""
     G = groups.n_groups
     N = groups.n_cols
     variants = {} if tiled is None else tiled.fwd if b_ld > 0 else tiled.bwd
@@ -271,6 +280,9 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
         product(tile)
 
     def product(tile):
+        if tile == tuning.DIRECT:
+            direct()
+            return
         if tile in variants:
             if b_ld > 0:
                 tiled.forward(tile, src=src, lda=lda, weights=B, M=M, out=out, ldo=ldo)
@@ -294,7 +306,7 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
         candidates = tuning.nn_split_candidates(M, N, dense)
         candidates = tuning.tf32_tiles(candidates) if tf32 else candidates
     else:
-        candidates = tuning.nn_candidates(M, N, variants, dense)
+        candidates = tuning.nn_candidates(M, N, variants, dense, direct=direct is not None)
     tuner.run(site + (M,), candidates, work, launch)
 
 

@@ -214,12 +214,17 @@ def grad_candidates(variants):
     return list(variants)
 
 
-def nn_candidates(M, N, conv=(), dense=False):
+# The candidate of a conv_small layer's activation that is its direct kernel (conv_small.cu)
+DIRECT = "conv_small"
+
+
+def nn_candidates(M, N, conv=(), dense=False, direct=False):
     """Tile shapes worth trying for a gemm_nn launch of M cases and N columns, best guess first;
     conv: a convolutional layer's tiled variants (conv_tiled.py), timed after the gather tiles
     (the first of which serves launches too small to time); dense: whether the launch may take
     the variants for dense rows (its tables and alignment allow them, launches.dense_allowed):
-    the dense tiles for wide products, the narrow ones for a few columns."""
+    the dense tiles for wide products, the narrow ones for a few columns; direct: a conv_small
+    layer's activation, whose direct kernel (DIRECT) comes first."""
     if N > 32:
         tiles = ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16", "128x64_8x4_k16_s3",
                  "128x64_8x8_k16_s3", "160x64_8x4_k20"]
@@ -236,7 +241,7 @@ def nn_candidates(M, N, conv=(), dense=False):
         # first: the output layer's launches have too little work to be timed (TUNE_MIN_WORK),
         # and a thread an output was the fastest for every such launch measured (NOTES.md)
         tiles = NN_NARROW + tiles
-    return tiles + list(conv)
+    return ([DIRECT] if direct else []) + tiles + list(conv)
 
 
 def nn_rows(tile, N):

@@ -27,6 +27,33 @@ __device__ __forceinline__ void conv_small_weights(float* Bs, const float* __res
     __syncthreads();
 }
 
+// A block stages its results in shared memory, one row of N values a thread, rows N | 1 floats
+// apart: with an odd stride the 32 threads of a warp store each slice into 32 different banks
+// (N floats apart, 32 slices would put a warp's stores of one slice all in one bank).
+__device__ __forceinline__ int conv_small_stage_row(int N) { return N | 1; }
+
+// Copy the first `count` staged values (rows of N, conv_small_stage_row(N) apart) to o as one
+// contiguous run.
+template <typename T>
+__device__ __forceinline__ void conv_small_copy_out(const T* staged, T* __restrict__ o, int count,
+                                                    int N)
+{
+    const int stride = conv_small_stage_row(N);
+    const int row_step = CONV_SMALL_THREADS / N;
+    const int col_step = CONV_SMALL_THREADS - row_step * N;
+    int row = threadIdx.x / N;
+    int col = threadIdx.x - row * N;
+    for (int i = threadIdx.x; i < count; i += CONV_SMALL_THREADS) {
+        o[i] = staged[row * stride + col];
+        row += row_step;
+        col += col_step;
+        if (col >= N) {
+            col -= N;
+            ++row;
+        }
+    }
+}
+
 // The pooled values and winners a block staged for the pooled positions from base on (N slices
 // each), written out as one contiguous run each (the winners only where pids is not null: a
 // forward-only evaluation does not need them).
@@ -37,12 +64,8 @@ __device__ __forceinline__ void conv_small_pool_store(const float* Os, const int
 {
     __syncthreads();
     const int count = min(CONV_SMALL_THREADS, total - base) * N;
-    float* o = pout + (i64)base * N;
-    for (int i = threadIdx.x; i < count; i += CONV_SMALL_THREADS) o[i] = Os[i];
-    if (pids) {
-        int* oi = pids + (i64)base * N;
-        for (int i = threadIdx.x; i < count; i += CONV_SMALL_THREADS) oi[i] = Is[i];
-    }
+    conv_small_copy_out(Os, pout + (i64)base * N, count, N);
+    if (pids) conv_small_copy_out(Is, pids + (i64)base * N, count, N);
     __syncthreads();
 }
 
@@ -58,8 +81,9 @@ __device__ __forceinline__ void conv_small_pool_frame(
 {
     extern __shared__ __align__(16) float smem[];
     float* Bs = smem;                                   // K x NP, bias row last
-    float* Os = smem + K * NP;                          // CONV_SMALL_THREADS x N pooled values
-    int* Is = reinterpret_cast<int*>(Os + CONV_SMALL_THREADS * N);   // and their winners
+    const int stride = conv_small_stage_row(N);
+    float* Os = smem + K * NP;                          // CONV_SMALL_THREADS rows of pooled values
+    int* Is = reinterpret_cast<int*>(Os + CONV_SMALL_THREADS * stride);   // and their winners
     conv_small_weights(Bs, Wf, ldw, N, K, NP);
     const int P2 = H2 * W2;
     for (int base = blockIdx.x * CONV_SMALL_THREADS; base < total; base += gridDim.x * CONV_SMALL_THREADS) {
@@ -69,7 +93,8 @@ __device__ __forceinline__ void conv_small_pool_frame(
             const int q = idx - cs * P2;
             const int pr = q / W2;
             const int pc = q - pr * W2;
-            position(src + (i64)cs * lda, pr, pc, Bs, Os + threadIdx.x * N, Is + threadIdx.x * N);
+            position(src + (i64)cs * lda, pr, pc, Bs, Os + threadIdx.x * stride,
+                     Is + threadIdx.x * stride);
         }
         conv_small_pool_store(Os, Is, pout, pids, base, total, N);
     }
@@ -84,7 +109,8 @@ __device__ __forceinline__ void conv_small_body(
     extern __shared__ __align__(16) float smem[];
     float* Bs = smem;                                   // K x NP, bias row last
     const int K = fv * fh * PD + 1;
-    float* Os = smem + K * NP;                          // CONV_SMALL_THREADS x N results
+    float* Os = smem + K * NP;                          // CONV_SMALL_THREADS rows of results
+    const int stride = conv_small_stage_row(N);
     conv_small_weights(Bs, Wf, ldw, N, K, NP);
     const int P = H * W;
     for (int base = blockIdx.x * CONV_SMALL_THREADS; base < total; base += gridDim.x * CONV_SMALL_THREADS) {
@@ -124,12 +150,10 @@ __device__ __forceinline__ void conv_small_body(
             const float* bias = Bs + (K - 1) * NP;
 #pragma unroll
             for (int n = 0; n < NP; ++n)
-                if (n < N) Os[threadIdx.x * N + n] = tanhf(fmaf(1.f, bias[n], acc[n]));
+                if (n < N) Os[threadIdx.x * stride + n] = tanhf(fmaf(1.f, bias[n], acc[n]));
         }
         __syncthreads();
-        const int count = min(CONV_SMALL_THREADS, total - base) * N;
-        float* o = out + (i64)base * N;
-        for (int i = threadIdx.x; i < count; i += CONV_SMALL_THREADS) o[i] = Os[i];
+        conv_small_copy_out(Os, out + (i64)base * N, min(CONV_SMALL_THREADS, total - base) * N, N);
         __syncthreads();
     }
 }

@@ -15,7 +15,7 @@ class ConvSmallReference(PoolReference):
                    sh, Wf, ldw, N, out, total):
         assert grid[0] * block[0] >= total and width >= N and width % 4 == 0
         K = fv * fh * PD + 1
-        assert shared == 4 * (K * width + block[0] * N) <= 48 * 1024
+        assert shared == 4 * (K * width + block[0] * launches.conv_small_stage_row(N)) <= 48 * 1024
         Bm = self.f32(Wf, (K - 1) * ldw + N).astype(np.float64)
         Bm = np.stack([Bm[k * ldw:k * ldw + N] for k in range(K)])
         nb = total // (H * W)
@@ -40,8 +40,9 @@ class ConvSmallReference(PoolReference):
         assert grid[0] * block[0] >= total and width >= N
         nb = total // (H2 * W2)
         conv = self.mem.alloc(4 * nb * H * W * N)
+        staged = block[0] * launches.conv_small_stage_row(N)
         self.conv_small(width, (-(-nb * H * W // block[0]), 1, 1), block,
-                        4 * ((fv * fh * PD + 1) * width + block[0] * N), src, lda, PH, PW, PD, H, W,
+                        4 * ((fv * fh * PD + 1) * width + staged), src, lda, PH, PW, PD, H, W,
                         fv, fh, pv, ph, sv, sh, Wf, ldw, N, int(conv), nb * H * W)
         self.pool_forward((1, 1, 1), (H2 * W2 * N, 1, 1), int(conv), H, W, N, H2, W2, wv2, wh2,
                           wv2, wh2, 1, pout, pids, nb)
