@@ -380,6 +380,25 @@ def test_pool_backward_tiles_gives_the_same_bits():
             assert other[0] == crit and np.array_equal(other[1], grad), lines
 
 
+def test_pooling_four_slices_a_thread_gives_the_same_bits(monkeypatch):
+    """pool.cu's kernels with four slices a thread (16-byte copies, where the depth is a multiple
+    of 4) against one slice a thread: the same criterion, gradient and outputs, bit for bit, for
+    average pooling, max windows that tile the prior layer and overlapping ones."""
+    from convnet.device import launches
+    from test_device_emulated import POOL_ARCHS
+    lines, rows, cols, bands, ncls, _ = POOL_ARCHS[-1]
+    arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
+    runs = []
+    for lanes in (launches.pool_lanes, lambda depth: 1):
+        monkeypatch.setattr(launches, "pool_lanes", lanes)
+        ev = _backend(arch).evaluator(x, c, 0.01)
+        runs.append((*ev.gradient(w), ev.criterion(w), ev.outputs(w)))
+    (crit, grad, crit_only, out), one = runs
+    assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+    assert one[0] == crit and np.array_equal(one[1], grad) and one[2] == crit_only
+    assert np.array_equal(one[3], out)
+
+
 def test_first_layer_gradient_from_pooled_deltas():
     """conv_grad_pooled (the first layer's weight gradient from its max pooling's deltas and
     winners) on LeNet's shapes and the emulated tests' architectures: the same bits for MAX BATCH

@@ -965,6 +965,11 @@ POOL_ARCHS = [
     # pooling after pooling (no tanh before the second), 3 x 1 windows, and overlapping windows
     (["CONVOLUTIONAL LAYER 3 1 1 1 1 1 1", "POOLED MAX LAYER 3 1 3 1", "POOLED MAX LAYER 1 2 1 2",
       "POOLED MAX LAYER 2 2 1 1"], 9, 8, 2, 4, {1, 2}),
+    # depths of 8 and 12: four slices a thread (pool.cu's vec), average pooling, tiling and
+    # overlapping max windows
+    (["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "POOLED AVERAGE LAYER 2 2 2 2",
+      "CONVOLUTIONAL LAYER 12 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2", "POOLED MAX LAYER 2 2 1 1"],
+     12, 12, 1, 3, {3}),
 ]
 
 

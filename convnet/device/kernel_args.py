@@ -85,13 +85,14 @@ CONV_GRAD_POOLED = KernelParams(
     prior_depth=INT, height=INT, width=INT, filter_v=INT, filter_h=INT, pad_v=INT, pad_h=INT,
     stride_v=INT, stride_h=INT, row_stride=INT, delta=PTR, ids=PTR, pooled=PTR, pool_height=INT,
     pool_width=INT, depth=INT, n_lo=INT, n_hi=INT, n_cases=INT, chunk=INT, subs=INT, part=PTR)
+# (vec: slices a thread, 1 or 4: see pool.cu)
 POOL_FORWARD = KernelParams("pool_forward", "pool.cu", src=PTR, **_POOL_SHAPE, out=PTR, ids=PTR,
-                            nb=INT)
+                            nb=INT, vec=INT)
 POOL_BACKWARD = KernelParams("pool_backward", "pool.cu", delta=PTR, ids=PTR, **_POOL_SHAPE,
-                             prior_act=PTR, out=PTR, nb=INT)
+                             prior_act=PTR, out=PTR, nb=INT, vec=INT)
 POOL_BACKWARD_TILES = KernelParams("pool_backward_tiles", "pool.cu", delta=PTR, ids=PTR, pooled=PTR,
                                    prior_width=INT, prior_depth=INT, height=INT, width=INT,
-                                   width_v=INT, width_h=INT, out=PTR, nb=INT)
+                                   width_v=INT, width_h=INT, out=PTR, nb=INT, vec=INT)
 SOFTMAX_LL = KernelParams("softmax_ll", "output.cu", logits=PTR, ncls=INT, nb=INT, classes=PTR,
                           probs=PTR, ll=PTR, delta=PTR)
 LL_SUM = KernelParams("ll_sum", "output.cu", ll=PTR, n=INT, out=PTR)

@@ -45,9 +45,17 @@ def _blocks(n, threads=ELEMENTWISE_THREADS):
     return ((n + threads - 1) // threads, 1, 1)
 
 
-def _pool_grid(per_case, nb):
-    """Grid x covers a case's neurons; each thread does about POOL_CASES_PER_THREAD cases."""
-    gx = (per_case + 255) // 256
+def pool_lanes(depth):
+    """Slices a pooling kernel's thread takes (pool.cu's vec): four adjacent ones, read and
+    written 16 bytes at a time, where the depth is a multiple of 4 (every case's rows then start
+    on a 16-byte boundary); else one."""
+    return 4 if depth % 4 == 0 else 1
+
+
+def _pool_grid(per_case, nb, lanes):
+    """Grid x covers a case's neurons, `lanes` a thread; each thread does about
+    POOL_CASES_PER_THREAD cases."""
+    gx = (per_case // lanes + 255) // 256
     return gx, max(1, min(MAX_GRID_Z, -(-nb // POOL_CASES_PER_THREAD))), 1
 
 
@@ -69,14 +77,17 @@ def _conv_shape(layer, src, lda, weights, ldw):
 
 
 def pool_forward(rt, lp, src, out, ids, nb):
-    rt.launch("pool_forward", _pool_grid(lp.nhid, nb), (256, 1, 1),
-              *POOL_FORWARD.pack(src=src, **_pool_shape(lp.layer, lp.kind), out=out, ids=ids, nb=nb))
+    lanes = pool_lanes(lp.layer.prior_depth)
+    rt.launch("pool_forward", _pool_grid(lp.nhid, nb, lanes), (256, 1, 1),
+              *POOL_FORWARD.pack(src=src, **_pool_shape(lp.layer, lp.kind), out=out, ids=ids, nb=nb,
+                                 vec=lanes))
 
 
 def pool_backward(rt, lp, prior_nhid, delta, ids, prior_act, out, nb):
-    rt.launch("pool_backward", _pool_grid(prior_nhid, nb), (256, 1, 1),
+    lanes = pool_lanes(lp.layer.prior_depth)
+    rt.launch("pool_backward", _pool_grid(prior_nhid, nb, lanes), (256, 1, 1),
               *POOL_BACKWARD.pack(delta=delta, ids=ids, **_pool_shape(lp.layer, lp.kind),
-                                  prior_act=prior_act, out=out, nb=nb))
+                                  prior_act=prior_act, out=out, nb=nb, vec=lanes))
 
 
 def windows_tile(layer, kind):
@@ -92,11 +103,12 @@ def pool_backward_tiles(rt, lp, delta, ids, pooled, out, nb):
     """pool_backward for max pooling whose windows tile the prior layer: a thread per pooled
     neuron writes its window (pooled: this layer's activation when the prior one has a tanh)."""
     L = lp.layer
-    rt.launch("pool_backward_tiles", _pool_grid(lp.nhid, nb), (256, 1, 1),
+    lanes = pool_lanes(L.prior_depth)
+    rt.launch("pool_backward_tiles", _pool_grid(lp.nhid, nb, lanes), (256, 1, 1),
               *POOL_BACKWARD_TILES.pack(delta=delta, ids=ids, pooled=pooled,
                                         prior_width=L.prior_width, prior_depth=L.prior_depth,
                                         height=L.height, width=L.width, width_v=L.spec.width_v,
-                                        width_h=L.spec.width_h, out=out, nb=nb))
+                                        width_h=L.spec.width_h, out=out, nb=nb, vec=lanes))
 
 
 def _covered(layer):

@@ -1,9 +1,52 @@
 // Average and max pooling layers: activation and delta backpropagation (Equations 1-7 and 1-19).
 // Activations are (case, row, col, slice), slice fastest. Grid x covers the neurons of one case
-// (one thread each, adjacent threads on adjacent slices); each thread then walks through the
-// cases grid y apart, so a neuron's position is worked out once for many cases.
+// (one thread each, adjacent threads on adjacent slices; with vec = 4, four adjacent slices a
+// thread, read and written 16 bytes at a time: the host passes 4 where the depth is a multiple
+// of 4); each thread then walks through the cases grid y apart, so a neuron's position is worked
+// out once for many cases. Each slice is computed as with one a thread: the same bits.
 
 #include "common.cuh"
+
+// V consecutive floats from p into v, and back: one 16-byte access for V = 4.
+template <int V>
+__device__ __forceinline__ void load_lanes(float (&v)[V], const float* p)
+{
+    if constexpr (V == 4) {
+        const float4 q = *reinterpret_cast<const float4*>(p);
+        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+    } else {
+        v[0] = *p;
+    }
+}
+
+template <int V>
+__device__ __forceinline__ void load_lanes(int (&v)[V], const int* p)
+{
+    if constexpr (V == 4) {
+        const int4 q = *reinterpret_cast<const int4*>(p);
+        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+    } else {
+        v[0] = *p;
+    }
+}
+
+template <int V>
+__device__ __forceinline__ void store_lanes(float* p, const float (&v)[V])
+{
+    if constexpr (V == 4)
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    else
+        *p = v[0];
+}
+
+template <int V>
+__device__ __forceinline__ void store_lanes(int* p, const int (&v)[V])
+{
+    if constexpr (V == 4)
+        *reinterpret_cast<int4*>(p) = make_int4(v[0], v[1], v[2], v[3]);
+    else
+        *p = v[0];
+}
 
 // Neuron j of a pooled layer of one case (slice fastest): its slice d, column ow and row oh.
 __device__ __forceinline__ void pooled_neuron(int j, int PD, int W, int& d, int& ow, int& oh)
@@ -16,11 +59,12 @@ __device__ __forceinline__ void pooled_neuron(int j, int PD, int W, int& d, int&
 
 // out: (cases, H, W, PD); ids (max pooling only, unless null): row * PW + col of the winner in
 // the prior slice. The first maximum in row-then-column order wins.
-extern "C" __global__ void pool_forward(
-    const float* __restrict__ in, int PH, int PW, int PD, int H, int W, int wv, int wh,
-    int sv, int sh, int is_max, float* __restrict__ out, int* __restrict__ ids, int nb)
+template <int V>
+__device__ __forceinline__ void pool_forward_body(
+    const float* __restrict__ in, int PH, int PW, int PD, int H, int W, int wv, int wh, int sv,
+    int sh, int is_max, float* __restrict__ out, int* __restrict__ ids, int nb)
 {
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    const int j = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     const int nhid = H * W * PD;
     if (j >= nhid) return;
     int d, ow, oh;
@@ -30,36 +74,61 @@ extern "C" __global__ void pool_forward(
     for (int cs = blockIdx.y; cs < nb; cs += gridDim.y) {
         const float* x = in + cs * prior_n;
         const i64 o = (i64)cs * nhid + j;
+        float v[V];
         if (is_max) {
-            float best = x[(r0 * PW + c0) * PD + d];
-            int id = r0 * PW + c0;
+            float best[V];
+            int id[V];
+            load_lanes<V>(best, x + (r0 * PW + c0) * PD + d);
+#pragma unroll
+            for (int l = 0; l < V; ++l) id[l] = r0 * PW + c0;
             for (int r = r0; r < r0 + wv; ++r)
                 for (int c = c0; c < c0 + wh; ++c) {
-                    const float v = x[(r * PW + c) * PD + d];
-                    if (v > best) {
-                        best = v;
-                        id = r * PW + c;
-                    }
+                    load_lanes<V>(v, x + (r * PW + c) * PD + d);
+#pragma unroll
+                    for (int l = 0; l < V; ++l)
+                        if (v[l] > best[l]) {
+                            best[l] = v[l];
+                            id[l] = r * PW + c;
+                        }
                 }
-            out[o] = best;
-            if (ids) ids[o] = id;
+            store_lanes<V>(out + o, best);
+            if (ids) store_lanes<V>(ids + o, id);
         } else {
-            float s = 0.f;
+            float s[V];
+#pragma unroll
+            for (int l = 0; l < V; ++l) s[l] = 0.f;
             for (int r = r0; r < r0 + wv; ++r)
-                for (int c = c0; c < c0 + wh; ++c) s += x[(r * PW + c) * PD + d];
-            out[o] = s / (float)(wv * wh);
+                for (int c = c0; c < c0 + wh; ++c) {
+                    load_lanes<V>(v, x + (r * PW + c) * PD + d);
+#pragma unroll
+                    for (int l = 0; l < V; ++l) s[l] += v[l];
+                }
+#pragma unroll
+            for (int l = 0; l < V; ++l) s[l] = s[l] / (float)(wv * wh);
+            store_lanes<V>(out + o, s);
         }
     }
 }
 
+extern "C" __global__ void pool_forward(
+    const float* __restrict__ in, int PH, int PW, int PD, int H, int W, int wv, int wh,
+    int sv, int sh, int is_max, float* __restrict__ out, int* __restrict__ ids, int nb, int vec)
+{
+    if (vec == 4)
+        pool_forward_body<4>(in, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb);
+    else
+        pool_forward_body<1>(in, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb);
+}
+
 // delta of the prior layer (cases, PH, PW, PD) from the pooled layer's delta (cases, H, W, PD);
 // prior_act is the prior layer's activation when it has a tanh (NULL after another pooling layer).
-extern "C" __global__ void pool_backward(
+template <int V>
+__device__ __forceinline__ void pool_backward_body(
     const float* __restrict__ delta, const int* __restrict__ ids, int PH, int PW, int PD, int H,
     int W, int wv, int wh, int sv, int sh, int is_max, const float* __restrict__ prior_act,
     float* __restrict__ out, int nb)
 {
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    const int j = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     const int nprior = PH * PW * PD;
     if (j >= nprior) return;
     const int s = j % PD;
@@ -76,23 +145,43 @@ extern "C" __global__ void pool_backward(
     for (int cs = blockIdx.y; cs < nb; cs += gridDim.y) {
         const i64 base = (i64)cs * nhid;
         const i64 o = (i64)cs * nprior + j;
-        const float a = prior_act ? prior_act[o] : 0.f;     // issued before the window's loads
-        float sum = 0.f;
+        float a[V], sum[V], dv[V];
+        int id[V];
+        if (prior_act) load_lanes<V>(a, prior_act + o);     // issued before the window's loads
+#pragma unroll
+        for (int l = 0; l < V; ++l) sum[l] = 0.f;
         for (int oh = rlo; oh <= rhi; ++oh)
             for (int ow = clo; ow <= chi; ++ow) {
                 const i64 k = base + (oh * W + ow) * PD + s;
-                const float dv = delta[k];
+                load_lanes<V>(dv, delta + k);
                 if (is_max) {
-                    const int id = ids[k];
-                    if (id == me) sum += dv;
+                    load_lanes<V>(id, ids + k);
+#pragma unroll
+                    for (int l = 0; l < V; ++l)
+                        if (id[l] == me) sum[l] += dv[l];
                 } else {
-                    sum += dv;
+#pragma unroll
+                    for (int l = 0; l < V; ++l) sum[l] += dv[l];
                 }
             }
-        if (!is_max) sum /= (float)(wv * wh);
-        if (prior_act) sum *= 1.f - a * a;
-        out[o] = sum;
+#pragma unroll
+        for (int l = 0; l < V; ++l) {
+            if (!is_max) sum[l] /= (float)(wv * wh);
+            if (prior_act) sum[l] *= 1.f - a[l] * a[l];
+        }
+        store_lanes<V>(out + o, sum);
     }
+}
+
+extern "C" __global__ void pool_backward(
+    const float* __restrict__ delta, const int* __restrict__ ids, int PH, int PW, int PD, int H,
+    int W, int wv, int wh, int sv, int sh, int is_max, const float* __restrict__ prior_act,
+    float* __restrict__ out, int nb, int vec)
+{
+    if (vec == 4)
+        pool_backward_body<4>(delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, prior_act, out, nb);
+    else
+        pool_backward_body<1>(delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, prior_act, out, nb);
 }
 
 // pool_backward for max pooling whose windows tile the prior layer exactly (strides equal to the
@@ -103,11 +192,12 @@ extern "C" __global__ void pool_backward(
 // otherwise): the winner's activation is the pooled value itself, so tanh' = 1 - a^2 needs no read
 // of the prior layer. Same bits as pool_backward: 0 + delta, times 1 - a^2, and +0 elsewhere
 // (tanh values lie in [-1, 1], so pool_backward's 0 * (1 - a^2) is +0 there too).
-extern "C" __global__ void pool_backward_tiles(
+template <int V>
+__device__ __forceinline__ void pool_backward_tiles_body(
     const float* __restrict__ delta, const int* __restrict__ ids, const float* __restrict__ pooled,
     int PW, int PD, int H, int W, int wv, int wh, float* __restrict__ out, int nb)
 {
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    const int j = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     const int nhid = H * W * PD;
     if (j >= nhid) return;
     int d, ow, oh;
@@ -116,18 +206,34 @@ extern "C" __global__ void pool_backward_tiles(
     const i64 nprior = (i64)nhid * wv * wh;
     for (int cs = blockIdx.y; cs < nb; cs += gridDim.y) {
         const i64 k = (i64)cs * nhid + j;
-        const int id = ids[k];
-        float g = 0.f;
-        g += delta[k];
-        if (pooled) {
-            const float a = pooled[k];
-            g *= 1.f - a * a;
+        int id[V];
+        float g[V], dv[V], a[V], w[V];
+        load_lanes<V>(id, ids + k);
+        load_lanes<V>(dv, delta + k);
+        if (pooled) load_lanes<V>(a, pooled + k);
+#pragma unroll
+        for (int l = 0; l < V; ++l) {
+            g[l] = 0.f;
+            g[l] += dv[l];
+            if (pooled) g[l] *= 1.f - a[l] * a[l];
         }
         float* o = out + cs * nprior + d;
         for (int r = r0; r < r0 + wv; ++r)
             for (int c = c0; c < c0 + wh; ++c) {
                 const int me = r * PW + c;
-                o[(i64)me * PD] = me == id ? g : 0.f;
+#pragma unroll
+                for (int l = 0; l < V; ++l) w[l] = me == id[l] ? g[l] : 0.f;
+                store_lanes<V>(o + (i64)me * PD, w);
             }
     }
+}
+
+extern "C" __global__ void pool_backward_tiles(
+    const float* __restrict__ delta, const int* __restrict__ ids, const float* __restrict__ pooled,
+    int PW, int PD, int H, int W, int wv, int wh, float* __restrict__ out, int nb, int vec)
+{
+    if (vec == 4)
+        pool_backward_tiles_body<4>(delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb);
+    else
+        pool_backward_tiles_body<1>(delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb);
 }

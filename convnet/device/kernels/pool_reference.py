@@ -8,8 +8,16 @@ from .host_memory import ReferenceBase
 class PoolReference(ReferenceBase):
     """The numpy reference of pool_reference.py (see the package docstring)."""
 
-    def pool_forward(self, grid, block, src, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb):
-        assert grid[0] * block[0] >= H * W * PD and 1 <= grid[1] <= nb
+    @staticmethod
+    def _lanes_cover(grid, block, n, PD, vec, nb):
+        """The launch gives every neuron of a case a thread (vec = 4: four slices a thread, the
+        depth a multiple of 4) and loops over the cases."""
+        assert vec == 1 or vec == 4 and PD % 4 == 0
+        assert grid[0] * block[0] * vec >= n and 1 <= grid[1] <= nb
+
+    def pool_forward(self, grid, block, src, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb,
+                     vec=1):
+        self._lanes_cover(grid, block, H * W * PD, PD, vec, nb)
         total = nb * H * W * PD
         x = self.f32(src, nb * PH * PW * PD).reshape(nb, PH, PW, PD).astype(np.float64)
         o = self.f32(out, total).reshape(nb, H, W, PD)
@@ -28,8 +36,8 @@ class PoolReference(ReferenceBase):
                     o[:, oh, ow, :] = win.mean(axis=1)
 
     def pool_backward(self, grid, block, delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max,
-                      prior, out, nb):
-        assert grid[0] * block[0] >= PH * PW * PD and 1 <= grid[1] <= nb
+                      prior, out, nb, vec):
+        self._lanes_cover(grid, block, PH * PW * PD, PD, vec, nb)
         total = nb * PH * PW * PD
         dl = self.f32(delta, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)
         res = np.zeros((nb, PH, PW, PD))
@@ -50,8 +58,10 @@ class PoolReference(ReferenceBase):
             res = res * (1 - a * a)
         self.f32(out, total)[:] = res.ravel()
 
-    def pool_backward_tiles(self, grid, block, delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb):
-        assert grid[0] * block[0] >= H * W * PD and 1 <= grid[1] <= nb and PW == W * wh
+    def pool_backward_tiles(self, grid, block, delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb,
+                            vec):
+        self._lanes_cover(grid, block, H * W * PD, PD, vec, nb)
+        assert PW == W * wh
         PH = H * wv
         dl = self.f32(delta, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)
         if int(pooled):
