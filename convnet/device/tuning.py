@@ -18,8 +18,6 @@ NN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
             "64x16_4x2_s4": (64, 16, 128),
             # exactly 20 columns (no padded columns for a 20-slice layer)
             "320x20_8x4_k10": (320, 20, 200), "320x20_8x4_k10_s3": (320, 20, 200),
-            # at most 12 columns, a thread 4 cases of all 12
-            "384x12_4x12_s3": (384, 12, 96),
             # taller blocks: fewer, fuller rounds of blocks for large products
             "160x64_8x4_k20": (160, 64, 320),
             # dense rows only (plan.DenseRows), 16-byte copies, dynamic shared memory (NN_SHARED)
@@ -236,7 +234,7 @@ def nn_candidates(M, N, conv=(), dense=False, direct=False):
         exact = ["320x20_8x4_k10", "320x20_8x4_k10_s3"] if N == 20 else []
         tiles = (big + small if M >= 4096 else small + big) + exact
     else:
-        tiles = ["64x16_4x2", "128x16_8x2", "64x16_4x2_s4"] + (["384x12_4x12_s3"] if N <= 12 else [])
+        tiles = ["64x16_4x2", "128x16_8x2", "64x16_4x2_s4"]
     if dense and N > DENSE_MIN_COLS:
         tiles = tiles + NN_DENSE
     if dense and N <= NARROW_MAX_COLS:

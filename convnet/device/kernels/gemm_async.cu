@@ -89,9 +89,6 @@ GEMM_NN_ASYNC(gemm_nn_128x32_8x4_k16_s3, 128, 32, 16, 8, 4, 3)
 GEMM_NN_ASYNC(gemm_nn_256x32_8x4_s4, 256, 32, 8, 8, 4, 4)
 GEMM_NN_ASYNC(gemm_nn_64x16_4x2_s4, 64, 16, 8, 4, 2, 4)
 GEMM_NN_ASYNC(gemm_nn_320x20_8x4_k10_s3, 320, 20, 10, 8, 4, 3)
-// at most 12 columns (vgg-mnist's 12-slice layers): a thread takes 4 cases of every column, so
-// no column of a 16-wide tile idles and each k's 12 weights (one broadcast) serve 48 products
-GEMM_NN_ASYNC(gemm_nn_384x12_4x12_s3, 384, 12, 8, 4, 12, 3)
 
 // ------------------------------------------------------------------ gemm_nn over dense rows
 // The products of fully connected and output layers (one group) read whole rows: A's columns
