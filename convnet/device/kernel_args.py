@@ -85,14 +85,15 @@ CONV_GRAD_POOLED = KernelParams(
     prior_depth=INT, height=INT, width=INT, filter_v=INT, filter_h=INT, pad_v=INT, pad_h=INT,
     stride_v=INT, stride_h=INT, row_stride=INT, delta=PTR, ids=PTR, pooled=PTR, pool_height=INT,
     pool_width=INT, depth=INT, n_lo=INT, n_hi=INT, n_cases=INT, chunk=INT, subs=INT, part=PTR)
-# (vec: slices a thread, 1 or 4: see pool.cu)
 POOL_FORWARD = KernelParams("pool_forward", "pool.cu", src=PTR, **_POOL_SHAPE, out=PTR, ids=PTR,
-                            nb=INT, vec=INT)
+                            nb=INT)
 POOL_BACKWARD = KernelParams("pool_backward", "pool.cu", delta=PTR, ids=PTR, **_POOL_SHAPE,
-                             prior_act=PTR, out=PTR, nb=INT, vec=INT)
+                             prior_act=PTR, out=PTR, nb=INT)
 POOL_BACKWARD_TILES = KernelParams("pool_backward_tiles", "pool.cu", delta=PTR, ids=PTR, pooled=PTR,
                                    prior_width=INT, prior_depth=INT, height=INT, width=INT,
-                                   width_v=INT, width_h=INT, out=PTR, nb=INT, vec=INT)
+                                   width_v=INT, width_h=INT, out=PTR, nb=INT)
+# the name suffix of the pooling kernels that take four slices a thread (pool.cu)
+POOL_FOUR = "_x4"
 SOFTMAX_LL = KernelParams("softmax_ll", "output.cu", logits=PTR, ncls=INT, nb=INT, classes=PTR,
                           probs=PTR, ll=PTR, delta=PTR)
 LL_SUM = KernelParams("ll_sum", "output.cu", ll=PTR, n=INT, out=PTR)
@@ -146,6 +147,7 @@ def compiled_functions(nn_tiles, tn_tiles, tile_source):
            for p, tiles in ((GEMM_NN, nn_tiles), (GEMM_TN, tn_tiles)) for t in tiles]
     for params in (CONV_SMALL, CONV_SMALL_POOL):
         out += [(params.source, f"{params.family}_{v}", params) for v in CONV_SMALL_WIDTHS]
+    out += [(p.source, p.family + POOL_FOUR, p) for p in (POOL_FORWARD, POOL_BACKWARD, POOL_BACKWARD_TILES)]
     out += [(p.source, p.family, p) for p in FAMILIES
             if p not in (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL)]
     return out

@@ -12,7 +12,7 @@ from .kernel_args import (CONV_GRAD_POOLED, CONV_SMALL, CONV_SMALL_POOL, CONV_SM
                           GRAD_FLATTEN_D, GRAD_SLOT_SUM, LINE_BLOCK, LINE_POINT, LINE_THREADS,
                           LL_SUM, MINIBATCH_ADVANCE, MINIBATCH_GATHER, MINIBATCH_GATHER_SHIFTED,
                           MINIBATCH_UPDATE, POOL_BACKWARD, POOL_BACKWARD_TILES, POOL_FORWARD,
-                          SOFTMAX_LL, VEC_DIRECTION, VEC_FINISH, VEC_NEG, VEC_STEP, VEC_SUMS, WEIGHTS_SCATTER)
+                          POOL_FOUR, SOFTMAX_LL, VEC_DIRECTION, VEC_FINISH, VEC_NEG, VEC_STEP, VEC_SUMS, WEIGHTS_SCATTER)
 
 EPI_NONE, EPI_TANH, EPI_DERIV = 0, 1, 2     # gemm_nn epilogue: none, tanh, times tanh'(prior)
 
@@ -46,10 +46,14 @@ def _blocks(n, threads=ELEMENTWISE_THREADS):
 
 
 def pool_lanes(depth):
-    """Slices a pooling kernel's thread takes (pool.cu's vec): four adjacent ones, read and
-    written 16 bytes at a time, where the depth is a multiple of 4 (every case's rows then start
-    on a 16-byte boundary); else one."""
+    """Slices a pooling kernel's thread takes: four adjacent ones, read and written 16 bytes at a
+    time (pool.cu's _x4 kernels), where the depth is a multiple of 4 (every case's rows then
+    start on a 16-byte boundary); else one."""
     return 4 if depth % 4 == 0 else 1
+
+
+def _pool_kernel(params, lanes):
+    return params.family + (POOL_FOUR if lanes == 4 else "")
 
 
 def _pool_grid(per_case, nb, lanes):
@@ -78,16 +82,15 @@ def _conv_shape(layer, src, lda, weights, ldw):
 
 def pool_forward(rt, lp, src, out, ids, nb):
     lanes = pool_lanes(lp.layer.prior_depth)
-    rt.launch("pool_forward", _pool_grid(lp.nhid, nb, lanes), (256, 1, 1),
-              *POOL_FORWARD.pack(src=src, **_pool_shape(lp.layer, lp.kind), out=out, ids=ids, nb=nb,
-                                 vec=lanes))
+    rt.launch(_pool_kernel(POOL_FORWARD, lanes), _pool_grid(lp.nhid, nb, lanes), (256, 1, 1),
+              *POOL_FORWARD.pack(src=src, **_pool_shape(lp.layer, lp.kind), out=out, ids=ids, nb=nb))
 
 
 def pool_backward(rt, lp, prior_nhid, delta, ids, prior_act, out, nb):
     lanes = pool_lanes(lp.layer.prior_depth)
-    rt.launch("pool_backward", _pool_grid(prior_nhid, nb, lanes), (256, 1, 1),
+    rt.launch(_pool_kernel(POOL_BACKWARD, lanes), _pool_grid(prior_nhid, nb, lanes), (256, 1, 1),
               *POOL_BACKWARD.pack(delta=delta, ids=ids, **_pool_shape(lp.layer, lp.kind),
-                                  prior_act=prior_act, out=out, nb=nb, vec=lanes))
+                                  prior_act=prior_act, out=out, nb=nb))
 
 
 def windows_tile(layer, kind):
@@ -104,11 +107,11 @@ def pool_backward_tiles(rt, lp, delta, ids, pooled, out, nb):
     neuron writes its window (pooled: this layer's activation when the prior one has a tanh)."""
     L = lp.layer
     lanes = pool_lanes(L.prior_depth)
-    rt.launch("pool_backward_tiles", _pool_grid(lp.nhid, nb, lanes), (256, 1, 1),
+    rt.launch(_pool_kernel(POOL_BACKWARD_TILES, lanes), _pool_grid(lp.nhid, nb, lanes), (256, 1, 1),
               *POOL_BACKWARD_TILES.pack(delta=delta, ids=ids, pooled=pooled,
                                         prior_width=L.prior_width, prior_depth=L.prior_depth,
                                         height=L.height, width=L.width, width_v=L.spec.width_v,
-                                        width_h=L.spec.width_h, out=out, nb=nb, vec=lanes))
+                                        width_h=L.spec.width_h, out=out, nb=nb))
 
 
 def _covered(layer):

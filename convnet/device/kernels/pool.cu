@@ -1,9 +1,11 @@
 // Average and max pooling layers: activation and delta backpropagation (Equations 1-7 and 1-19).
 // Activations are (case, row, col, slice), slice fastest. Grid x covers the neurons of one case
-// (one thread each, adjacent threads on adjacent slices; with vec = 4, four adjacent slices a
-// thread, read and written 16 bytes at a time: the host passes 4 where the depth is a multiple
-// of 4); each thread then walks through the cases grid y apart, so a neuron's position is worked
-// out once for many cases. Each slice is computed as with one a thread: the same bits.
+// (one thread each, adjacent threads on adjacent slices; the _x4 kernels, four adjacent slices a
+// thread, read and written 16 bytes at a time: the host launches them where the depth is a
+// multiple of 4); each thread then walks through the cases grid y apart, so a neuron's position
+// is worked out once for many cases. Each slice is computed as with one a thread: the same bits.
+// The two widths are separate kernels so that each gets the registers it needs (one kernel
+// holding both would give the one-slice loop the four-slice loop's count, and fewer blocks).
 
 #include "common.cuh"
 
@@ -74,9 +76,8 @@ __device__ __forceinline__ void pool_forward_body(
     for (int cs = blockIdx.y; cs < nb; cs += gridDim.y) {
         const float* x = in + cs * prior_n;
         const i64 o = (i64)cs * nhid + j;
-        float v[V];
         if (is_max) {
-            float best[V];
+            float best[V], v[V];
             int id[V];
             load_lanes<V>(best, x + (r0 * PW + c0) * PD + d);
 #pragma unroll
@@ -94,7 +95,7 @@ __device__ __forceinline__ void pool_forward_body(
             store_lanes<V>(out + o, best);
             if (ids) store_lanes<V>(ids + o, id);
         } else {
-            float s[V];
+            float s[V], v[V];
 #pragma unroll
             for (int l = 0; l < V; ++l) s[l] = 0.f;
             for (int r = r0; r < r0 + wv; ++r)
@@ -110,15 +111,15 @@ __device__ __forceinline__ void pool_forward_body(
     }
 }
 
-extern "C" __global__ void pool_forward(
-    const float* __restrict__ in, int PH, int PW, int PD, int H, int W, int wv, int wh,
-    int sv, int sh, int is_max, float* __restrict__ out, int* __restrict__ ids, int nb, int vec)
-{
-    if (vec == 4)
-        pool_forward_body<4>(in, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb);
-    else
-        pool_forward_body<1>(in, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb);
-}
+#define POOL_FORWARD(NAME, V)                                                                     \
+    extern "C" __global__ void NAME(                                                              \
+        const float* __restrict__ in, int PH, int PW, int PD, int H, int W, int wv, int wh,       \
+        int sv, int sh, int is_max, float* __restrict__ out, int* __restrict__ ids, int nb)       \
+    {                                                                                             \
+        pool_forward_body<V>(in, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb);         \
+    }
+POOL_FORWARD(pool_forward, 1)
+POOL_FORWARD(pool_forward_x4, 4)
 
 // delta of the prior layer (cases, PH, PW, PD) from the pooled layer's delta (cases, H, W, PD);
 // prior_act is the prior layer's activation when it has a tanh (NULL after another pooling layer).
@@ -173,16 +174,17 @@ __device__ __forceinline__ void pool_backward_body(
     }
 }
 
-extern "C" __global__ void pool_backward(
-    const float* __restrict__ delta, const int* __restrict__ ids, int PH, int PW, int PD, int H,
-    int W, int wv, int wh, int sv, int sh, int is_max, const float* __restrict__ prior_act,
-    float* __restrict__ out, int nb, int vec)
-{
-    if (vec == 4)
-        pool_backward_body<4>(delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, prior_act, out, nb);
-    else
-        pool_backward_body<1>(delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, prior_act, out, nb);
-}
+#define POOL_BACKWARD(NAME, V)                                                                    \
+    extern "C" __global__ void NAME(                                                              \
+        const float* __restrict__ delta, const int* __restrict__ ids, int PH, int PW, int PD,     \
+        int H, int W, int wv, int wh, int sv, int sh, int is_max,                                 \
+        const float* __restrict__ prior_act, float* __restrict__ out, int nb)                     \
+    {                                                                                             \
+        pool_backward_body<V>(delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, prior_act,    \
+                              out, nb);                                                           \
+    }
+POOL_BACKWARD(pool_backward, 1)
+POOL_BACKWARD(pool_backward_x4, 4)
 
 // pool_backward for max pooling whose windows tile the prior layer exactly (strides equal to the
 // widths, PH = H * wv, PW = W * wh), so every prior neuron lies in one window: one thread per
@@ -228,12 +230,13 @@ __device__ __forceinline__ void pool_backward_tiles_body(
     }
 }
 
-extern "C" __global__ void pool_backward_tiles(
-    const float* __restrict__ delta, const int* __restrict__ ids, const float* __restrict__ pooled,
-    int PW, int PD, int H, int W, int wv, int wh, float* __restrict__ out, int nb, int vec)
-{
-    if (vec == 4)
-        pool_backward_tiles_body<4>(delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb);
-    else
-        pool_backward_tiles_body<1>(delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb);
-}
+#define POOL_BACKWARD_TILES(NAME, V)                                                              \
+    extern "C" __global__ void NAME(                                                              \
+        const float* __restrict__ delta, const int* __restrict__ ids,                             \
+        const float* __restrict__ pooled, int PW, int PD, int H, int W, int wv, int wh,           \
+        float* __restrict__ out, int nb)                                                          \
+    {                                                                                             \
+        pool_backward_tiles_body<V>(delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb);           \
+    }
+POOL_BACKWARD_TILES(pool_backward_tiles, 1)
+POOL_BACKWARD_TILES(pool_backward_tiles_x4, 4)

@@ -10,10 +10,19 @@ class PoolReference(ReferenceBase):
 
     @staticmethod
     def _lanes_cover(grid, block, n, PD, vec, nb):
-        """The launch gives every neuron of a case a thread (vec = 4: four slices a thread, the
-        depth a multiple of 4) and loops over the cases."""
+        """The launch gives every neuron of a case a thread (vec = 4, the _x4 kernels: four
+        slices a thread, the depth a multiple of 4) and loops over the cases."""
         assert vec == 1 or vec == 4 and PD % 4 == 0
         assert grid[0] * block[0] * vec >= n and 1 <= grid[1] <= nb
+
+    def pool_forward_x4(self, *args):
+        self.pool_forward(*args, vec=4)
+
+    def pool_backward_x4(self, *args):
+        self.pool_backward(*args, vec=4)
+
+    def pool_backward_tiles_x4(self, *args):
+        self.pool_backward_tiles(*args, vec=4)
 
     def pool_forward(self, grid, block, src, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb,
                      vec=1):
@@ -36,7 +45,7 @@ class PoolReference(ReferenceBase):
                     o[:, oh, ow, :] = win.mean(axis=1)
 
     def pool_backward(self, grid, block, delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max,
-                      prior, out, nb, vec):
+                      prior, out, nb, vec=1):
         self._lanes_cover(grid, block, PH * PW * PD, PD, vec, nb)
         total = nb * PH * PW * PD
         dl = self.f32(delta, nb * H * W * PD).reshape(nb, H, W, PD).astype(np.float64)
@@ -59,7 +68,7 @@ class PoolReference(ReferenceBase):
         self.f32(out, total)[:] = res.ravel()
 
     def pool_backward_tiles(self, grid, block, delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb,
-                            vec):
+                            vec=1):
         self._lanes_cover(grid, block, H * W * PD, PD, vec, nb)
         assert PW == W * wh
         PH = H * wv
