@@ -717,12 +717,13 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
     arch, x, c, w, crit_ref, grad_ref, p_ref = _problem(*spec, n=70, seed=4)
     be = dbe.DeviceBackend(arch, options=FLOAT32)
     assert be.conv_tiled
-    # a conv_small layer's activation has tiled variants beside its direct kernel (but a first
-    # layer that pools as it goes), and the direct kernel is forced as they are
-    small = [i for i in be.conv_small if not (i == 0 and be.kernels.fused_pool)]
-    assert all(be.conv_tiled[i].fwd for i in small)
+    # a conv_small first layer's activation has the direct kernel and the gather tiles only; a
+    # later one's has tiled variants too, and the direct kernel is forced as they are
+    assert not (0 in be.conv_small and 0 in be.conv_tiled and be.conv_tiled[0].fwd)
+    later = [i for i in be.conv_small if i > 0]
+    assert all(be.conv_tiled[i].fwd for i in later)
     variants = sorted({t for ct in be.conv_tiled.values() for t in [*ct.fwd, *ct.bwd, *ct.grad]})
-    variants += [tuning.DIRECT] if small else []
+    variants += [tuning.DIRECT] if later else []
     assert {ct.function(t, k) for ct in be.conv_tiled.values() for k in ("fwd", "bwd", "grad")
             for t in getattr(ct, k)} <= set(fake_runtime.specialized)
     gather_first = tuning.nn_candidates

@@ -126,12 +126,12 @@ def tiled_variants(layer, ldw, shared_optin, pool=None, forward=True):
         {f"tiled_{v.suffix}": v for v in grad_variants(shape, shared_optin)})
 
 
-def _tiled_layers(arch, layouts, options, shared_optin, fused_pool, pool_tiles):
+def _tiled_layers(arch, layouts, options, shared_optin, conv_small, pool_tiles):
     """conv_tiled.cu's variants of every convolutional layer that has some, and the pooling
-    layers computed in the epilogue of the forward variants of the layer before them. A
-    conv_small layer's forward variants are candidates beside its direct kernel (vgg-mnist's
-    14 x 14 x 24 layers, strided-rgb's 7 x 7 first layer); a first layer that pools as it goes
-    (fused_pool) has its own tuned kernels and none."""
+    layers computed in the epilogue of the forward variants of the layer before them. A conv_small
+    first layer's activation has none: its products are too small for them (10 weight rows on
+    one band) and its direct kernel reads its inputs in order; a later conv_small layer's are
+    candidates beside the direct kernel (vgg-mnist's 14 x 14 x 24 layers)."""
     tiled, conv_pool = {}, set()
     if not options.tiled:
         return tiled, conv_pool
@@ -144,7 +144,7 @@ def _tiled_layers(arch, layouts, options, shared_optin, fused_pool, pool_tiles):
             spec = arch.layers[following].spec
             pool = (spec.width_v, spec.width_h)
         variants = tiled_variants(layer, layouts[layer.index].cols, shared_optin, pool,
-                                  forward=not (layer.index == 0 and fused_pool))
+                                  forward=not (layer.index == 0 and 0 in conv_small))
         if variants.any:
             tiled[layer.index] = variants
         if variants.fwd and pool:
@@ -328,8 +328,8 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES, precisi
     pool_tiles = frozenset(layer.index for layer in arch.layers
                            if options.pool_tiles and not layer.kind.has_weights
                            and windows_tile(layer, layer.kind))
+    tiled, conv_pool = _tiled_layers(arch, layouts, options, shared_optin, conv_small, pool_tiles)
     fused_pool = _fused_first_pool(arch, layouts, options, conv_small)
-    tiled, conv_pool = _tiled_layers(arch, layouts, options, shared_optin, fused_pool, pool_tiles)
     fused_pool_gradient = fused_pool and 1 in pool_tiles
     pooled_grad = _pooled_gradient(arch, layouts, options, fused_pool_gradient)
     tf32 = precision == TF32
@@ -361,11 +361,11 @@ def _split_products(arch, options, conv_small, tiled, tf32=False):
     every = bool(options.tensor_cores)
     forward_pays = tf32_forward_pays if tf32 else split_tf32_forward_pays
     delta_pays = tf32_delta_pays if tf32 else (lambda layer, _: split_tf32_delta_pays(layer))
-    # a conv_small layer's activation only where its inputs come in runs of four (else its direct
-    # kernel or the float32 tiles, whichever the tuner finds faster); its delta never (12 and 24
-    # columns on the tensor cores were slower: vgg-mnist 1.56 -> 1.87 ms and 0.54 -> 0.63)
+    # a conv_small layer's activation only where it has tiled variants too (not a first layer of
+    # a few weight rows); its delta never (12 and 24 columns on the tensor cores were slower:
+    # vgg-mnist 1.56 -> 1.87 ms and 0.54 -> 0.63)
     forward = [layer.index for layer in products
-               if (layer.index not in conv_small or runs_of_four(layer.prior_depth))
+               if (layer.index not in conv_small or layer.index in tiled and tiled[layer.index].fwd)
                and (every or forward_pays(layer, tiled.get(layer.index)))]
     delta = [layer.index for layer in products
              if layer.index > 0 and layer.index not in conv_small
