@@ -692,6 +692,9 @@ TILED_ARCHS = [
     # conv_grad with one stage: a case and its deltas take 87.5 KB, so two stages would not fit
     (["CONVOLUTIONAL LAYER 24 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1",
       "FULLY CONNECTED LAYER 3"], 16, 16, 3, 3),
+    # a small layer after the first with max pooling after it: its direct kernel pools as it goes
+    (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 12 1 1 1 1 1 1",
+      "POOLED MAX LAYER 2 2 2 2", "FULLY CONNECTED LAYER 5"], 8, 8, 2, 3),
 ]
 
 
@@ -741,6 +744,9 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
         assert np.abs(ev.outputs(w) - p_ref).max() < 1e-6
         if tile == tuning.DIRECT:
             assert any(name.startswith("conv_small_") for name in fake_runtime.launches)
+            # (pooling as it goes where the pooling is the site's epilogue)
+            assert any(name.startswith("conv_small_pool_") for name in fake_runtime.launches) \
+                == bool(be.conv_pool)
         kinds = [k for k in ("fwd", "bwd", "grad") if any(tile in getattr(ct, k) for ct in be.conv_tiled.values())]
         for k in kinds:
             assert any(name.startswith(f"conv_{k}_") for name in fake_runtime.launches), tile
@@ -752,8 +758,9 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
             assert v.fits(ct.shape, optin) and v in conv_tiled.delta_variants(ct.shape, True, optin)
         assert list(ct.grad.values()) == conv_tiled.grad_variants(ct.shape, optin)
     # kernels above 48 KB of shared memory opted in before their launch (FakeRuntime.launch)
-    large = {ct.function(t, k) for ct in be.conv_tiled.values() for k in ("fwd", "bwd", "grad")
-             for t, v in getattr(ct, k).items() if v.smem(ct.shape) > 48 * 1024}
+    large = {ct.function(t, k) for ct in be.conv_tiled.values()
+             for k in ("fwd", "fwd_pool", "bwd", "grad")
+             for t, v in ct.variants(k).items() if v.smem(ct.shape) > 48 * 1024}
     assert set(fake_runtime.shared_allowed) == large and (large or spec in TILED_ARCHS[2:5:2])
     assert any(ct.bwd for ct in be.conv_tiled.values()) == (
         spec in (TILED_ARCHS[0], TILED_ARCHS[3], TILED_ARCHS[5]))

@@ -111,15 +111,19 @@ __device__ __forceinline__ void pool_forward_body(
     }
 }
 
-#define POOL_FORWARD(NAME, V)                                                                     \
-    extern "C" __global__ void NAME(                                                              \
-        const float* __restrict__ in, int PH, int PW, int PD, int H, int W, int wv, int wh,       \
-        int sv, int sh, int is_max, float* __restrict__ out, int* __restrict__ ids, int nb)       \
-    {                                                                                             \
-        pool_forward_body<V>(in, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb);         \
-    }
-POOL_FORWARD(pool_forward, 1)
-POOL_FORWARD(pool_forward_x4, 4)
+extern "C" __global__ void pool_forward(
+    const float* __restrict__ in, int PH, int PW, int PD, int H, int W, int wv, int wh, int sv,
+    int sh, int is_max, float* __restrict__ out, int* __restrict__ ids, int nb)
+{
+    pool_forward_body<1>(in, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb);
+}
+
+extern "C" __global__ void pool_forward_x4(
+    const float* __restrict__ in, int PH, int PW, int PD, int H, int W, int wv, int wh, int sv,
+    int sh, int is_max, float* __restrict__ out, int* __restrict__ ids, int nb)
+{
+    pool_forward_body<4>(in, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, out, ids, nb);
+}
 
 // delta of the prior layer (cases, PH, PW, PD) from the pooled layer's delta (cases, H, W, PD);
 // prior_act is the prior layer's activation when it has a tanh (NULL after another pooling layer).
@@ -174,17 +178,21 @@ __device__ __forceinline__ void pool_backward_body(
     }
 }
 
-#define POOL_BACKWARD(NAME, V)                                                                    \
-    extern "C" __global__ void NAME(                                                              \
-        const float* __restrict__ delta, const int* __restrict__ ids, int PH, int PW, int PD,     \
-        int H, int W, int wv, int wh, int sv, int sh, int is_max,                                 \
-        const float* __restrict__ prior_act, float* __restrict__ out, int nb)                     \
-    {                                                                                             \
-        pool_backward_body<V>(delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, prior_act,    \
-                              out, nb);                                                           \
-    }
-POOL_BACKWARD(pool_backward, 1)
-POOL_BACKWARD(pool_backward_x4, 4)
+extern "C" __global__ void pool_backward(
+    const float* __restrict__ delta, const int* __restrict__ ids, int PH, int PW, int PD, int H,
+    int W, int wv, int wh, int sv, int sh, int is_max, const float* __restrict__ prior_act,
+    float* __restrict__ out, int nb)
+{
+    pool_backward_body<1>(delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, prior_act, out, nb);
+}
+
+extern "C" __global__ void pool_backward_x4(
+    const float* __restrict__ delta, const int* __restrict__ ids, int PH, int PW, int PD, int H,
+    int W, int wv, int wh, int sv, int sh, int is_max, const float* __restrict__ prior_act,
+    float* __restrict__ out, int nb)
+{
+    pool_backward_body<4>(delta, ids, PH, PW, PD, H, W, wv, wh, sv, sh, is_max, prior_act, out, nb);
+}
 
 // pool_backward for max pooling whose windows tile the prior layer exactly (strides equal to the
 // widths, PH = H * wv, PW = W * wh), so every prior neuron lies in one window: one thread per
@@ -230,13 +238,16 @@ __device__ __forceinline__ void pool_backward_tiles_body(
     }
 }
 
-#define POOL_BACKWARD_TILES(NAME, V)                                                              \
-    extern "C" __global__ void NAME(                                                              \
-        const float* __restrict__ delta, const int* __restrict__ ids,                             \
-        const float* __restrict__ pooled, int PW, int PD, int H, int W, int wv, int wh,           \
-        float* __restrict__ out, int nb)                                                          \
-    {                                                                                             \
-        pool_backward_tiles_body<V>(delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb);           \
-    }
-POOL_BACKWARD_TILES(pool_backward_tiles, 1)
-POOL_BACKWARD_TILES(pool_backward_tiles_x4, 4)
+extern "C" __global__ void pool_backward_tiles(
+    const float* __restrict__ delta, const int* __restrict__ ids, const float* __restrict__ pooled,
+    int PW, int PD, int H, int W, int wv, int wh, float* __restrict__ out, int nb)
+{
+    pool_backward_tiles_body<1>(delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb);
+}
+
+extern "C" __global__ void pool_backward_tiles_x4(
+    const float* __restrict__ delta, const int* __restrict__ ids, const float* __restrict__ pooled,
+    int PW, int PD, int H, int W, int wv, int wh, float* __restrict__ out, int nb)
+{
+    pool_backward_tiles_body<4>(delta, ids, pooled, PW, PD, H, W, wv, wh, out, nb);
+}
