@@ -420,10 +420,10 @@ class DeviceEvaluator(Evaluator):
         elif family == families.POOL_FORWARD:
             launches.pool_forward(rt, lp, src, ws.acts[index], ws.ids.get(index, NULL), n_batch)
         else:
-            # a conv_small layer's direct kernels: a candidate beside the products
-            direct = (launches.DirectConv(rt, lp, src, lda, n_batch, weights, ws.acts[index],
-                                          b.kernels.conv_small[index])
-                      if family == families.CONV_SMALL else None)
+            # a conv_small layer's direct kernel: a candidate beside the products
+            def direct():
+                launches.conv_small(rt, lp, src, lda, n_batch, weights, ws.acts[index],
+                                    b.kernels.conv_small[index])
             pooled = b.kernels.pools_in_epilogue(index, fused)
             following = index + 1
             # a forward-only evaluation's pooling needs no winners (its own tuning site)
@@ -436,7 +436,7 @@ class DeviceEvaluator(Evaluator):
                 pool=(b.plan.layers[following], ws.acts[following],
                       ws.ids[following] if want_delta else NULL) if pooled else None,
                 split=index in b.kernels.split_forward, tf32=b.kernels.tf32,
-                direct=direct)
+                direct=direct if family == families.CONV_SMALL else None)
 
     def _backward(self, start, stop):
         """The weight gradients and delta backpropagation of one batch, from the output layer

@@ -187,40 +187,6 @@ def conv_small(rt, lp, src, lda, nb, weights, out, width):
               shared=4 * (lp.rows * width + nt * conv_small_stage_row(L.depth)))
 
 
-def conv_small_pooled(rt, lp, pool_lp, src, lda, nb, weights, pout, pids, width):
-    """A small CONV layer and the max pooling whose windows tile it, computed directly, one thread
-    per pooled position: the pooled values into pout and, unless pids is NULL, the winners into
-    pids (conv_small.cu's generic conv_small_pool kernel; the layer's own activation is not
-    written)."""
-    L, P = lp.layer, pool_lp.layer
-    total = nb * P.height * P.width
-    nt = CONV_SMALL_THREADS
-    rt.launch(f"conv_small_pool_{width}", _blocks(total, nt), (nt, 1, 1),
-              *CONV_SMALL_POOL.pack(**_conv_shape(L, src, lda, weights, lp.lay.cols),
-                                    pool_height=P.height, pool_width=P.width,
-                                    pool_width_v=P.spec.width_v, pool_width_h=P.spec.width_h,
-                                    out=pout, ids=pids, total=total),
-              shared=4 * (lp.rows * width + 2 * nt * conv_small_stage_row(L.depth)))
-
-
-class DirectConv:
-    """A small CONV layer's direct kernels for one batch, a candidate of its activation's launch
-    site (gemm_nn's `direct`): forward() writes the activation; pooled(pool_lp, pout, pids) the
-    max pooling after it instead, where its windows tile the layer (the site's pooling epilogue)."""
-
-    def __init__(self, rt, lp, src, lda, nb, weights, out, width):
-        self.rt, self.lp, self.src, self.lda, self.nb = rt, lp, src, lda, nb
-        self.weights, self.out, self.width = weights, out, width
-
-    def forward(self):
-        conv_small(self.rt, self.lp, self.src, self.lda, self.nb, self.weights, self.out,
-                   self.width)
-
-    def pooled(self, pool_lp, pout, pids):
-        conv_small_pooled(self.rt, self.lp, pool_lp, self.src, self.lda, self.nb, self.weights,
-                          pout, pids, self.width)
-
-
 class FirstLayerPool:
     """A conv_small first layer and the max pooling whose windows tile it, in one kernel: the
     compiled-once conv_small_pool_WIDTH, and, where the window's accumulators fit the registers,
@@ -311,8 +277,7 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     then followed by pool_forward, and each candidate is timed with its pooling.
     split: on the tensor cores (the split TF32 variants alone: no tiled or dense ones); with
     tf32, their one-product TF32 twins (CUDA PRECISION = TF32). direct: a conv_small layer's
-    activation, its DirectConv (conv_small.cu's kernels, same bits): the first candidate, with
-    the pooling in its own kernel where the site has it."""
+    activation, direct() its launch of conv_small.cu's kernel (same bits): the first candidate."""
     G = groups.n_groups
     N = groups.n_cols
     variants = {} if tiled is None else tiled.fwd if b_ld > 0 else tiled.bwd
@@ -324,9 +289,6 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
                 tiled.forward_pool(tile, src=src, lda=lda, weights=B, M=M, pout=pout,
                                    ldp=pool_lp.nhid, pids=pids)
                 return
-            if tile == tuning.DIRECT:
-                direct.pooled(pool_lp, pout, pids)
-                return
             product(tile)
             pool_forward(rt, pool_lp, out, pout, pids, M)
             return
@@ -334,7 +296,7 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
 
     def product(tile):
         if tile == tuning.DIRECT:
-            direct.forward()
+            direct()
             return
         if tile in variants:
             if b_ld > 0:
