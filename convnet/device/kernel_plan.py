@@ -18,7 +18,8 @@ from typing import Dict, FrozenSet, Optional, Tuple
 from .conv_tiled import (GRAD_SUBS, SMEM_BYTES, ConvShape, delta_variants, forward_variants,
                          grad_variants)
 from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS,
-                       POOLED_GRAD_SUBS, conv_small_stage_row, conv_grad_pooled_shape, line_parts, windows_tile)
+                       POOLED_GRAD_SUBS, conv_grad_pooled_shape, conv_small_stage_row, line_parts,
+                       windows_tile)
 from .layout import layer_layouts
 from ..params import FLOAT32, TF32
 from .options import DeviceOptions
