@@ -100,12 +100,6 @@ class ConvShape:
     def jd4(self):
         return _ceil(self.D, 4) * 4
 
-    @property
-    def delta_col_blocks(self):
-        """Blocks of at most 16 columns a prior row is cut into by the delta kernel (4 x 16
-        accumulators a thread; ConvBwdTile::CB)."""
-        return _ceil(self.PW, 16)
-
     def delta_case_floats(self, cases, pad=False):
         u = self.W * self.jd4 // 4
         drow = u + (9 - u % 8) % 8
@@ -152,8 +146,7 @@ def _lanes_padded(lanes):
 
 @dataclass(frozen=True)
 class DeltaVariant:
-    """CASES cases per block; a thread owns one prior row of one case (or a block of at most 16
-    of its columns) and 4 prior slices. PAD:
+    """CASES cases per block; a thread owns one prior row of one case and 4 prior slices. PAD:
     the threads of a prior row are padded to whole warps (or a power of two), so a warp's threads
     share their prior row and take the same taps; TPS taps per stage of weights (1 or a filter
     row)."""
@@ -163,7 +156,7 @@ class DeltaVariant:
 
     def threads(self, shape):
         lanes = shape.PD // 4 * self.cases
-        return (_lanes_padded(lanes) if self.pad else lanes) * shape.PH * shape.delta_col_blocks
+        return (_lanes_padded(lanes) if self.pad else lanes) * shape.PH
 
     def smem(self, shape):
         return 4 * (self.cases * shape.delta_case_floats(self.cases, self.pad)
@@ -184,11 +177,11 @@ class DeltaVariant:
 
 def delta_variants(shape, has_delta, smem_limit=SMEM_BYTES):
     """The delta kernel's variants for this shape (empty: the gather product alone): strides of
-    1, prior depth a multiple of 4 (a prior row of over 16 columns in blocks of at most 16).
+    1, prior depth a multiple of 4, a prior row of at most 16 columns (4 x 16 accumulators).
     Threads of a prior row next to each other: the most cases per block that fit, and one
     fewer. Prior rows padded to warps (smem_limit above 48 KB: the device lets a block opt in):
     the most cases that fill a warp and half a warp, with a tap or a filter row per stage."""
-    if not has_delta or shape.SV != 1 or shape.SH != 1 or shape.PD % 4:
+    if (not has_delta or shape.SV != 1 or shape.SH != 1 or shape.PD % 4 or shape.PW > 16):
         return []
     fitting = [c for c in range(1, 9) if DeltaVariant(c).fits(shape)]
     out = [DeltaVariant(c) for c in fitting[::-1][:2]]

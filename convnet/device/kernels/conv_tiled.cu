@@ -393,8 +393,8 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
 // which is gemm_nn's order for the delta (plan.py: _backprop_pairs, then the slices), then the
 // epilogue (times 1 - a^2 of the prior activation, or nothing) as gemm_nn writes it.
 // A block takes CASES cases and copies their deltas into shared memory once (slices padded to a
-// multiple of 4 with zeros). A thread owns one prior row r of one case, every column of it (or,
-// for rows of over 16 columns, one of CB blocks of at most 16 of them), and 4 prior slices: for each filter tap (row fr descending, column fc descending, so oh and ow
+// multiple of 4 with zeros). A thread owns one prior row r of one case, every column of it, and 4
+// prior slices: for each filter tap (row fr descending, column fc descending, so oh and ow
 // ascend) the tap's weights are in shared memory (copied while the previous tap is multiplied),
 // the row oh = r + pad - fr is either inside the layer for the whole thread or not at all, and
 // since fc is known at compile time (the tap columns are unrolled) so is which of the thread's
@@ -420,10 +420,7 @@ struct ConvBwdTile {
     static constexpr int LP = !PAD ? LANES
                               : LANES > 16 ? (LANES + 31) / 32 * 32
                               : LANES > 8 ? 16 : LANES > 4 ? 8 : LANES > 2 ? 4 : LANES;
-    // blocks of columns a prior row is cut into (4 x 16 accumulators at most), and their width
-    static constexpr int CB = (CT_PW + 15) / 16;
-    static constexpr int CW = (CT_PW + CB - 1) / CB;
-    static constexpr int NT = LP * CT_PH * CB;
+    static constexpr int NT = LP * CT_PH;
     // a case's copy: a number of 16-byte units that is CASES modulo 8 (PAD: 1 modulo 8), so the
     // (case, row) pairs of a quarter warp fall in different bank groups
     static constexpr int U = CT_H * ctb::DROW / 4;
@@ -457,21 +454,6 @@ __device__ __forceinline__ void ctb_load_taps(float* Bs, const float* __restrict
     }
 }
 
-// One delta column's 4 slices (at d) times their 4 rows of the tap's weights b, into one prior
-// column's 4 accumulators, slice after slice.
-__device__ __forceinline__ void ctb_multiply_add(float (&acc)[4], const float* d, const float4 (&b)[4])
-{
-    const float4 a = *reinterpret_cast<const float4*>(d);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        const float x = ct_lane(a, q);
-        acc[0] = fmaf(x, b[q].x, acc[0]);
-        acc[1] = fmaf(x, b[q].y, acc[1]);
-        acc[2] = fmaf(x, b[q].z, acc[2]);
-        acc[3] = fmaf(x, b[q].w, acc[3]);
-    }
-}
-
 template <int CASES, int PAD, int TPS>
 __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, int ldd,
                                               const float* __restrict__ Wb, int M,
@@ -481,7 +463,6 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
     using namespace ctb;
     using T = ConvBwdTile<CASES, PAD, TPS>;
     constexpr int NT = T::NT, NCOL = T::NCOL, DCASE = T::DCASE, TAP = T::TAP;
-    constexpr int CB = T::CB, CW = T::CW;
     static_assert(CT_SV == 1 && CT_SH == 1 && CT_PD % 4 == 0, "delta shape");
     static_assert(TPS == 1 || TPS == CT_FH, "a stage is one tap or one filter row");
     float* Ds = ct_smem;
@@ -492,8 +473,7 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
     const bool active = lane < T::LANES;   // PAD: the lanes past LANES only help with the copies
     const int tn = lane % NCOL;
     const int cs = active ? lane / NCOL : 0;
-    const int r = tid / T::LP / CB;
-    const int c0 = (tid / T::LP - r * CB) * CW;             // the thread's first prior column
+    const int r = tid / T::LP;
     const int m0 = blockIdx.x * CASES;
 
     for (int u = tid; u < CASES * ct::HW * JD4; u += NT) {
@@ -513,9 +493,9 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
     ctb_load_taps<NT>(Bs, Wb, ct::TAPS - TPS, TPS);
     ct_cp_commit();
 
-    float acc[CW][4];
+    float acc[CT_PW][4];
 #pragma unroll
-    for (int c = 0; c < CW; ++c)
+    for (int c = 0; c < CT_PW; ++c)
 #pragma unroll
         for (int n = 0; n < 4; ++n) acc[c][n] = 0.f;
     ct_cp_wait_all();
@@ -547,20 +527,18 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
 #pragma unroll
                     for (int q = 0; q < 4; ++q)
                         b[q] = *reinterpret_cast<const float4*>(bs + (4 * s4 + q) * CT_PD);
-                    if constexpr (CB == 1) {
 #pragma unroll
-                        for (int ow = 0; ow < CT_W; ++ow) {
-                            const int c = ow - CT_PZ + fc;          // known at compile time
-                            if (c < 0 || c >= CT_PW) continue;
-                            ctb_multiply_add(acc[c], ds + ow * JD4 + 4 * s4, b);
-                        }
-                    } else {
-                        // the delta column that reaches each of the thread's columns c0 + c
+                    for (int ow = 0; ow < CT_W; ++ow) {
+                        const int c = ow - CT_PZ + fc;              // known at compile time
+                        if (c < 0 || c >= CT_PW) continue;
+                        const float4 a = *reinterpret_cast<const float4*>(ds + ow * JD4 + 4 * s4);
 #pragma unroll
-                        for (int c = 0; c < CW; ++c) {
-                            const int ow = c0 + c + CT_PZ - fc;
-                            if (c0 + c >= CT_PW || ow < 0 || ow >= CT_W) continue;
-                            ctb_multiply_add(acc[c], ds + ow * JD4 + 4 * s4, b);
+                        for (int q = 0; q < 4; ++q) {
+                            const float x = ct_lane(a, q);
+                            acc[c][0] = fmaf(x, b[q].x, acc[c][0]);
+                            acc[c][1] = fmaf(x, b[q].y, acc[c][1]);
+                            acc[c][2] = fmaf(x, b[q].z, acc[c][2]);
+                            acc[c][3] = fmaf(x, b[q].w, acc[c][3]);
                         }
                     }
                 }
@@ -578,11 +556,10 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
 
     if (!active || m0 + cs >= M) return;
 #pragma unroll
-    for (int c = 0; c < CW; ++c) {
-        if (c0 + c >= CT_PW) break;
+    for (int c = 0; c < CT_PW; ++c) {
 #pragma unroll
         for (int n = 0; n < 4; ++n) {
-            const i64 o = (i64)(m0 + cs) * ldo + (r * CT_PW + c0 + c) * CT_PD + tn * 4 + n;
+            const i64 o = (i64)(m0 + cs) * ldo + (r * CT_PW + c) * CT_PD + tn * 4 + n;
             float v = acc[c][n];
             if (epi == EPI_DERIV) {
                 const float p = prior[o];

@@ -66,8 +66,7 @@ class ConvTiledReference(PoolReference):
         lanes = PD // 4 * cases
         if pad:         # a prior row's threads: a power of two up to 16, then whole warps
             lanes = -(-lanes // 32) * 32 if lanes > 16 else 1 << (lanes - 1).bit_length()
-        # a prior row's columns in blocks of at most 16, a thread each
-        assert block[0] == lanes * PH * -(-PW // 16) <= 512 and grid[0] == -(-M // cases)
+        assert block[0] == lanes * PH <= 512 and grid[0] == -(-M // cases)
         jd4 = -(-D // 4) * 4
         u = W * jd4 // 4
         u = H * (u + (9 - u % 8) % 8)
