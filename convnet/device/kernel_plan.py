@@ -362,9 +362,8 @@ def _split_products(arch, options, conv_small, tiled, tf32=False):
     every = bool(options.tensor_cores)
     forward_pays = tf32_forward_pays if tf32 else split_tf32_forward_pays
     delta_pays = tf32_delta_pays if tf32 else (lambda layer, _: split_tf32_delta_pays(layer))
-    # a conv_small layer's activation only where it has tiled variants too (not a first layer of
-    # a few weight rows); its delta never (12 and 24 columns on the tensor cores were slower:
-    # vgg-mnist 1.56 -> 1.87 ms and 0.54 -> 0.63)
+    # a conv_small layer's activation only where it has tiled variants (not a first layer); its
+    # delta never (12 and 24 columns were slower there: vgg-mnist 1.56 -> 1.87 ms, 0.54 -> 0.63)
     forward = [layer.index for layer in products
                if (layer.index not in conv_small or layer.index in tiled and tiled[layer.index].fwd)
                and (every or forward_pays(layer, tiled.get(layer.index)))]
