@@ -9,43 +9,28 @@
 
 #include "common.cuh"
 
-// V consecutive floats from p into v, and back: one 16-byte access for V = 4.
-template <int V>
-__device__ __forceinline__ void load_lanes(float (&v)[V], const float* p)
+// The 16-byte vector of four floats or ints.
+template <typename T> struct Quad;
+template <> struct Quad<float> { using type = float4; };
+template <> struct Quad<int> { using type = int4; };
+
+// V consecutive floats (or ints) from p into v, and back: one 16-byte access for V = 4.
+template <int V, typename T>
+__device__ __forceinline__ void load_lanes(T (&v)[V], const T* p)
 {
     if constexpr (V == 4) {
-        const float4 q = *reinterpret_cast<const float4*>(p);
+        const typename Quad<T>::type q = *reinterpret_cast<const typename Quad<T>::type*>(p);
         v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
     } else {
         v[0] = *p;
     }
 }
 
-template <int V>
-__device__ __forceinline__ void load_lanes(int (&v)[V], const int* p)
-{
-    if constexpr (V == 4) {
-        const int4 q = *reinterpret_cast<const int4*>(p);
-        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
-    } else {
-        v[0] = *p;
-    }
-}
-
-template <int V>
-__device__ __forceinline__ void store_lanes(float* p, const float (&v)[V])
+template <int V, typename T>
+__device__ __forceinline__ void store_lanes(T* p, const T (&v)[V])
 {
     if constexpr (V == 4)
-        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-    else
-        *p = v[0];
-}
-
-template <int V>
-__device__ __forceinline__ void store_lanes(int* p, const int (&v)[V])
-{
-    if constexpr (V == 4)
-        *reinterpret_cast<int4*>(p) = make_int4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<typename Quad<T>::type*>(p) = {v[0], v[1], v[2], v[3]};
     else
         *p = v[0];
 }
