@@ -147,7 +147,8 @@ def compiled_functions(nn_tiles, tn_tiles, tile_source):
            for p, tiles in ((GEMM_NN, nn_tiles), (GEMM_TN, tn_tiles)) for t in tiles]
     for params in (CONV_SMALL, CONV_SMALL_POOL):
         out += [(params.source, f"{params.family}_{v}", params) for v in CONV_SMALL_WIDTHS]
-    out += [(p.source, p.family + POOL_FOUR, p) for p in (POOL_FORWARD, POOL_BACKWARD, POOL_BACKWARD_TILES)]
+    out += [(p.source, p.family + POOL_FOUR, p)
+            for p in (POOL_FORWARD, POOL_BACKWARD, POOL_BACKWARD_TILES)]
     out += [(p.source, p.family, p) for p in FAMILIES
             if p not in (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL)]
     return out
