@@ -32,6 +32,7 @@ from ..errors import ConvnetError
 from ..params import DeviceParams
 from .conv_tiled import ConvTiled
 from .evaluator import DeviceEvaluator, UploadSplit
+from .hostcopy import copy_into
 from .kernel_plan import plan_kernels, static_bytes
 from .launches import (LINE_BLOCK, FirstLayerPool, line_parts, line_point, vec_finish,
                        weights_scatter)
@@ -218,8 +219,8 @@ class DeviceBackend:
         staging buffer for queue_upload.
 
         The device computes in float32, but the rounding and the penalty's sum happen there
-        (queue_upload): the host makes one copy and no compiled pass, so a GPU run never starts
-        the compiler. weights None: the caller staged them already (one buffer for several
+        (queue_upload): the host makes one copy (in threads when large: hostcopy.py) and no
+        compiled pass, so a GPU run never starts the compiler. weights None: the caller staged them already (one buffer for several
         devices: share_staging); only counted."""
         if weights is None:
             self.weight_uploads += lo == 0
@@ -228,7 +229,7 @@ class DeviceBackend:
         if w.shape != (self.n_weights,):
             raise ConvnetError(f"this model has {self.n_weights} weights; got an array of shape {w.shape}")
         hi = self.n_weights if hi is None else hi
-        np.copyto(self.h_w64[lo:hi], w[lo:hi])
+        copy_into(self.h_w64[lo:hi], w[lo:hi])
         if lo == 0:
             self.weight_uploads += 1
 

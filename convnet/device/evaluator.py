@@ -12,6 +12,7 @@ from ..evaluator import Evaluator
 from . import kernel_plan as families
 from . import launches
 from .graphs import DriverError
+from .hostcopy import copied
 from .launches import EPI_DERIV, EPI_NONE, EPI_TANH
 from .layout import activations_to_host, image_to_device
 from .line import LINE_POINT, DeviceLine, DeviceVectors
@@ -158,7 +159,7 @@ class DeviceEvaluator(Evaluator):
     def gradient(self, weights):
         self.queue_gradient(weights)()
         crit, grad = self.finish_gradient()
-        return crit, np.array(grad)
+        return crit, copied(grad)
 
     def queue_gradient(self, weights):
         """Queue a gradient at host weights without waiting for it (finish_gradient waits);

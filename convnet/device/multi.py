@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import ConvnetError
 from ..evaluator import Evaluator, check_weights
 from ..params import ALL_DEVICES as ALL, parse_devices
+from .hostcopy import copied, copy_into
 from .options import DeviceOptions, device_params
 from .plan import CHUNK
 
@@ -207,9 +208,9 @@ class MultiDeviceEvaluator(Evaluator):
         w = self._weights(weights)
         staging = self.multi.staging
         head = max(ev.head_weights() for ev in self.parts)
-        np.copyto(staging[:head], w[:head])
+        copy_into(staging[:head], w[:head])
         rests = [queue(ev) for ev in self.parts]
-        np.copyto(staging[head:], w[head:])
+        copy_into(staging[head:], w[head:])
         for rest in rests:
             rest()
 
@@ -233,7 +234,7 @@ class MultiDeviceEvaluator(Evaluator):
             crit += part_crit
             parts.append(part_grad)
         if len(parts) == 1:
-            return crit, np.array(parts[0])
+            return crit, copied(parts[0])
         grad = np.add(parts[0], parts[1])
         for part in parts[2:]:
             grad += part

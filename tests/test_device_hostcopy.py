@@ -1,0 +1,65 @@
+"""The host copies of an evaluation at host weights (convnet/device/hostcopy.py): large ones cut
+into slices on several threads give exactly the plain copy, at every length and slice edge."""
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from convnet.device import hostcopy
+
+
+@pytest.mark.parametrize("n", [1, 7, 262_143, 262_144, 262_147, 1_067_789])
+def test_copies_equal_the_plain_copy(n, monkeypatch):
+    monkeypatch.setattr(hostcopy, "copy_threads", lambda: 4)
+    src = np.random.default_rng(n).standard_normal(n)
+    dst = np.full(n, np.nan)
+    assert hostcopy.copy_into(dst, src) is dst
+    assert np.array_equal(dst, src)
+    out = hostcopy.copied(src)
+    assert out is not src and not np.shares_memory(out, src)
+    assert out.dtype == src.dtype and np.array_equal(out, src)
+
+
+def test_large_copies_use_other_threads_and_small_ones_do_not(monkeypatch):
+    monkeypatch.setattr(hostcopy, "copy_threads", lambda: 3)
+    seen = set()
+
+    def spy(dst, src):
+        seen.add(threading.get_ident())
+        dst[...] = src
+
+    monkeypatch.setattr(hostcopy.np, "copyto", spy)
+    small = np.arange(1000.0)
+    hostcopy.copied(small)
+    assert seen == {threading.get_ident()}
+    big = np.arange(hostcopy.PARALLEL_COPY_BYTES // 8 + 5, dtype=np.float64)
+    assert np.array_equal(hostcopy.copied(big), big)
+    assert len(seen) > 1
+
+
+def test_a_slice_of_a_larger_buffer_is_copied_in_place():
+    buffer = np.zeros(600_000)
+    src = np.random.default_rng(3).standard_normal(600_000)
+    hostcopy.copy_into(buffer[100:500_100], src[100:500_100])
+    assert np.array_equal(buffer[100:500_100], src[100:500_100])
+    assert not buffer[:100].any() and not buffer[500_100:].any()
+
+
+def test_shapes_must_agree():
+    with pytest.raises(ValueError):
+        hostcopy.copy_into(np.zeros(5), np.zeros(6))
+
+
+def test_a_forked_child_makes_its_own_pool():
+    big = np.arange(hostcopy.PARALLEL_COPY_BYTES // 8 * 2, dtype=np.float64)
+    hostcopy.copied(big)                             # the parent's pool exists
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    pid = os.fork()
+    if pid == 0:                                     # child: a hang here would fail the test
+        ok = np.array_equal(hostcopy.copied(big), big)
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
