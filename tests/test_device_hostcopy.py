@@ -10,7 +10,7 @@ import pytest
 from convnet.device import hostcopy
 
 
-@pytest.mark.parametrize("n", [1, 7, 262_143, 262_144, 262_147, 1_067_789])
+@pytest.mark.parametrize("n", [1, 7, 262_147, 786_431, 786_432, 786_435, 1_067_789])
 def test_copies_equal_the_plain_copy(n, monkeypatch):
     monkeypatch.setattr(hostcopy, "copy_threads", lambda: 4)
     src = np.random.default_rng(n).standard_normal(n)

@@ -5,8 +5,9 @@ reads, and hands back a copy of the float64 gradient. For a net of a million wei
 is 8.5 MB, and one thread copies about 11 GB/s (0.7-0.8 ms on an H200 machine's Xeon) while the
 bus moves the same bytes in 0.16 ms: the copies, not the transfers, were most of such a net's
 time outside the kernels. numpy lets go of the interpreter lock while it copies, so a few
-threads, each taking a slice, divide that time. Small copies stay in the caller's thread, where
-handing work to another thread would cost more than it saves.
+threads, each taking a slice, divide that time (8.5 MB: 0.77 -> 0.37 ms with four threads).
+Smaller copies stay in the caller's thread: at LeNet's 3.4 MB the threads' hand-off took back
+more than they saved (benchmarks/NOTES.md, "Host copies in threads").
 """
 
 import os
@@ -14,9 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-# Smallest copy cut into slices (bytes): below this one thread copies faster than it hands off.
-PARALLEL_COPY_BYTES = 2 << 20
-# Most threads a copy uses (the caller's among them): memory bandwidth stops growing beyond.
+# Smallest copy cut into slices (bytes): measured on an H200 machine's 16-core Xeon, threads won
+# at 8.5 MB and lost at 3.4 MB.
+PARALLEL_COPY_BYTES = 6 << 20
+# Most threads a copy uses (the caller's among them): four halved an 8.5 MB copy; more were not
+# measured.
 MOST_COPY_THREADS = 4
 
 _pool = None

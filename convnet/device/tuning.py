@@ -72,7 +72,10 @@ TN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
             # blocks as wide as 24 and 48 columns (warps of 32 x 24), for layers of 17-24 and
             # 33-48 slices, whose columns the blocks above would leave a quarter idle
             "tc128x48_w32x24_s3": (128, 48, 256), "tc64x48_w32x24_s3": (64, 48, 128),
-            "tc128x24_w32x24_s3": (128, 24, 128), "tc64x24_w32x24_s4": (64, 24, 64)}
+            "tc128x24_w32x24_s3": (128, 24, 128), "tc64x24_w32x24_s4": (64, 24, 64),
+            # warps of 32 x 64 outputs: the split operands of a weight row serve twice the columns
+            # (1.5-7 % ahead at the gradients of over 48 columns; warps of 64 x 32 lost)
+            "tc128x64_w32x64_s3": (128, 64, 128)}
 
 
 # gemm_nn on tensor cores, split TF32 (gemm_split.cu; tensor_cores.cuh, gemm_nn_split_body):
@@ -143,7 +146,7 @@ def tn_split_candidates(R, N):
     """gemm_tn's split TF32 variants worth trying for a launch of R weight rows and N columns,
     best guess first (any of them gives the same bits)."""
     if N > 32:
-        tiles = ["tc128x64_w32x32_s3", "tc64x64_w32x32_s3"]
+        tiles = ["tc128x64_w32x32_s3", "tc64x64_w32x32_s3", "tc128x64_w32x64_s3"]
         if N <= 48:
             tiles += ["tc128x48_w32x24_s3", "tc64x48_w32x24_s3"]
     elif N > 16:

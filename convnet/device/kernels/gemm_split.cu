@@ -17,6 +17,7 @@ GEMM_TN_SPLIT(gemm_tn_tc128x48_w32x24_s3, 128, 48, 32, 24, 3, 3)
 GEMM_TN_SPLIT(gemm_tn_tc64x48_w32x24_s3, 64, 48, 32, 24, 3, 3)
 GEMM_TN_SPLIT(gemm_tn_tc128x24_w32x24_s3, 128, 24, 32, 24, 3, 3)
 GEMM_TN_SPLIT(gemm_tn_tc64x24_w32x24_s4, 64, 24, 32, 24, 4, 3)
+GEMM_TN_SPLIT(gemm_tn_tc128x64_w32x64_s3, 128, 64, 32, 64, 3, 3)
 
 GEMM_NN_SPLIT(gemm_nn_tc128x64_w32x32_s3, gemm_nn_split_body, 128, 64, 32, 32, 3, 3)
 GEMM_NN_SPLIT(gemm_nn_tc64x64_w32x32_s3, gemm_nn_split_body, 64, 64, 32, 32, 3, 3)
