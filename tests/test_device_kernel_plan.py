@@ -57,9 +57,11 @@ CIFAR_SIZED = (["CONVOLUTIONAL LAYER 24 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2"
 
 def test_tensor_cores_take_the_steps_the_rule_picks():
     """The steps on the tensor cores (split TF32). By default: every gather-product weight
-    gradient and those whose conv_grad variants fit one stage only (the CIFAR-sized net's second
-    CONV layer), never a layer with two-stage conv_grad variants (LeNet's second) nor the
-    gradient from the pooled deltas; the activations of more than 16 columns without tiled
+    gradient, those whose conv_grad variants fit one stage only (the CIFAR-sized net's second
+    CONV layer) and those of windows under 16 taps that move by one (a stacked 3 x 3 layer,
+    whose conv_grad variants take two stages), never a layer with two-stage conv_grad variants
+    over 16 taps or more (LeNet's 5 x 5 second) or strides (the strided net's 3 x 3 second) nor
+    the gradient from the pooled deltas; the activations of more than 16 columns without tiled
     variants (the fully connected layers of LeNet and the CIFAR-sized net, not the output
     layer), and those with tiled variants whose inputs come in runs of four through a window of
     under 16 taps (the strided net's 3 x 3 second layer, not a 5 x 5 one); the deltas from fully
@@ -78,6 +80,13 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     assert not cifar.tiled[2].bwd
     strided = kp.plan_kernels(Architecture.from_lines(*STRIDED_3X3), DeviceOptions(), HOPPER)
     assert strided.split_forward == {1, 2} and strided.split_delta == {1}
+    assert strided.split_gradients == {0, 2, 3}
+    assert {v.stages for v in strided.tiled[1].grad.values()} == {2}
+    vgg = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED), DeviceOptions(), HOPPER)
+    assert vgg.split_gradients == {0, 1, 3, 4, 6, 7}
+    float32 = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED),
+                              DeviceOptions(tensor_cores=False), HOPPER)
+    assert {v.stages for v in float32.tiled[3].grad.values()} == {2}
     assert 1 not in strided.tiled or not strided.tiled[1].fwd
     every = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=True), HOPPER)
     assert every.split_gradients == every.split_forward == every.split_delta == {2, 4, 5}

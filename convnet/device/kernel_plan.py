@@ -204,8 +204,7 @@ class KernelPlan:
 
     # ------------------------------------------------------------ the questions of an evaluation
     def forward_family(self, index, fused=True, want_delta=False):
-        """The family that computes layer `index`'s activation; fused=False: every layer on its
-        own (to read back every activation)."""
+        """The family of layer `index`'s activation; fused=False: every layer on its own."""
         layer = self.arch.all_layers[index]
         first = fused and self.fused_pool and (self.fused_pool_gradient or not want_delta)
         if (first and index == 1) or (fused and index in self.conv_pool):
@@ -428,27 +427,28 @@ def _split_gradients(arch, options, pooled_grad, tiled, tf32=False):
         return frozenset()
     layers = [layer for layer in arch.all_layers
               if layer.kind.has_weights and not (layer.index == 0 and pooled_grad)]
-    return frozenset(layer.index for layer in layers
-                     if options.tensor_cores or tf32 or split_tf32_pays(tiled.get(layer.index)))
+    return frozenset(layer.index for layer in layers if options.tensor_cores or tf32
+                     or split_tf32_pays(layer, tiled.get(layer.index)))
 
 
-def split_tf32_pays(tiled):
-    """Whether a layer's weight gradient is faster on the tensor cores, by what the suite
-    measured (NOTES.md, "Tensor cores"): yes where it would be gemm_tn's (fully connected,
-    locally connected and output layers, convolutional layers without conv_grad variants) and
-    where conv_grad fits one stage only; no where conv_grad has two stages (LeNet's second
-    layer: 0.90 ms against 1.08). A rule of shapes, not a timing, so that the bits of a run do
-    not depend on the machine's timings."""
-    variants = tiled.grad if tiled is not None else {}
-    return all(v.stages == 1 for v in variants.values())
+def split_tf32_pays(layer, tiled):
+    """Whether a layer's weight gradient is faster on the tensor cores, by the suite (NOTES.md,
+    "Tensor cores", "Host copies in threads"): yes where it would be gemm_tn's (fully connected,
+    locally connected and output layers, CONV layers without conv_grad variants), where conv_grad
+    fits one stage only, and where a window of under TILED_OVER_TF32_TAPS taps moves by one
+    (avgpool-deep's 3 x 3 layer on 7 x 7 x 64: 0.67 -> 0.54 ms); no where two-stage conv_grad
+    serves a larger window (LeNet's 5 x 5 layer: 0.90 ms against 1.04) or strides (strided-rgb's
+    3 x 3 layer: 0.45 against 0.47). A rule of shapes, not a timing."""
+    s, variants = layer.spec, (tiled.grad if tiled is not None else {})
+    small = s.filter_v * s.filter_h < TILED_OVER_TF32_TAPS and s.stride_v == s.stride_h == 1
+    return all(v.stages == 1 for v in variants.values()) or small
 
 
-# CUDA PRECISION = TF32 (one TF32 product, a third of split TF32's tensor-core work): measured
-# on the suite (NOTES.md, "One TF32 product"), it beats the float32 kernels at every weight
-# gradient and at every activation and delta of over 16 columns, except where conv_tiled.cu's
-# kernels serve a window of many taps: they reuse each input they load across the taps (LeNet's
-# and cifar-conv's 5 x 5 windows: tiled 0.94 against 1.01 ms, 1.29 against 1.65), where at 3 x 3
-# the one TF32 product won (strided-rgb 0.56 -> 0.42 ms, avgpool-deep 0.61 -> 0.55).
+# CUDA PRECISION = TF32 (one TF32 product): measured on the suite (NOTES.md, "One TF32
+# product"), it beats the float32 kernels at every weight gradient and every activation and delta
+# of over 16 columns, except where conv_tiled.cu's kernels reuse each input they load across a
+# window of many taps (LeNet's and cifar-conv's 5 x 5: tiled 0.94 against 1.01 ms, 1.29 against
+# 1.65); at 3 x 3 the one TF32 product won (strided-rgb 0.56 -> 0.42 ms, avgpool-deep 0.61 -> 0.55).
 TILED_OVER_TF32_TAPS = 16
 
 
