@@ -220,8 +220,8 @@ class DeviceBackend:
 
         The device computes in float32, but the rounding and the penalty's sum happen there
         (queue_upload): the host makes one copy (in threads when large: hostcopy.py) and no
-        compiled pass, so a GPU run never starts the compiler. weights None: the caller staged them already (one buffer for several
-        devices: share_staging); only counted."""
+        compiled pass, so a GPU run never starts the compiler. weights None: the caller staged
+        them already (one buffer for several devices: share_staging); only counted."""
         if weights is None:
             self.weight_uploads += lo == 0
             return
