@@ -65,7 +65,7 @@ FAMILIES = {
                          functions=("gemm_tn_tf",), options=dict(tensor_cores=True),
                          precision="TF32"),
     "conv_grad": dict(sites=("gradient",), owns=lambda tile: tile.startswith(_TILED),
-                      functions=("conv_grad_",)),
+                      functions=("conv_grad_",), options=dict(tensor_cores=False)),
     "conv_small_pool": dict(sites=("forward pooled", "forward pooled values"),
                             owns=lambda tile: tile.split("_v")[0] in FIRST_LAYER_VARIANTS,
                             functions=("conv_small_pool_",)),
