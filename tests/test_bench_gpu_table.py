@@ -79,3 +79,17 @@ def test_suite_nets_are_the_shared_suite_with_paths_into_this_checkout():
             keep = [ln for ln in text.splitlines() if not ln.startswith("READ")]
             assert keep == [ln for ln in original.read_text().splitlines()
                             if not ln.startswith("READ")]
+
+
+def test_warm_up_runs_for_its_seconds_and_at_least_its_calls():
+    """Our timing starts only after warm_up: at least `least` calls, and calls until `seconds`
+    have passed (the first evaluations after the host validation ran slower)."""
+    import time
+    gpu = _gpu_bench()
+    calls = []
+    gpu.warm_up(calls.append, seconds=0.0, least=3)
+    assert calls == [0, 1, 2]
+    calls.clear()
+    t0 = time.perf_counter()
+    gpu.warm_up(lambda i: (calls.append(i), time.sleep(0.01)), seconds=0.05, least=1)
+    assert time.perf_counter() - t0 >= 0.05 and len(calls) >= 5 and calls == list(range(len(calls)))
