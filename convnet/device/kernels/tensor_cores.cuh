@@ -56,6 +56,17 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// sum[i][j] += a[i] b[j] for every m16n8 fragment of a warp's tile
+template <int MT, int NT8>
+__device__ __forceinline__ void mma_fragments(float (&sum)[MT][NT8][4], const unsigned (&a)[MT][4],
+                                              const unsigned (&b)[NT8][2])
+{
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT8; ++j) mma_tf32(sum[i][j], a[i], b[j]);
+}
+
 // A block of BM x BN outputs in warps of WM x WN, each warp MT x NT8 m16n8 fragments: the shape
 // every tensor-core body takes, and where this thread's warp starts in the block (the warps go
 // down the block's rows first).
@@ -145,16 +156,13 @@ __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4
             tf32_operand<PASSES>(q[0], dh[j][0], dl[j][0]);
             tf32_operand<PASSES>(q[4 * LDD], dh[j][1], dl[j][1]);
         }
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT8; ++j) {
-                if (PASSES == 3) {
-                    mma_tf32(sum[i][j], al[i], dh[j]);
-                    mma_tf32(sum[i][j], ah[i], dl[j]);
-                }
-                mma_tf32(sum[i][j], ah[i], dh[j]);
-            }
+        // one pass over every fragment before the next, so that a fragment's dependent products
+        // lie MT x NT8 products apart (each fragment still takes them in the same order)
+        if (PASSES == 3) {
+            mma_fragments(sum, al, dh);
+            mma_fragments(sum, ah, dl);
+        }
+        mma_fragments(sum, ah, dh);
     }
     for_each_fragment_element<MT, NT8>(lane, [&](int i, int j, int e, int, int) {
         acc[i][j][e] += sum[i][j][e];
@@ -209,13 +217,21 @@ __device__ __forceinline__ void gemm_tn_split_body(
         float acc[MT][NT8][4];
         zero_fragments(acc);
 
+        // Row k's offset in a group's table, read one group ahead (steps go through a group's
+        // tiles, then the next group's) so that no copy waits for the table.
+        auto row_offset = [&](int g) { return k < R && g < sh.g_hi ? tab[desc[g * 5] + k] : A_ZERO; };
+        int group = g_lo - 1, ao = A_ZERO, ao_next = row_offset(g_lo);
         // A stage wholly inside the chunk (all but its last) needs no per-case checks; the
         // addresses advance by a fixed stride from one copy to the next.
         auto issue = [&](int s) {
             const int st = s % STAGES;
             const int g = g_lo + s / tiles;
             const int cb = case_lo + (s % tiles) * BK;
-            const int ao = k < R ? tab[desc[g * 5] + k] : A_ZERO;
+            if (g != group) {
+                group = g;
+                ao = ao_next;
+                ao_next = row_offset(g + 1);
+            }
             const bool full = cb + BK <= case_hi;
             const float* pa = ao >= 0 ? src + (i64)(cb + a_r) * lda + ao : &k_one;
             const i64 a_step = ao >= 0 ? a_stride : 0;
@@ -317,10 +333,16 @@ __device__ __forceinline__ void gemm_nn_split_body(
         float acc[MT][NT8][4];
         zero_fragments(acc);
 
+        // the table's entry is read one step ahead, so that no copy waits for it
+        auto entry = [&](int t) {
+            const int k = t * BK + a_k;
+            return k < d.K ? tab[d.a_start + k] : A_ZERO;
+        };
+        int ao_next = entry(0);
         auto issue = [&](int t) {
             const int st = t % STAGES;
-            const int k = t * BK + a_k;
-            const int ao = k < d.K ? tab[d.a_start + k] : A_ZERO;
+            const int ao = ao_next;
+            ao_next = entry(t + 1);
             const float* pa = ao >= 0 ? a_row + ao : &k_one;
             const i64 a_step = ao >= 0 ? a_stride : 0;
 #pragma unroll
