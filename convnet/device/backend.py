@@ -30,6 +30,7 @@ import numpy as np
 
 from ..errors import ConvnetError
 from ..params import DeviceParams
+from . import collect
 from .conv_tiled import ConvTiled
 from .evaluator import DeviceEvaluator, UploadSplit
 from .hostcopy import copy_into
@@ -178,11 +179,11 @@ class DeviceBackend:
 
     def activations(self, weights, inputs):
         ev = DeviceEvaluator(self, inputs, None, 0.0)
-        return ev._activations(weights)
+        return collect.activations(ev, weights)
 
     def poolmax_winners(self, weights, inputs):
         ev = DeviceEvaluator(self, inputs, None, 0.0)
-        return ev._winners(weights)
+        return collect.winners(ev, weights)
 
     def timings(self):
         return self.timer.table()

@@ -12,9 +12,10 @@ from ..evaluator import Evaluator
 from . import kernel_plan as families
 from . import launches
 from .graphs import DriverError
+from .handback import HandBack
 from .hostcopy import copied
 from .launches import EPI_DERIV, EPI_NONE, EPI_TANH
-from .layout import activations_to_host, image_to_device
+from .layout import image_to_device
 from .line import LINE_POINT, DeviceLine, DeviceVectors
 from .plan import CHUNK
 from .runtime import NULL, ptr
@@ -84,6 +85,9 @@ class DeviceEvaluator(Evaluator):
             self.tuner = tuner
             self.h_crit = rt.cuda.pagelocked_empty(2, np.float64)
             self.h_grad = rt.cuda.pagelocked_empty(backend.n_weights + 3, np.float64)
+        self.handback = HandBack(lambda size: rt.cuda.pagelocked_empty(size, np.float64),
+                                 backend.n_weights + 3)
+        self._handed = None             # the handback's buffer of the gradient in flight
         # launch sequences recorded as CUDA graphs, by (evaluation, timed, upload): see _run
         self.graphs = {}
         self.use_graphs = backend.graphs and getattr(rt, "can_capture", False)
@@ -157,13 +161,19 @@ class DeviceEvaluator(Evaluator):
         return crit / (self.mean_over_cases * b.arch.n_classes) + self._penalty(pen)
 
     def gradient(self, weights):
-        self.queue_gradient(weights)()
+        """(criterion, gradient), the gradient a page-locked buffer handed over as it is
+        (handback.py), or a copy while the caller holds every such buffer."""
+        self.queue_gradient(weights, hand_back=True)()
         crit, grad = self.finish_gradient()
-        return crit, copied(grad)
+        buffer, self._handed = self._handed, None
+        if buffer is None:
+            return crit, copied(grad)
+        return crit, self.handback.hand_out(buffer, self.backend.n_weights)
 
-    def queue_gradient(self, weights):
+    def queue_gradient(self, weights, hand_back=False):
         """Queue a gradient at host weights without waiting for it (finish_gradient waits);
-        returns the callable that queues its second part (as queue_criterion)."""
+        returns the callable that queues its second part (as queue_criterion) and the fetch,
+        into one of the handback's buffers when hand_back and one is free."""
         b = self.backend
         rt = b.rt
         self.need_classes()
@@ -172,8 +182,19 @@ class DeviceEvaluator(Evaluator):
             b.last_allocation = self.allocation
             if self.line_state is not None:
                 self.line_state.latest = None           # d_grad is about to change
-            return self._run_host_head("gradient", weights, self._gradient_launches,
+            if self._handed is not None:                # taken by an evaluation that failed
+                self.handback.give_back(self._handed)
+            self._handed = self.handback.take() if hand_back else None
+            rest = self._run_host_head("gradient", weights, self._gradient_sums,
                                        pen_out=ptr(self.d_grad, b.n_weights + 1, 8))
+
+        def rest_and_fetch():
+            rest()
+            with rt.active():
+                host = self.h_grad if self._handed is None else self._handed
+                rt.cuda.memcpy_dtoh_async(host, self.d_grad, rt.stream)
+                b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
+        return rest_and_fetch
 
     def mean_over(self, n_cases):
         """Divide the criterion and the gradient by ``n_cases`` cases (and the classes) instead of
@@ -185,11 +206,12 @@ class DeviceEvaluator(Evaluator):
         """Wait for the queued gradient: (criterion, gradient), the gradient a view of the
         page-locked buffer that the next gradient overwrites."""
         b = self.backend
+        host = self.h_grad if self._handed is None else self._handed
         with b.rt.active():
-            crit = self._read(self.h_grad, b.n_weights)
-            pen = float(self.h_grad[b.n_weights + 1])
+            crit = self._read(host, b.n_weights)
+            pen = float(host[b.n_weights + 1])
             b.timer.resolve()
-        return crit * self.scale + self._penalty(pen), self.h_grad[:b.n_weights]
+        return crit * self.scale + self._penalty(pen), host[:b.n_weights]
 
     def outputs(self, weights):
         b = self.backend
@@ -323,14 +345,6 @@ class DeviceEvaluator(Evaluator):
         self._forwards(part, want_delta=False)
         if part != HEAD:
             self._queue_ll()
-
-    def _gradient_launches(self, part=None):
-        b = self.backend
-        rt = b.rt
-        self._gradient_sums(part)
-        if part != HEAD:
-            rt.cuda.memcpy_dtoh_async(self.h_grad, self.d_grad, rt.stream)
-            b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
 
     def _gradient_sums(self, part=None):
         """Queue a gradient: d_grad[:n] the gradient, d_grad[n] the summed log likelihood (part:
@@ -555,46 +569,3 @@ class DeviceEvaluator(Evaluator):
                               local_cols=grad.local_cols, ldw=lp.lay.cols,
                               dev_to_host=ptr(b.d_dev2host, lp.lay.fwd_offset), acc=self.d_acc)
         return count
-
-    def _forward_collect(self, weights, collect):
-        b = self.backend
-        rt = b.rt
-        with rt.active():
-            b.timer.start(rt.stream)
-            b._set_weights(weights)
-            for start, stop in self.batches:
-                self._forward(start, stop, want_delta=False, fused=False)
-                rt.stream.synchronize()
-                collect(start, stop)
-            b.timer.resolve()
-
-    def _activations(self, weights):
-        b = self.backend
-        plan = b.plan
-        res = [np.empty((self.n_cases, lp.nhid), np.float32) for lp in plan.hidden]
-
-        def collect(start, stop):
-            for i, lp in enumerate(plan.hidden):
-                b.rt.cuda.memcpy_dtoh(res[i][start:stop], self.ws.acts[i])
-
-        self._forward_collect(weights, collect)
-        return [activations_to_host(r, lp.layer.height, lp.layer.width, lp.layer.depth)
-                for r, lp in zip(res, plan.hidden)]
-
-    def _winners(self, weights):
-        b = self.backend
-        plan = b.plan
-        res = {lp.index: np.empty((self.n_cases, lp.nhid), np.int32)
-               for lp in plan.hidden if lp.kind.keeps_winners}
-
-        def collect(start, stop):
-            for i, r in res.items():
-                b.rt.cuda.memcpy_dtoh(r[start:stop], self.ws.ids[i])
-
-        self._forward_collect(weights, collect)
-        out = {}
-        for i, r in res.items():
-            L = plan.layers[i].layer
-            out[i] = np.ascontiguousarray(r.reshape(-1, L.height, L.width, L.depth)
-                                          .transpose(0, 3, 1, 2)).reshape(r.shape[0], -1)
-        return out
