@@ -235,10 +235,17 @@ __device__ __forceinline__ void gemm_tn_split_body(
             const bool full = cb + BK <= case_hi;
             const float* pa = ao >= 0 ? src + (i64)(cb + a_r) * lda + ao : &k_one;
             const i64 a_step = ao >= 0 ? a_stride : 0;
+            // (two loops, so that a full stage's copies carry no per-case test)
+            if (full) {
 #pragma unroll
-            for (int i = 0; i < A_PER; ++i, pa += a_step)
-                cp_async4(&As[st][a_r + i * A_STEP][a_k], pa,
-                          ao != A_ZERO && (full || cb + a_r + i * A_STEP < case_hi));
+                for (int i = 0; i < A_PER; ++i, pa += a_step)
+                    cp_async4(&As[st][a_r + i * A_STEP][a_k], pa, ao != A_ZERO);
+            } else {
+#pragma unroll
+                for (int i = 0; i < A_PER; ++i, pa += a_step)
+                    cp_async4(&As[st][a_r + i * A_STEP][a_k], pa,
+                              ao != A_ZERO && cb + a_r + i * A_STEP < case_hi);
+            }
             if constexpr (!D_FIXED) {
 #pragma unroll
                 for (int e0 = 0; e0 < BK * BN; e0 += NT) {
@@ -252,10 +259,16 @@ __device__ __forceinline__ void gemm_tn_split_body(
                 return;
             }
             const float* pd = delta + (i64)(cb + d_r) * ldd + (i64)g * depth + n;
+            if (full) {
 #pragma unroll
-            for (int i = 0; i < B_PER; ++i, pd += d_stride)
-                cp_async4(&Ds[st][d_r + i * D_STEP][d_n], pd,
-                          n < n_hi && (full || cb + d_r + i * D_STEP < case_hi));
+                for (int i = 0; i < B_PER; ++i, pd += d_stride)
+                    cp_async4(&Ds[st][d_r + i * D_STEP][d_n], pd, n < n_hi);
+            } else {
+#pragma unroll
+                for (int i = 0; i < B_PER; ++i, pd += d_stride)
+                    cp_async4(&Ds[st][d_r + i * D_STEP][d_n], pd,
+                              n < n_hi && cb + d_r + i * D_STEP < case_hi);
+            }
         };
 
         cp_async_stages<STAGES>(steps, issue, [&](int st) {
