@@ -204,7 +204,8 @@ class DeviceEvaluator(Evaluator):
 
     def finish_gradient(self):
         """Wait for the queued gradient: (criterion, gradient), the gradient a view of the
-        page-locked buffer that the next gradient overwrites."""
+        page-locked buffer it was fetched into (the evaluator's own, which the next gradient
+        overwrites, or the handback's that gradient() hands over)."""
         b = self.backend
         host = self.h_grad if self._handed is None else self._handed
         with b.rt.active():
