@@ -71,7 +71,7 @@ def test_held_gradients_stay_as_they_were_and_equal_copies(fake_runtime):  # noq
         crit, grad = reference.finish_gradient()
         expected.append((crit, grad.copy()))
     held = [ev.gradient(w) for w in weights]         # more than the pool: the last ones copied
-    assert ev.handback.made == handback.MOST_BUFFERS
+    assert ev.backend.handback.made == handback.MOST_BUFFERS
     for (crit, grad), (want_crit, want_grad) in zip(held, expected):
         assert crit == want_crit and np.array_equal(grad, want_grad)
         assert not np.shares_memory(grad, ev.h_grad)
@@ -81,7 +81,7 @@ def test_held_gradients_stay_as_they_were_and_equal_copies(fake_runtime):  # noq
     del held
     gc.collect()
     again = [ev.gradient(w) for w in weights[:2]]    # the buffers came back: none made
-    assert ev.handback.made == handback.MOST_BUFFERS
+    assert ev.backend.handback.made == handback.MOST_BUFFERS
     for (crit, grad), (want_crit, want_grad) in zip(again, expected):
         assert crit == want_crit and np.array_equal(grad, want_grad)
 
@@ -90,4 +90,16 @@ def test_queued_gradients_still_read_the_evaluators_own_buffer(fake_runtime):  #
     _, ev, weights = _evaluator()
     ev.queue_gradient(weights[0])()
     _, grad = ev.finish_gradient()
-    assert np.shares_memory(grad, ev.h_grad) and ev.handback.made == 0
+    assert np.shares_memory(grad, ev.h_grad) and ev.backend.handback.made == 0
+
+
+def test_a_subsets_gradients_come_from_the_same_pool(fake_runtime):  # noqa: F811
+    _, ev, weights = _evaluator()
+    _, held = ev.gradient(weights[0])
+    part = ev.subset(np.arange(40))
+    _, grad = part.gradient(weights[1])
+    assert part.backend.handback is ev.backend.handback and ev.backend.handback.made == 2
+    del grad
+    gc.collect()
+    part.gradient(weights[2])
+    assert ev.backend.handback.made == 2 and held.shape == (ev.backend.n_weights,)

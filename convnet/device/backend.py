@@ -33,6 +33,7 @@ from ..params import DeviceParams
 from . import collect
 from .conv_tiled import ConvTiled
 from .evaluator import DeviceEvaluator, UploadSplit
+from .handback import HandBack
 from .hostcopy import copy_into
 from .kernel_plan import plan_kernels, static_bytes
 from .launches import (LINE_BLOCK, FirstLayerPool, line_parts, line_point, vec_finish,
@@ -158,6 +159,10 @@ class DeviceBackend:
         rt.cuda.memset_d32(self.d_wfwd, 0, lay.n_fwd)
         rt.cuda.memset_d32(self.d_wbwd, 0, max(lay.n_bwd, 1))
         self.h_w64 = rt.cuda.pagelocked_empty(self.n_weights, np.float64)
+        # the page-locked buffers of gradients handed to the callers of every evaluator here
+        # (the gradient, then the scalars fetched with it)
+        self.handback = HandBack(lambda size: rt.cuda.pagelocked_empty(size, np.float64),
+                                 self.n_weights + 3)
         self.d_w64 = rt.alloc(8 * self.n_weights)
         self.d_pen_part = rt.alloc(8 * line_parts(self.n_weights))
         if self.upload_split is not None:

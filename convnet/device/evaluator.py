@@ -12,7 +12,6 @@ from ..evaluator import Evaluator
 from . import kernel_plan as families
 from . import launches
 from .graphs import DriverError
-from .handback import HandBack
 from .hostcopy import copied
 from .launches import EPI_DERIV, EPI_NONE, EPI_TANH
 from .layout import image_to_device
@@ -85,9 +84,7 @@ class DeviceEvaluator(Evaluator):
             self.tuner = tuner
             self.h_crit = rt.cuda.pagelocked_empty(2, np.float64)
             self.h_grad = rt.cuda.pagelocked_empty(backend.n_weights + 3, np.float64)
-        self.handback = HandBack(lambda size: rt.cuda.pagelocked_empty(size, np.float64),
-                                 backend.n_weights + 3)
-        self._handed = None             # the handback's buffer of the gradient in flight
+        self._handed = None             # the backend's handback buffer of the gradient in flight
         # launch sequences recorded as CUDA graphs, by (evaluation, timed, upload): see _run
         self.graphs = {}
         self.use_graphs = backend.graphs and getattr(rt, "can_capture", False)
@@ -168,7 +165,7 @@ class DeviceEvaluator(Evaluator):
         buffer, self._handed = self._handed, None
         if buffer is None:
             return crit, copied(grad)
-        return crit, self.handback.hand_out(buffer, self.backend.n_weights)
+        return crit, self.backend.handback.hand_out(buffer, self.backend.n_weights)
 
     def queue_gradient(self, weights, hand_back=False):
         """Queue a gradient at host weights without waiting for it (finish_gradient waits);
@@ -183,8 +180,8 @@ class DeviceEvaluator(Evaluator):
             if self.line_state is not None:
                 self.line_state.latest = None           # d_grad is about to change
             if self._handed is not None:                # taken by an evaluation that failed
-                self.handback.give_back(self._handed)
-            self._handed = self.handback.take() if hand_back else None
+                self.backend.handback.give_back(self._handed)
+            self._handed = self.backend.handback.take() if hand_back else None
             rest = self._run_host_head("gradient", weights, self._gradient_sums,
                                        pen_out=ptr(self.d_grad, b.n_weights + 1, 8))
 
