@@ -1,13 +1,12 @@
 """Large host copies in a few threads.
 
 An evaluation at host weights copies the float64 weights into the page-locked buffer the device
-reads, and hands back a copy of the float64 gradient. For a net of a million weights each copy
+reads (the gradient comes back without a copy: handback.py). For a net of a million weights that
 is 8.5 MB, and one thread copies about 11 GB/s (0.7-0.8 ms on an H200 machine's Xeon) while the
-bus moves the same bytes in 0.16 ms: the copies, not the transfers, were most of such a net's
-time outside the kernels. numpy lets go of the interpreter lock while it copies, so a few
-threads, each taking a slice, divide that time (8.5 MB: 0.77 -> 0.37 ms with four threads).
-Smaller copies stay in the caller's thread: at LeNet's 3.4 MB the threads' hand-off took back
-more than they saved (benchmarks/NOTES.md, "Host copies in threads").
+bus moves the same bytes in 0.16 ms. numpy lets go of the interpreter lock while it copies, so a
+few threads, each taking a slice, divide that time. Smaller copies stay in the caller's thread:
+at LeNet's 3.4 MB the threads' hand-off took back more than they saved (benchmarks/NOTES.md,
+"Host copies in threads").
 """
 
 import os
@@ -18,9 +17,11 @@ import numpy as np
 # Smallest copy cut into slices (bytes): measured on an H200 machine's 16-core Xeon, threads won
 # at 8.5 MB and lost at 3.4 MB.
 PARALLEL_COPY_BYTES = 6 << 20
-# Most threads a copy uses (the caller's among them): four halved an 8.5 MB copy; more were not
-# measured.
-MOST_COPY_THREADS = 4
+# Most threads a copy uses (the caller's among them). On an H100 machine's 16 cores an 8.5 MB copy
+# took 0.66 / 0.36 / 0.27 / 0.32-0.43 ms on 1 / 2 / 4 / 8 threads, but wide-fc's gradient from host
+# weights 2.19-2.22 / 2.12-2.20 / 2.39-2.46 / 2.55-2.67 ms: beyond two threads the evaluation got
+# slower though the copy did not (why was not established).
+MOST_COPY_THREADS = 2
 
 _pool = None
 _pool_pid = None
