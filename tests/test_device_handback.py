@@ -50,6 +50,28 @@ def test_the_pool_is_bounded_and_buffers_not_handed_out_return():
     assert pool.take() is a and len(made) == 2
 
 
+def test_no_page_locked_memory_means_copies():
+    calls = []
+
+    def allocate(n):
+        calls.append(n)
+        if len(calls) > 1:
+            raise MemoryError("out of page-locked memory")
+        return np.zeros(n)
+
+    pool = handback.HandBack(allocate, 10)
+    assert pool.take() is not None
+    assert pool.take() is None and pool.take() is None and len(calls) == 2
+    assert pool.made == pool.most == 1
+
+
+def test_a_huge_gradient_gets_at_most_the_pools_bytes(monkeypatch):
+    monkeypatch.setattr(handback, "MOST_POOL_BYTES", 8 * 25)
+    assert handback.HandBack(np.zeros, 10).most == 2
+    assert handback.HandBack(np.zeros, 30).most == 0
+    assert handback.HandBack(np.zeros, 30).take() is None
+
+
 def _evaluator():
     lines = ["CONVOLUTIONAL LAYER 4 1 1 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
              "FULLY CONNECTED LAYER 30"]

@@ -18,6 +18,9 @@ import numpy as np
 # Most buffers a pool allocates: a conjugate-gradient iteration holds two or three gradients at
 # once; more held than this fall back to copies, so page-locked memory stays bounded.
 MOST_BUFFERS = 4
+# and at most this many bytes of them (a net of 100 million weights gets one buffer of 800 MB,
+# none beyond that: every gradient then a copy)
+MOST_POOL_BYTES = 1 << 30
 
 
 class _Lease:
@@ -36,7 +39,7 @@ class HandBack:
     def __init__(self, allocate, size, most=MOST_BUFFERS):
         self._allocate = allocate
         self.size = size
-        self.most = most
+        self.most = min(most, MOST_POOL_BYTES // (8 * max(size, 1)))
         self._free = []
         self.made = 0
         self._lock = threading.Lock()
@@ -49,7 +52,13 @@ class HandBack:
             if self.made >= self.most:
                 return None
             self.made += 1
-        return self._allocate(self.size)
+        try:
+            return self._allocate(self.size)
+        except Exception:               # no more page-locked memory, whatever the driver said:
+            with self._lock:            # copies from now on, as when every buffer is held
+                self.made -= 1
+                self.most = self.made
+            return None
 
     def give_back(self, buffer):
         """Return a buffer taken but not handed out."""
