@@ -38,8 +38,10 @@ from ..errors import ConvnetError
 KEY_VERSION = "convnet-cubin-1"
 # Instantiation lines a unit keeps: few enough that a big file spreads over the cores, many
 # enough that nvcc's start (about half a second) is not paid per function. A constant, not the
-# machine's core count, so that every machine forms the same units and shares cache files.
-LINES_PER_UNIT = 4
+# machine's core count, so that every machine forms the same units and shares cache files. On
+# an H100 machine's 16 cores the manual example's first build took 6.3-6.4 s in units of 3 lines
+# (29 units), 7.0-8.0 s in units of 4 (23) and 7.1 s in units of 2 (41).
+LINES_PER_UNIT = 3
 # A line that instantiates a kernel from a macro: NAME(args) alone on a line at column 0.
 INSTANTIATION = re.compile(r"^[A-Z][A-Z0-9_]*\(\w+(?:,[^\n]*)?\)[ \t]*$", re.M)
 PLAIN_KERNEL = re.compile(r'^extern "C"', re.M)
