@@ -473,12 +473,14 @@ def print_suite(rows):
     with TF32, the floor, the ratios, and the geometric means of ours over each."""
     print(f"{'net':<16}{'cases':>7}{'GFLOP':>7}{'ours ms':>9}{'PyTorch f32':>15}{'PyTorch tf32':>15}"
           f"{'floor ms':>9}{'/f32':>7}{'/tf32':>7}{'/floor':>7}{'err64':>9}")
-    strict, tf32 = [], []
+    strict, tf32, line_strict, line_tf32 = [], [], [], []
     for name, i in rows:
-        g = i["gradient_ms"]
+        g, line = i["gradient_ms"], i.get("line_ms")
         t, t32 = i.get("torch_ms"), i.get("torch_tf32_ms")
         strict.append(g / t if t else None)
         tf32.append(g / t32 if t32 else None)
+        line_strict.append(line / t if t and line else None)
+        line_tf32.append(line / t32 if t32 and line else None)
         fl = i.get("floor_ms")
         print(f"{name:<16}{i['cases']:>7}{i['gflop']:>7.1f}{g:>9.3f}{_mode_cells(i.get('torch')):>15}"
               f"{_mode_cells(i.get('torch_tf32')):>15}{(f'{fl:.3f}' if fl else '-'):>9}"
@@ -487,6 +489,10 @@ def print_suite(rows):
     gs, gt = geometric_mean(strict), geometric_mean(tf32)
     print(f"geometric mean of ours / best PyTorch: float32 strict {gs:.3f}" if gs else "no PyTorch",
           f", TF32 allowed {gt:.3f}" if gt else "")
+    ls, lt = geometric_mean(line_strict), geometric_mean(line_tf32)
+    if ls:
+        print(f"the same at a trial point formed on the GPU (as the refinement evaluates, nothing "
+              f"over the bus): float32 strict {ls:.3f}" + (f", TF32 allowed {lt:.3f}" if lt else ""))
     print("ours: full-batch gradient from host weights (float64 in and out), timer on; PyTorch: "
           "best of eager / CUDA graph / torch.compile(reduce-overhead), weights and gradient on "
           "the GPU; floor: multiply-adds at the SGEMM rate measured here (TF32 off)")

@@ -46,6 +46,17 @@ def test_suite_table_gives_each_ratio_and_the_geometric_mean(capsys):
     # geometric means: sqrt(0.25 * 1.0) and sqrt(0.5 * 2.0)
     assert "float32 strict 0.500" in out and "TF32 allowed 1.000" in out
     assert "WARNING b (torch_tf32): torch.compile slower than eager" in out
+    assert "trial point" not in out                         # no line times: no such line
+
+
+def test_suite_table_gives_the_means_at_a_trial_point_formed_on_the_gpu(capsys):
+    gpu = _gpu_bench()
+    rows = [("a", _suite_row(1.0, 4.0, 2.0, 0.5) | {"line_ms": 0.5}),
+            ("b", _suite_row(2.0, 2.0, 1.0, 0.5) | {"line_ms": 1.0})]
+    gpu.print_suite(rows)
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "trial point" in ln)
+    # sqrt(0.125 * 0.5) and sqrt(0.25 * 1.0)
+    assert line.endswith("float32 strict 0.250, TF32 allowed 0.500")
 
 
 def test_compile_warnings_say_why_a_compile_time_is_not_pytorch_at_its_best():
