@@ -491,8 +491,9 @@ def print_suite(rows):
           f", TF32 allowed {gt:.3f}" if gt else "")
     ls, lt = geometric_mean(line_strict), geometric_mean(line_tf32)
     if ls:
-        print(f"the same at a trial point formed on the GPU (as the refinement evaluates, nothing "
-              f"over the bus): float32 strict {ls:.3f}" + (f", TF32 allowed {lt:.3f}" if lt else ""))
+        print("the same at a trial point formed on the GPU (as the refinement evaluates, nothing "
+              f"over the bus): float32 strict {ls:.3f}"
+              + (f", TF32 allowed {lt:.3f}" if lt else ""))
     print("ours: full-batch gradient from host weights (float64 in and out), timer on; PyTorch: "
           "best of eager / CUDA graph / torch.compile(reduce-overhead), weights and gradient on "
           "the GPU; floor: multiply-adds at the SGEMM rate measured here (TF32 off)")

@@ -188,10 +188,14 @@ class DeviceEvaluator(Evaluator):
         def rest_and_fetch():
             rest()
             with rt.active():
-                host = self.h_grad if self._handed is None else self._handed
-                rt.cuda.memcpy_dtoh_async(host, self.d_grad, rt.stream)
+                rt.cuda.memcpy_dtoh_async(self._fetched_into, self.d_grad, rt.stream)
                 b.timer.mark(rt.stream, "Device", "gradient fetch", 1)
         return rest_and_fetch
+
+    @property
+    def _fetched_into(self):
+        """The page-locked buffer the queued gradient is fetched into."""
+        return self.h_grad if self._handed is None else self._handed
 
     def mean_over(self, n_cases):
         """Divide the criterion and the gradient by ``n_cases`` cases (and the classes) instead of
@@ -204,7 +208,7 @@ class DeviceEvaluator(Evaluator):
         page-locked buffer it was fetched into (the evaluator's own, which the next gradient
         overwrites, or the handback's that gradient() hands over)."""
         b = self.backend
-        host = self.h_grad if self._handed is None else self._handed
+        host = self._fetched_into
         with b.rt.active():
             crit = self._read(host, b.n_weights)
             pen = float(host[b.n_weights + 1])

@@ -219,7 +219,9 @@ __device__ __forceinline__ void gemm_tn_split_body(
 
         // Row k's offset in a group's table, read one group ahead (steps go through a group's
         // tiles, then the next group's) so that no copy waits for the table.
-        auto row_offset = [&](int g) { return k < R && g < sh.g_hi ? tab[desc[g * 5] + k] : A_ZERO; };
+        auto row_offset = [&](int g) {
+            return k < R && g < sh.g_hi ? tab[desc[g * 5] + k] : A_ZERO;
+        };
         int group = g_lo - 1, ao = A_ZERO, ao_next = row_offset(g_lo);
         // A stage wholly inside the chunk (all but its last) needs no per-case checks; the
         // addresses advance by a fixed stride from one copy to the next.
