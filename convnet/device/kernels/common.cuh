@@ -161,6 +161,24 @@ struct PartialShare {
     }
 };
 
+// The group and the tile (of `tiles` a group) of each stage of a partial sum, for stages taken in
+// order (0, 1, 2, ...): counted, not divided out of the stage's number (an integer division by a
+// variable is some 30 instructions a stage, in loops where a stage is a few hundred).
+struct StageWalk {
+    int group, tile;
+    const int tiles;
+    __device__ __forceinline__ StageWalk(int g_lo, int tiles_) : group(g_lo), tile(0), tiles(tiles_)
+    {
+    }
+    // the next stage's group and tile, then one stage on
+    __device__ __forceinline__ void next(int& g, int& t)
+    {
+        g = group;
+        t = tile;
+        if (++tile == tiles) tile = 0, ++group;
+    }
+};
+
 // The TN products' partial gradients: part[(p*R + k)*pld + col_base + c] for the thread's rows
 // k < R and columns c < NL.
 template <int TM, int TN>

@@ -239,9 +239,11 @@ __device__ __forceinline__ void gemm_tn_body(
             for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
         float ra[A_PER], rd[B_PER];
-        auto load = [&](int s) {
-            const int g = g_lo + s / tiles;
-            const int cb = case_lo + (s % tiles) * BK;
+        StageWalk walk(g_lo, tiles);            // load() takes the steps in order
+        auto load = [&](int) {
+            int g, tile;
+            walk.next(g, tile);
+            const int cb = case_lo + tile * BK;
             const int k = k0 + a_k;
             int ao = A_ZERO;
             if (k < R) ao = tab[desc[g * 5] + k];

@@ -284,10 +284,12 @@ __device__ __forceinline__ void gemm_tn_async_body(
 #pragma unroll
             for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
+        StageWalk walk(g_lo, tiles);            // cp_async_stages issues the steps in order
         auto issue = [&](int s) {
             const int st = s % STAGES;
-            const int g = g_lo + s / tiles;
-            const int cb = case_lo + (s % tiles) * BK;
+            int g, tile;
+            walk.next(g, tile);
+            const int cb = case_lo + tile * BK;
             const int ao = k < R ? tab[desc[g * 5] + k] : A_ZERO;
 #pragma unroll
             for (int i = 0; i < A_PER; ++i) {
@@ -389,11 +391,12 @@ __device__ __forceinline__ void gemm_tn_cols_body(
 #pragma unroll
             for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
 
+        StageWalk walk(g_lo, tiles);            // cp_async_stages issues the steps in order
         auto issue = [&](int s) {
             const int st = s % STAGES;
-            const int gi = s / tiles;
-            const int g = g_lo + gi;
-            const int cb = case_lo + (s - gi * tiles) * CB;
+            int g, tile;
+            walk.next(g, tile);
+            const int cb = case_lo + tile * CB;
             if (a_r < a_step) {
                 const int ao = k < R ? tab[desc[g * 5] + k] : A_ZERO;
                 float* as = As + st * CB * LDA + a_k;

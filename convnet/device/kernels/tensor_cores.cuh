@@ -223,12 +223,14 @@ __device__ __forceinline__ void gemm_tn_split_body(
             return k < R && g < sh.g_hi ? tab[desc[g * 5] + k] : A_ZERO;
         };
         int group = g_lo - 1, ao = A_ZERO, ao_next = row_offset(g_lo);
+        StageWalk walk(g_lo, tiles);            // cp_async_stages issues the steps in order
         // A stage wholly inside the chunk (all but its last) needs no per-case checks; the
         // addresses advance by a fixed stride from one copy to the next.
         auto issue = [&](int s) {
             const int st = s % STAGES;
-            const int g = g_lo + s / tiles;
-            const int cb = case_lo + (s % tiles) * BK;
+            int g, tile;
+            walk.next(g, tile);
+            const int cb = case_lo + tile * BK;
             if (g != group) {
                 group = g;
                 ao = ao_next;
