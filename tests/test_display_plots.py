@@ -126,3 +126,22 @@ def test_long_traces_are_thinned_to_what_can_be_drawn():
     assert len(line.get_xdata()) <= plots.MAX_DRAWN + 1
     assert line.get_xdata()[0] == 0 and line.get_xdata()[-1] == 50000     # both ends kept
     assert plots.thin(refinement[:10]) == refinement[:10]
+
+
+def test_a_logarithmic_axis_is_labelled_in_plain_text_with_minor_ticks_only_under_two_decades():
+    """(Drawing speed: no mathematical text, and no minor ticks where two powers of ten are
+    labelled anyway.)"""
+    import matplotlib.ticker as mt
+    wide = plots.figure(400, 300).subplots()
+    plots.log_y_axis(wide, [0.3, 0.1, 1e-3, 2e-4])
+    narrow = plots.figure(400, 300).subplots()
+    plots.log_y_axis(narrow, [0.2, 0.05, 4e-3])
+    for ax in (wide, narrow):
+        assert ax.get_yscale() == "log"
+        assert type(ax.yaxis.get_major_formatter()) is mt.LogFormatter
+    assert isinstance(wide.yaxis.get_minor_locator(), mt.NullLocator)
+    assert not isinstance(narrow.yaxis.get_minor_locator(), mt.NullLocator)
+    narrow.set_ylim(4e-3, 0.2)
+    narrow.figure.canvas.draw()
+    labels = [t.get_text() for t in narrow.get_yticklabels(minor=True) if t.get_text()]
+    assert labels and not any("$" in t for t in labels), labels

@@ -17,7 +17,7 @@ import math
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import LogFormatter, MaxNLocator, NullLocator
 import matplotlib
 
 from ..errors import ConvnetError
@@ -98,6 +98,20 @@ def _xy(points):
     return [p[0] for p in points], [p[1] for p in points]
 
 
+def log_y_axis(ax, values):
+    """A logarithmic y axis for positive values, its labels plain text (matplotlib's mathematical
+    text took a fifth of a criterion figure's drawing); minor ticks only where the values span
+    less than two decades (over two, two powers of ten at least are labelled, and the ticks were
+    most of the rest of the drawing)."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(LogFormatter())
+    finite = [v for v in values if v > 0 and math.isfinite(v)]
+    if finite and max(finite) >= 100 * min(finite):
+        ax.yaxis.set_minor_locator(NullLocator())
+    else:
+        ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
 @styled
 def criterion_figure(phases, title=None, size=(1040, 430)):
     """A TRAIN's criterion curve: one panel per phase, left to right.
@@ -150,7 +164,7 @@ def _phase_panel(ax, title, unit, chart, trace, result):
                 marker="o" if len(points) <= MAX_MARKERS else None, markersize=3,
                 label="criterion")
         if log_y:
-            ax.set_yscale("log")
+            log_y_axis(ax, [y for _, y in points])
         ax.set_ylabel("criterion (logarithmic scale)" if log_y else "criterion")
     if points:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -252,8 +266,9 @@ def overlay_figure(curves, best=None, title="Refinement of every run", size=(900
     for i, label, points in drawn:
         if i == best:
             ax.plot(*_xy(points), color=LINE_COLOUR, linewidth=2.5, label=f"{label} (best)")
-    if wants_log_scale([y for _, _, pts in drawn for _, y in pts]):
-        ax.set_yscale("log")
+    values = [y for _, _, pts in drawn for _, y in pts]
+    if wants_log_scale(values):
+        log_y_axis(ax, values)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(unit)
     ax.set_ylabel("criterion")
