@@ -11,8 +11,11 @@ one machine and one call (the README's rule: machines differ by 2-4x).
 
 import argparse
 import json
-import math
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu import geometric_mean  # noqa: E402
 
 
 def fastest(tile_ms):
@@ -47,7 +50,7 @@ def compare(after, before, prefixes=("gradient",), min_ms=0.05):
                                                         min_ms):
             lines.append(f"    {site:24s} {bvar:24s} {bms:7.3f} -> {avar:24s} {ams:7.3f}"
                          f"  {ams / bms:.3f}")
-    mean = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+    mean = geometric_mean(ratios)
     if mean is not None:
         lines.append(f"geometric mean of the gradients' ratios: {mean:.3f} ({len(ratios)} nets)")
     return lines, mean

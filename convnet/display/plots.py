@@ -159,12 +159,13 @@ def _phase_panel(ax, title, unit, chart, trace, result):
         ax.set_ylabel("criterion")
     else:
         points = thin(points)
-        log_y = wants_log_scale([y for _, y in points])
+        values = [y for _, y in points]
+        log_y = wants_log_scale(values)
         ax.plot(*_xy(points), color=LINE_COLOUR, linewidth=2,
                 marker="o" if len(points) <= MAX_MARKERS else None, markersize=3,
                 label="criterion")
         if log_y:
-            log_y_axis(ax, [y for _, y in points])
+            log_y_axis(ax, values)
         ax.set_ylabel("criterion (logarithmic scale)" if log_y else "criterion")
     if points:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
