@@ -28,17 +28,18 @@ def _families(plan):
 
 def test_lenet_steps():
     """LeNet on a Hopper: the first layer pools as it goes and takes its gradient from the pooled
-    deltas; the second is tiled with its pooling in the forward epilogue."""
+    deltas; the second is tiled with its pooling in the forward epilogue, its weight gradient on
+    the tensor cores."""
     plan = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER)
     assert _families(plan) == [
         (kp.CONV_SMALL_POOL, None, kp.CONV_GRAD_POOLED),
         (kp.WITH_PRIOR, kp.CONV_GRAD_POOLED, None),
-        (kp.GEMM_NN, kp.GEMM_NN, kp.CONV_GRAD),
+        (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN_SPLIT),
         (kp.WITH_PRIOR, kp.POOL_BACKWARD_TILES, None),
         (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN_SPLIT),
         (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN_SPLIT)]
     steps = plan.steps()
-    assert steps[2].forward_variants and steps[2].gradient_variants
+    assert steps[2].forward_variants and not steps[2].gradient_variants
     assert not steps[0].forward_variants           # conv_small's activation
     # reading every activation (fused=False): each layer on its own
     assert [plan.forward_family(i, fused=False) for i in range(4)] == [
@@ -56,23 +57,21 @@ CIFAR_SIZED = (["CONVOLUTIONAL LAYER 24 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2"
 
 
 def test_tensor_cores_take_the_steps_the_rule_picks():
-    """The steps on the tensor cores (split TF32). By default: every gather-product weight
-    gradient, those whose conv_grad variants fit one stage only (the CIFAR-sized net's second
-    CONV layer) and those of windows under 16 taps that move by one (a stacked 3 x 3 layer,
-    whose conv_grad variants take two stages), never a layer with two-stage conv_grad variants
-    over 16 taps or more (LeNet's 5 x 5 second) or strides (the strided net's 3 x 3 second) nor
-    the gradient from the pooled deltas; the activations of more than 16 columns without tiled
+    """The steps on the tensor cores (split TF32). By default: every weight gradient (conv_grad's
+    variants are built only with the tensor cores off) but the gradient from the pooled deltas;
+    the activations of more than 16 columns without tiled
     variants (the fully connected layers of LeNet and the CIFAR-sized net, not the output
     layer), and those with tiled variants whose inputs come in runs of four through a window of
-    under 16 taps (the strided net's 3 x 3 second layer, not a 5 x 5 one); the deltas from fully
+    under 16 taps from at least 16 slices (the strided net's 3 x 3 second layer, not a 5 x 5
+    one); the deltas from fully
     connected layers of over 128 neurons (LeNet's 500, not the CIFAR-sized net's 96) and from
     other layers whose depth gives runs of four (the CIFAR-sized net's 48 and the strided net's
     64, not LeNet's 50). tensor_cores=True: every one of them, and the tiled variants (and the
     pooling in their epilogue) are not built; False: none."""
     lenet = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER)
-    assert lenet.split_gradients == {4, 5}
+    assert lenet.split_gradients == {2, 4, 5}
     assert lenet.split_forward == lenet.split_delta == {4}
-    assert all(v.stages == 2 for v in lenet.tiled[2].grad.values()) and lenet.conv_pool == {3}
+    assert not lenet.tiled[2].grad and lenet.conv_pool == {3}
     cifar = kp.plan_kernels(Architecture.from_lines(*CIFAR_SIZED), DeviceOptions(), HOPPER)
     assert cifar.split_gradients == {0, 2, 4, 5}
     assert cifar.split_forward == {4} and cifar.split_delta == {2}
@@ -80,13 +79,15 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     assert not cifar.tiled[2].bwd
     strided = kp.plan_kernels(Architecture.from_lines(*STRIDED_3X3), DeviceOptions(), HOPPER)
     assert strided.split_forward == {1, 2} and strided.split_delta == {1}
-    assert strided.split_gradients == {0, 2, 3}
-    assert {v.stages for v in strided.tiled[1].grad.values()} == {2}
+    assert strided.split_gradients == {0, 1, 2, 3}
     vgg = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED), DeviceOptions(), HOPPER)
     assert vgg.split_gradients == {0, 1, 3, 4, 6, 7}
     float32 = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED),
                               DeviceOptions(tensor_cores=False), HOPPER)
     assert {v.stages for v in float32.tiled[3].grad.values()} == {2}
+    strided_float32 = kp.plan_kernels(Architecture.from_lines(*STRIDED_3X3),
+                                      DeviceOptions(tensor_cores=False), HOPPER)
+    assert {v.stages for v in strided_float32.tiled[1].grad.values()} == {2}
     assert 1 not in strided.tiled or not strided.tiled[1].fwd
     every = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=True), HOPPER)
     assert every.split_gradients == every.split_forward == every.split_delta == {2, 4, 5}
@@ -108,15 +109,16 @@ def test_small_conv_layers_after_the_first_are_tuned_sites():
     """conv_small layers after the first (stacked 3 x 3 layers of 12 and 24 slices): their
     activation is a tuned site whose candidates are the direct kernel (first), the gather tiles
     and tiled variants, with the pooling after them in the epilogue; those of 24 slices (their
-    inputs come in runs of four) take the tensor cores by the rule instead; the first layer has
+    inputs come in runs of four, from 24 slices) take the tensor cores by the rule instead (from
+    12, the tiled variants stay); the first layer has
     no tiled activation (10 weight rows); no conv_small layer's delta is on the tensor cores."""
     plan = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED), DeviceOptions(), HOPPER)
     assert set(plan.conv_small) == {0, 1, 3, 4}
     assert 0 not in plan.tiled or not plan.tiled[0].fwd
     assert plan.tiled[1].fwd and plan.conv_pool == {2}
-    assert plan.split_forward == {3, 4, 6} and not plan.split_delta
+    assert plan.split_forward == {4, 6} and not plan.split_delta and plan.tiled[3].fwd
     assert [plan.forward_family(i, want_delta=True) for i in range(5)] == [
-        kp.CONV_SMALL, kp.CONV_SMALL, kp.WITH_PRIOR, kp.GEMM_NN, kp.GEMM_NN]
+        kp.CONV_SMALL, kp.CONV_SMALL, kp.WITH_PRIOR, kp.CONV_SMALL, kp.GEMM_NN]
     assert {"conv_small.cu", "gemm.cu", "gemm_async.cu"} <= set(plan.kernel_files())
     off = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED), DeviceOptions(tensor_cores=False),
                           HOPPER)

@@ -38,8 +38,13 @@ TILE_REGISTERS = {(8, 8): 128}
 WARP_COLUMNS = 4
 WARP_TILE_REGISTERS = 128
 # conv_bwd: the registers a thread is budgeted (4 x 16 accumulators and a tap row of weights fit
-# without spilling on LeNet's second layer)
+# without spilling on LeNet's second layer); a prior row wider than DELTA_NARROW_ROW takes
+# 4 accumulators a column more and DELTA_ROW_EXTRA registers besides; rows of more than
+# DELTA_MAX_ROW columns stay with the gather product
 DELTA_REGISTERS = 96
+DELTA_NARROW_ROW = 16
+DELTA_ROW_EXTRA = 48
+DELTA_MAX_ROW = 32
 
 
 def _ceil(a, b):
@@ -171,17 +176,23 @@ class DeltaVariant:
 
     def minb(self, shape):
         """Blocks per multiprocessor the register allocation must allow: those of
-        DELTA_REGISTERS per thread (ptxas budgets blocks rounded up to 128 threads)."""
-        return max(1, REGISTERS // (_ceil(self.threads(shape), 128) * 128 * DELTA_REGISTERS))
+        DELTA_REGISTERS per thread, or for a prior row wider than DELTA_NARROW_ROW its 4
+        accumulators a column and DELTA_ROW_EXTRA (ptxas budgets blocks rounded up to 128
+        threads)."""
+        per_thread = (DELTA_REGISTERS if shape.PW <= DELTA_NARROW_ROW
+                      else 4 * shape.PW + DELTA_ROW_EXTRA)
+        return max(1, REGISTERS // (_ceil(self.threads(shape), 128) * 128 * per_thread))
 
 
 def delta_variants(shape, has_delta, smem_limit=SMEM_BYTES):
     """The delta kernel's variants for this shape (empty: the gather product alone): strides of
-    1, prior depth a multiple of 4, a prior row of at most 16 columns (4 x 16 accumulators).
+    1, prior depth a multiple of 4, a prior row of at most DELTA_MAX_ROW columns (4 accumulators
+    a column).
     Threads of a prior row next to each other: the most cases per block that fit, and one
     fewer. Prior rows padded to warps (smem_limit above 48 KB: the device lets a block opt in):
     the most cases that fill a warp and half a warp, with a tap or a filter row per stage."""
-    if (not has_delta or shape.SV != 1 or shape.SH != 1 or shape.PD % 4 or shape.PW > 16):
+    if (not has_delta or shape.SV != 1 or shape.SH != 1 or shape.PD % 4
+            or shape.PW > DELTA_MAX_ROW):
         return []
     fitting = [c for c in range(1, 9) if DeltaVariant(c).fits(shape)]
     out = [DeltaVariant(c) for c in fitting[::-1][:2]]

@@ -333,7 +333,7 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES, precisi
     fused_pool_gradient = fused_pool and 1 in pool_tiles
     pooled_grad = _pooled_gradient(arch, layouts, options, fused_pool_gradient)
     tf32 = precision == TF32
-    split = _split_gradients(arch, options, pooled_grad, tiled, tf32)
+    split = _split_gradients(arch, options, pooled_grad)
     split_forward, split_delta = _split_products(arch, options, conv_small, tiled, tf32)
     # a step on the tensor cores needs no float32 tiled variants built (nor, for a forward step,
     # the pooling in their epilogue)
@@ -390,19 +390,27 @@ def _runs_pay(layer, depth):
     return runs_of_four(depth) and layer.height * layer.width >= TENSOR_MIN_POSITIONS
 
 
+# Where the prior layer has fewer slices, a tiled activation stays ahead of the runs of four
+# whatever its window (vgg-mnist's 14 x 14 x 24 layer on 12 slices: 0.38 against 0.46 ms; on 24
+# slices the runs of four lead)
+TILED_MIN_PRIOR = 16
+
+
 def split_tf32_forward_pays(layer, tiled):
     """Whether a layer's activation is faster on the tensor cores, by what the suite measured
     (NOTES.md, "Tensor cores", "Runs of four"): not for 16 columns or fewer (the float32 tiles
     of 16 columns were faster); where conv_tiled.cu has forward variants, only where the prior
     layer's inputs come in runs of four, the layer has TENSOR_MIN_POSITIONS positions and the
     window has fewer than TILED_OVER_TF32_TAPS taps (strided-rgb's 3 x 3: 0.53 -> 0.41 ms; at
-    5 x 5 the tiled kernels, which reuse each input across the taps, stayed ahead); yes
+    5 x 5 the tiled kernels, which reuse each input across the taps, stayed ahead) and the prior
+    layer has at least TILED_MIN_PRIOR slices; yes
     otherwise (a fully connected layer's on the split variants for dense rows where its launch
     allows them)."""
     if layer.depth <= 16:
         return False
     if tiled is not None and tiled.fwd:
-        return _runs_pay(layer, layer.prior_depth) and not _keeps_tiled(layer, tiled.fwd)
+        return (_runs_pay(layer, layer.prior_depth) and layer.prior_depth >= TILED_MIN_PRIOR
+                and not _keeps_tiled(layer, tiled.fwd))
     return True
 
 
@@ -417,31 +425,18 @@ def split_tf32_delta_pays(layer):
     return _runs_pay(layer, layer.depth)
 
 
-def _split_gradients(arch, options, pooled_grad, tiled, tf32=False):
+def _split_gradients(arch, options, pooled_grad):
     """The layers whose weight-gradient partial sums run on the tensor cores (gemm_tn's split
     TF32 variants, or with tf32 their one-product twins): of the layers with weights whose
-    gradient is not the first layer's from the pooled deltas, every one where
-    options.tensor_cores is True, none where it is False, and where it is None those that
-    split_tf32_pays picks (tiled: the layers' TiledVariants); with tf32, every one."""
+    gradient is not the first layer's from the pooled deltas, every one unless
+    options.tensor_cores is False. Once the loaders counted their stages (NOTES.md, "Rules
+    measured again"), split TF32 led conv_grad's float32 variants at every weight gradient of
+    the suite, the strided and 5 x 5 windows that had kept them included (strided-rgb's 3 x 3
+    layer of stride 2: 0.46 against 0.37 ms; lenet-60k's 5 x 5 layer 5.15 against 4.81)."""
     if options.tensor_cores is False:
         return frozenset()
-    layers = [layer for layer in arch.all_layers
-              if layer.kind.has_weights and not (layer.index == 0 and pooled_grad)]
-    return frozenset(layer.index for layer in layers if options.tensor_cores or tf32
-                     or split_tf32_pays(layer, tiled.get(layer.index)))
-
-
-def split_tf32_pays(layer, tiled):
-    """Whether a layer's weight gradient is faster on the tensor cores, by the suite (NOTES.md,
-    "Tensor cores", "Host copies in threads"): yes where it would be gemm_tn's (fully connected,
-    locally connected and output layers, CONV layers without conv_grad variants), where conv_grad
-    fits one stage only, and where a window of under TILED_OVER_TF32_TAPS taps moves by one
-    (avgpool-deep's 3 x 3 layer on 7 x 7 x 64: 0.67 -> 0.54 ms); no where two-stage conv_grad
-    serves a larger window (LeNet's 5 x 5 layer: 0.90 ms against 1.04) or strides (strided-rgb's
-    3 x 3 layer: 0.45 against 0.47). A rule of shapes, not a timing."""
-    s, variants = layer.spec, (tiled.grad if tiled is not None else {})
-    small = s.filter_v * s.filter_h < TILED_OVER_TF32_TAPS and s.stride_v == s.stride_h == 1
-    return all(v.stages == 1 for v in variants.values()) or small
+    return frozenset(layer.index for layer in arch.all_layers
+                     if layer.kind.has_weights and not (layer.index == 0 and pooled_grad))
 
 
 # CUDA PRECISION = TF32 (one TF32 product): measured on the suite (NOTES.md, "One TF32
