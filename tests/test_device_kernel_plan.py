@@ -117,6 +117,10 @@ def test_small_conv_layers_after_the_first_are_tuned_sites():
     assert 0 not in plan.tiled or not plan.tiled[0].fwd
     assert plan.tiled[1].fwd and plan.conv_pool == {2}
     assert plan.split_forward == {4, 6} and not plan.split_delta and plan.tiled[3].fwd
+    # a thread across all 12 slices of the 28 x 28 x 12 layer, 4 positions (none wasted on
+    # slices 12-15 as the 8-slice tiles' are), and the delta into its rows of 28 columns tiled
+    assert {(v.tm, v.tn) for v in plan.tiled[1].fwd.values()} == {(8, 8), (4, 12)}
+    assert plan.tiled[1].bwd
     assert [plan.forward_family(i, want_delta=True) for i in range(5)] == [
         kp.CONV_SMALL, kp.CONV_SMALL, kp.WITH_PRIOR, kp.CONV_SMALL, kp.GEMM_NN]
     assert {"conv_small.cu", "gemm.cu", "gemm_async.cu"} <= set(plan.kernel_files())
