@@ -75,7 +75,11 @@ TN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
             "tc128x24_w32x24_s3": (128, 24, 128), "tc64x24_w32x24_s4": (64, 24, 64),
             # warps of 32 x 64 outputs: the split operands of a weight row serve twice the columns
             # (1.5-7 % ahead at the gradients of over 48 columns; warps of 64 x 32 lost)
-            "tc128x64_w32x64_s3": (128, 64, 128)}
+            "tc128x64_w32x64_s3": (128, 64, 128),
+            # 80 rows for 65-80 weight rows of 17-24 columns (cifar-conv's first layer: 76 rows,
+            # 0.94 -> 0.86 ms); 16-row tiles for a first layer's 10 rows and 112 rows for 109
+            # were tried and lost (NOTES.md, "Rules measured again")
+            "tc80x24_w16x24_s4": (80, 24, 160)}
 
 
 # gemm_nn on tensor cores, split TF32 (gemm_split.cu; tensor_cores.cuh, gemm_nn_split_body):
@@ -157,9 +161,16 @@ def tn_split_candidates(R, N):
         tiles = ["tc64x16_w16x16_s4", "tc32x16_w16x8_s4", "tc64x16_w32x16_s4"]
         if R > 64:
             tiles.append("tc128x16_w32x16_s4")
+    tiles += _short_tiles(R, N)
     if R <= 32:
         tiles = sorted(tiles, key=lambda t: TN_SPLIT[t][0])
     return tiles
+
+
+def _short_tiles(R, N):
+    """The split TF32 gemm_tn tiles whose rows fit R closely where the usual ones (32, 64, 128
+    rows) would leave many of theirs idle: 80 rows for 65-80 rows of 17-24 columns."""
+    return ["tc80x24_w16x24_s4"] if 64 < R <= 80 and 16 < N <= 24 else []
 
 
 def tn_cols_shape(tile, R, N):

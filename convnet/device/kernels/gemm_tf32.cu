@@ -18,6 +18,9 @@ GEMM_TN_SPLIT(gemm_tn_tf64x48_w32x24_s3, 64, 48, 32, 24, 3, 1)
 GEMM_TN_SPLIT(gemm_tn_tf128x24_w32x24_s3, 128, 24, 32, 24, 3, 1)
 GEMM_TN_SPLIT(gemm_tn_tf64x24_w32x24_s4, 64, 24, 32, 24, 4, 1)
 GEMM_TN_SPLIT(gemm_tn_tf128x64_w32x64_s3, 128, 64, 32, 64, 3, 1)
+// 80 rows (warps of 16): a 5 x 5 window's 76 weight rows on three bands, which 128-row tiles
+// leave two fifths idle
+GEMM_TN_SPLIT(gemm_tn_tf80x24_w16x24_s4, 80, 24, 16, 24, 4, 1)
 
 GEMM_NN_SPLIT(gemm_nn_tf128x64_w32x32_s3, gemm_nn_split_body, 128, 64, 32, 32, 3, 1)
 GEMM_NN_SPLIT(gemm_nn_tf64x64_w32x32_s3, gemm_nn_split_body, 64, 64, 32, 32, 3, 1)

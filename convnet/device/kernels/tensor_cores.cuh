@@ -184,9 +184,10 @@ __device__ __forceinline__ void gemm_tn_split_body(
     constexpr int A_STEP = NT / BM;
     constexpr int D_STEP = NT / BN;
     constexpr int LDA = BM + 8, LDD = stage_row(BN);
-    // columns that do not divide the threads (BN 24, 48): the deltas' loader goes element by
-    // element over the stage instead of a fixed column per thread
-    constexpr bool D_FIXED = NT % BN == 0;
+    // columns that do not divide the threads (BN 24, 48), or a stage of deltas that the threads
+    // do not divide: the deltas' loader goes element by element over the stage instead of a
+    // fixed column per thread
+    constexpr bool D_FIXED = NT % BN == 0 && BK * BN % NT == 0;
     static_assert(NT % BM == 0, "loader shape");
     static_assert(A_PER >= 1 && BK * BN >= NT, "loader shape");
     __shared__ __align__(16) float As[STAGES][BK][LDA];
