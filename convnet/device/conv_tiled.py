@@ -37,9 +37,9 @@ TILE_REGISTERS = {(8, 8): 128}
 # the registers those tiles are held to
 WARP_COLUMNS = 4
 WARP_TILE_REGISTERS = 128
-# conv_fwd: the accumulators of a thread that takes every slice of a narrow layer (4 positions
-# of 12 slices ran 1.2x as fast as 8 on vgg-mnist's 28 x 28 x 12 layer)
-ONE_COLUMN_FLOATS = 64
+# conv_fwd: the positions of a thread that takes every slice of a narrow layer (4 of 12 slices ran
+# 1.2x as fast as 8 on vgg-mnist's 28 x 28 x 12 layer)
+ONE_COLUMN_POSITIONS = 4
 # conv_bwd: the registers a thread is budgeted (4 x 16 accumulators and a tap row of weights fit
 # without spilling on LeNet's second layer); a prior row wider than DELTA_NARROW_ROW takes
 # 4 accumulators a column more and DELTA_ROW_EXTRA registers besides; rows of more than
@@ -287,17 +287,14 @@ def _whole_warp_variants(shape, taken, smem_limit):
 
 def _one_column_variants(shape, taken, smem_limit):
     """Tiles of one thread across every slice of a layer of 9-16 slices (padded to 4), so none
-    is computed for nothing (8-slice tiles take 16 for 12); 4 positions (ONE_COLUMN_FLOATS
-    accumulators at most), the most cases that fit in a block and one fewer."""
+    is computed for nothing (8-slice tiles take 16 for 12); ONE_COLUMN_POSITIONS positions a
+    thread, the most cases that fit in a block and one fewer."""
     tn = shape.jd4
     if not 8 < tn <= 16:
         return []
-    out = []
-    for tm in (t for t in (8, 4) if t * tn <= ONE_COLUMN_FLOATS and (t, tn) not in THREAD_TILES):
-        fitting = [ForwardVariant(cases, tm, tn, 1) for cases in range(1, 17)]
-        fitting = [v for v in fitting if v.fits(shape, min(smem_limit, SMEM_SHARE))]
-        out += [v for v in fitting[-2:] if v not in taken]
-    return out
+    tiles = (ForwardVariant(cases, ONE_COLUMN_POSITIONS, tn, 1) for cases in range(1, 17))
+    fitting = [v for v in tiles if v.fits(shape, min(smem_limit, SMEM_SHARE))]
+    return [v for v in fitting[-2:] if v not in taken]
 
 
 @dataclass(frozen=True)
