@@ -86,6 +86,10 @@ SHAPES = {
     "cifar": (["CONVOLUTIONAL LAYER 24 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
                "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
                "FULLY CONNECTED LAYER 96"], 32, 32, 3, 10, 256),
+    # stacked 3 x 3 layers of 12 slices on 28 x 28 (the suite's vgg-mnist): the tiles of one
+    # thread across every slice, the delta into prior rows of 28 columns
+    "vgg": (["CONVOLUTIONAL LAYER 12 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 12 1 1 1 1 1 1",
+             "POOLED MAX LAYER 2 2 2 2", "FULLY CONNECTED LAYER 24"], 28, 28, 1, 10, 256),
     # two wide fully connected layers (the suite's wide-fc)
     "wide": (["FULLY CONNECTED LAYER 1024", "FULLY CONNECTED LAYER 256"], 28, 28, 1, 10, 256),
 }
