@@ -761,7 +761,8 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
     large = {ct.function(t, k) for ct in be.conv_tiled.values()
              for k in ("fwd", "fwd_pool", "bwd", "grad")
              for t, v in ct.variants(k).items() if v.smem(ct.shape) > 48 * 1024}
-    assert set(fake_runtime.shared_allowed) == large and (large or spec in TILED_ARCHS[2:5:2] + TILED_ARCHS[7:])
+    small = TILED_ARCHS[2:5:2] + TILED_ARCHS[7:]         # nets with no variant over 48 KB
+    assert set(fake_runtime.shared_allowed) == large and (large or spec in small)
     assert any(ct.bwd for ct in be.conv_tiled.values()) == (
         spec in (TILED_ARCHS[0], TILED_ARCHS[3], TILED_ARCHS[5], TILED_ARCHS[7]))
     stages = {v.stages for ct in be.conv_tiled.values() for v in ct.grad.values()}
