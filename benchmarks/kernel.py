@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from convnet.architecture import Architecture  # noqa: E402
-from convnet.device import kernel_args, launches, tuning  # noqa: E402
+from convnet.device import first_layer, kernel_args, launches, tuning  # noqa: E402
 
-FIRST_LAYER_VARIANTS = ("generic", *launches.FirstLayerPool.FIXED)
+FIRST_LAYER_VARIANTS = ("generic", *first_layer.FirstLayerPool.FIXED)
 # Each family: the tuner's candidates it owns at a launch site, the prefixes of its functions,
 # and the device options and CUDA PRECISION under which the plan gives it launch sites (if not
 # the defaults).

@@ -138,7 +138,7 @@ def test_fixed_first_layer_kernels_compile(tmp_path):
     (FirstLayerPool's conv_small_pool_fixed variants, with the winners and without them): without
     warnings, every variant there, and no register spills."""
     from convnet.architecture import Architecture
-    from convnet.device.launches import FirstLayerPool
+    from convnet.device.first_layer import FirstLayerPool
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                                     "FULLY CONNECTED LAYER 5"], 28, 28, 1, 10)
     first = FirstLayerPool(HOPPER, arch.layers[0], arch.layers[1], 20)

@@ -424,6 +424,45 @@ def test_first_layer_gradient_from_pooled_deltas():
         assert np.array_equal(grad_l[rest], grad[rest])
 
 
+AVGPOOL_DEEP_SHAPES = (["CONVOLUTIONAL LAYER 32 1 1 1 1 1 1", "POOLED AVERAGE LAYER 2 2 2 2",
+                        "CONVOLUTIONAL LAYER 16 1 1 1 1 1 1", "FULLY CONNECTED LAYER 8"],
+                       28, 28, 1, 10)
+
+
+def test_first_layer_gradient_from_average_pooling():
+    """conv_small_avg and conv_grad_avg (a first layer and its average pooling in one launch, its
+    weight gradient from the pooled deltas with the activations computed again), each variant
+    forced: the same bits for every variant and for MAX BATCH all and 256, the float64 model
+    within the usual tolerances, and the layer by layer path (conv_small, pool_forward,
+    pool_backward, gemm_tn) the same criterion and the same gradient bits but the first layer's,
+    which add in another order (to float32 rounding)."""
+    from test_device_emulated import AVG_GRAD_ARCHS
+    for lines, rows, cols, bands, ncls in [AVGPOOL_DEEP_SHAPES] + AVG_GRAD_ARCHS:
+        arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
+        first = arch.layers[0].weight_slice
+        runs = []
+        for params in (DeviceParams(), DeviceParams(max_batch=256)):
+            be = _backend(arch, params)
+            assert be.pooled_grad and be.first_pool.average, lines
+            pool, grad = be.first_pool, be.first_pool.gradient
+            for forward, gradient in zip(pool.candidates, grad.candidates * 2):
+                pool.candidates = pool.value_candidates = [forward]
+                grad.candidates = [gradient]
+                ev = be.evaluator(x, c, 0.01)
+                runs.append((*ev.gradient(w), ev.criterion(w)))
+        crit, grad, crit_only = runs[0]
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+        assert _rel(grad[first], grad_ref[first]) <= 1e-5
+        for run in runs[1:]:
+            assert run[0] == crit and np.array_equal(run[1], grad) and run[2] == crit_only, lines
+        layered = _backend(arch, options=DeviceOptions(pooled_grad=False)).evaluator(x, c, 0.01)
+        crit_l, grad_l = layered.gradient(w)
+        assert crit_l == crit and _rel(grad_l[first], grad[first]) <= 1e-5
+        rest = np.ones(arch.n_weights, bool)
+        rest[first] = False
+        assert np.array_equal(grad_l[rest], grad[rest])
+
+
 # first layers with max pooling that tiles them: LeNet's, one with padding and three bands, and
 # strides of 2 with 3 x 3 windows (conv_small_pool_fixed)
 FIRST_POOL_SPECS = [LENET_SHAPES,

@@ -446,7 +446,7 @@ def test_emulated_fixed_first_layer_variants(fake_runtime):
     each variant, forced, is built with the layer's constants (checked against the launch's
     shape) and gives the generic kernel's results; a window too large for the registers gets
     the generic kernel alone."""
-    from convnet.device.launches import FirstLayerPool
+    from convnet.device.first_layer import FirstLayerPool
     specs = [(["CONVOLUTIONAL LAYER 5 1 1 1 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                "FULLY CONNECTED LAYER 7"], 10, 8, 2, 3),
              (["CONVOLUTIONAL LAYER 6 1 1 0 1 2 2", "POOLED MAX LAYER 3 3 3 3",
@@ -517,6 +517,57 @@ def test_emulated_first_layer_gradient_from_pooled_deltas(fake_runtime, spec):
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         first = arch.layers[0].weight_slice         # the first layer's own part, on its own
         assert _rel(grad[first], grad_ref[first]) <= 1e-5
+
+
+# conv_grad_avg: first layers whose average pooling tiles them (lines, rows, cols, bands, classes)
+AVG_GRAD_ARCHS = [
+    # 3 x 3 windows with padding on 12 slices (8 and 4 a thread group), then a CONV layer
+    (["CONVOLUTIONAL LAYER 12 1 1 1 1 1 1", "POOLED AVERAGE LAYER 2 2 2 2",
+      "CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "FULLY CONNECTED LAYER 6"], 10, 12, 1, 3),
+    # 3 x 3 windows on two bands, strides of 2, padding on the columns, 3 x 3 pooling, 6 slices
+    (["CONVOLUTIONAL LAYER 6 1 1 0 1 2 2", "POOLED AVERAGE LAYER 3 3 3 3",
+      "FULLY CONNECTED LAYER 5"], 19, 17, 2, 4),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", AVG_GRAD_ARCHS, ids=range(len(AVG_GRAD_ARCHS)))
+def test_emulated_first_layer_gradient_from_average_pooling(fake_runtime, spec):
+    """A first layer with its average pooling in one launch (conv_small_avg, generic and fixed)
+    and its weight gradient from the pooled deltas (conv_grad_avg, each variant): against the
+    float64 model, with the weights' slices in one launch and split over several (MAX HID
+    GRAD), and MAX BATCH all and 256; nothing of the first layer's size is backpropagated."""
+    lines, rows, cols, bands, ncls = spec
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(rows * cols)
+    x, c = rng.uniform(-1, 1, (300, bands, rows, cols)), rng.integers(0, ncls, 300)
+    w = rng.normal(0, 0.5, arch.n_weights)
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    split = DeviceParams(max_hid_grad=2 * arch.layers[0].height * arch.layers[0].width)
+    for params in (DeviceParams(), DeviceParams(max_batch=256), split):
+        be = dbe.DeviceBackend(arch, params)
+        assert be.fused_pool and be.fused_pool_gradient and be.pooled_grad
+        first = be.first_pool
+        assert first.average and len(first.gradient.candidates) == 3
+        for forward, gradient in zip(first.candidates, first.gradient.candidates * 2):
+            first.candidates = first.value_candidates = [forward]
+            first.gradient.candidates = [gradient]
+            fake_runtime.launches.clear()
+            ev = be.evaluator(x, c, 0.01)
+            crit, grad = ev.gradient(w)
+            assert first.function(forward) in fake_runtime.launches
+            assert first.gradient.function(gradient) in fake_runtime.launches
+            n = fake_runtime.launches.count(first.gradient.function(gradient))
+            assert n >= (2 if params is split else 1)
+            assert not _pooled(fake_runtime.launches, "pool_backward")
+            assert f"conv_small_{first.width}" not in fake_runtime.launches
+            assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+            layer0 = arch.layers[0].weight_slice
+            assert _rel(grad[layer0], grad_ref[layer0]) <= 1e-5
+            assert abs(ev.criterion(w) - crit_ref) <= 1e-6 * crit_ref
+    # without the gradient from the pooled deltas, a gradient computes every layer on its own
+    be = dbe.DeviceBackend(arch, options=DeviceOptions(pooled_grad=False))
+    assert be.fused_pool and not be.fused_pool_gradient and not be.pooled_grad
 
 
 @pytest.mark.slow

@@ -36,7 +36,8 @@ from .evaluator import DeviceEvaluator, UploadSplit
 from .handback import HandBack
 from .hostcopy import copy_into
 from .kernel_plan import plan_kernels, static_bytes
-from .launches import (LINE_BLOCK, FirstLayerPool, line_parts, line_point, vec_finish,
+from .first_layer import FirstLayerPool
+from .launches import (LINE_BLOCK, line_parts, line_point, vec_finish,
                        weights_scatter)
 from .options import DeviceOptions, device_params
 from .plan import CHUNK, ModelPlan
@@ -99,7 +100,7 @@ class DeviceBackend:
         self.conv_tiled = {index: ConvTiled(self.rt, variants)
                            for index, variants in self.kernels.tiled.items()}
         self.first_pool = (FirstLayerPool(self.rt, arch.layers[0], arch.layers[1],
-                                          self.kernels.conv_small[0])
+                                          self.kernels.conv_small[0], self.kernels.pooled_grad)
                            if self.kernels.fused_pool else None)
         self._build_kernels()
         with self.rt.active():

@@ -433,7 +433,7 @@ class DeviceEvaluator(Evaluator):
         if family == families.CONV_SMALL_POOL:
             # the winners only where a gradient will route deltas through them
             b.first_pool.launch(self.tuner, lp, src, lda, n_batch, weights, ws.acts[1],
-                                ws.ids[1] if want_delta else NULL)
+                                ws.ids.get(1, NULL) if want_delta else NULL)
         elif family == families.POOL_FORWARD:
             launches.pool_forward(rt, lp, src, ws.acts[index], ws.ids.get(index, NULL), n_batch)
         else:
@@ -526,8 +526,9 @@ class DeviceEvaluator(Evaluator):
         family = b.kernels.gradient_family(lp.index)
         site = ("gradient", lp.index, slice_hi - slice_lo, n_batch)
         if family == families.CONV_GRAD_POOLED:
-            launches.conv_grad_pooled(
-                rt, lp, b.arch.layers[1], src=src, lda=lda, delta=delta, ids=self.ws.ids[1],
+            b.first_pool.gradient_partials(
+                self.tuner, lp, src=src, lda=lda, weights=ptr(b.d_wfwd, lp.lay.fwd_offset),
+                delta=delta, ids=self.ws.ids.get(1, NULL),
                 pooled=self.ws.acts[1] if lp.kind.applies_tanh else NULL, n_lo=slice_lo,
                 n_hi=slice_hi, n_cases=n_batch, chunk=CHUNK, subs=split.slots,
                 part=self.ws.scratch)

@@ -79,6 +79,14 @@ CONV_SMALL_POOL_FIXED = KernelParams("conv_small_pool_fixed", "conv_small.cu",
 # and without the winners (ids not read), for forward-only evaluations
 CONV_SMALL_POOL_VALUES = KernelParams("conv_small_pool_values", "conv_small.cu",
                                       **_CONV_SMALL_POOL_ARGS)
+# average pooling after a conv_small first layer: compiled per width, and per first layer
+CONV_SMALL_AVG = KernelParams("conv_small_avg", "conv_small.cu", **_CONV_SMALL_POOL_ARGS)
+CONV_SMALL_AVG_FIXED = KernelParams("conv_small_avg_fixed", "conv_small.cu",
+                                    **_CONV_SMALL_POOL_ARGS)
+# the first layer's weight gradient from its average pooling's deltas (compiled per first layer)
+CONV_GRAD_AVG = KernelParams("conv_grad_avg", "conv_small.cu", src=PTR, lda=INT, weights=PTR,
+                             ldw=INT, delta=PTR, depth=INT, n_lo=INT, n_hi=INT, n_cases=INT,
+                             chunk=INT, subs=INT, part=PTR)
 # the first layer's weight gradient from its max-pooling layer's deltas and winners
 CONV_GRAD_POOLED = KernelParams(
     "conv_grad_pooled", "conv_small.cu", src=PTR, lda=INT, prior_height=INT, prior_width=INT,
@@ -130,8 +138,8 @@ MINIBATCH_ADVANCE = KernelParams("minibatch_advance", "minibatch.cu", counters=P
 LINE_BLOCK = 4096
 LINE_THREADS = 256
 
-FAMILIES = (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL, CONV_GRAD_POOLED, POOL_FORWARD,
-            POOL_BACKWARD, POOL_BACKWARD_TILES, SOFTMAX_LL, LL_SUM, WEIGHTS_SCATTER, GRAD_FLATTEN,
+FAMILIES = (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL, CONV_SMALL_AVG, CONV_GRAD_POOLED,
+            POOL_FORWARD, POOL_BACKWARD, POOL_BACKWARD_TILES, SOFTMAX_LL, LL_SUM, WEIGHTS_SCATTER, GRAD_FLATTEN,
             GRAD_FLATTEN_D, GRAD_SLOT_SUM, GRAD_FINISH, LINE_POINT, VEC_STEP,
             VEC_DIRECTION, VEC_NEG, VEC_SUMS, VEC_FINISH, MINIBATCH_GATHER,
             MINIBATCH_GATHER_SHIFTED, MINIBATCH_UPDATE, MINIBATCH_ADVANCE)
@@ -145,10 +153,11 @@ def compiled_functions(nn_tiles, tn_tiles, tile_source):
     tile_source(tile) names the file of a product's tile shape."""
     out = [(tile_source(t), f"{p.family}_{t}", p)
            for p, tiles in ((GEMM_NN, nn_tiles), (GEMM_TN, tn_tiles)) for t in tiles]
-    for params in (CONV_SMALL, CONV_SMALL_POOL):
+    widths = (CONV_SMALL, CONV_SMALL_POOL, CONV_SMALL_AVG)      # a function per width
+    for params in widths:
         out += [(params.source, f"{params.family}_{v}", params) for v in CONV_SMALL_WIDTHS]
     out += [(p.source, p.family + POOL_FOUR, p)
             for p in (POOL_FORWARD, POOL_BACKWARD, POOL_BACKWARD_TILES)]
     out += [(p.source, p.family, p) for p in FAMILIES
-            if p not in (GEMM_NN, GEMM_TN, CONV_SMALL, CONV_SMALL_POOL)]
+            if p not in (GEMM_NN, GEMM_TN) + widths]
     return out

@@ -17,6 +17,7 @@ from typing import Dict, FrozenSet, Optional, Tuple
 
 from .conv_tiled import (GRAD_SUBS, SMEM_BYTES, ConvShape, delta_variants, forward_variants,
                          grad_variants)
+from .first_layer import AverageGradient
 from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS,
                        POOLED_GRAD_SUBS, conv_grad_pooled_shape, conv_small_stage_row, line_parts,
                        windows_tile)
@@ -153,27 +154,29 @@ def _tiled_layers(arch, layouts, options, shared_optin, conv_small, pool_tiles):
     return tiled, conv_pool
 
 
-def _fused_first_pool(arch, layouts, options, conv_small):
-    """Whether a conv_small first layer is computed together with the max pooling after it
-    (stride = width, and the kernel's shared memory fits without opting in)."""
+def _fused_first_pool(arch, layouts, options, conv_small, pool_tiles):
+    """(fused_pool, fused_pool_gradient, pooled_grad) of KernelPlan: whether a conv_small first
+    layer is computed together with the pooling after it (stride = width, and the kernel's
+    shared memory fits without opting in) in forward-only evaluations, in gradients too, and
+    whether its weight gradient is then taken from the pooled deltas (conv_grad_pooled for max
+    pooling whose windows tile it, and it fits; conv_grad_avg for average pooling, in which a
+    gradient needs it: the fused launch writes no activations of the first layer)."""
     layers = arch.layers
     if not (options.fuse and 0 in conv_small and len(layers) > 1
-            and layers[1].kind.keeps_winners):
-        return False
+            and not layers[1].kind.has_weights):
+        return False, False, False
     spec = layers[1].spec
     smem = 4 * (layouts[0].rows * conv_small[0]
                 + 2 * CONV_SMALL_THREADS * conv_small_stage_row(layers[0].depth))
-    return spec.stride_v == spec.width_v and spec.stride_h == spec.width_h and smem <= SMEM_BYTES
-
-
-def _pooled_gradient(arch, layouts, options, fused_pool_gradient):
-    """Whether the first layer takes its weight gradient from the pooling layer's deltas and
-    winners (conv_grad_pooled)."""
-    if not (options.pooled_grad and fused_pool_gradient):
-        return False
-    layers = arch.layers
+    if not (spec.stride_v == spec.width_v and spec.stride_h == spec.width_h
+            and smem <= SMEM_BYTES):
+        return False, False, False
+    if not layers[1].kind.keeps_winners:
+        average = options.pooled_grad and AverageGradient.fits(layers[0], layers[1])
+        return True, average, average
     shape = conv_grad_pooled_shape(layers[0], layers[1], layers[0].depth)
-    return shape is not None and shape[2] <= SMEM_BYTES
+    pooled = options.pooled_grad and 1 in pool_tiles and shape is not None and shape[2] <= SMEM_BYTES
+    return True, 1 in pool_tiles, pooled
 
 
 @dataclass(frozen=True)
@@ -329,9 +332,8 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES, precisi
                            if options.pool_tiles and not layer.kind.has_weights
                            and windows_tile(layer, layer.kind))
     tiled, conv_pool = _tiled_layers(arch, layouts, options, shared_optin, conv_small, pool_tiles)
-    fused_pool = _fused_first_pool(arch, layouts, options, conv_small)
-    fused_pool_gradient = fused_pool and 1 in pool_tiles
-    pooled_grad = _pooled_gradient(arch, layouts, options, fused_pool_gradient)
+    fused_pool, fused_pool_gradient, pooled_grad = _fused_first_pool(arch, layouts, options,
+                                                                     conv_small, pool_tiles)
     tf32 = precision == TF32
     split = _split_gradients(arch, options, pooled_grad)
     split_forward, split_delta = _split_products(arch, options, conv_small, tiled, tf32)

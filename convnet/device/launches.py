@@ -7,8 +7,7 @@ import functools
 import numpy as np
 
 from . import tuning
-from .kernel_args import (CONV_GRAD_POOLED, CONV_SMALL, CONV_SMALL_POOL, CONV_SMALL_POOL_FIXED,
-                          CONV_SMALL_POOL_VALUES, GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN,
+from .kernel_args import (CONV_GRAD_POOLED, CONV_SMALL, GEMM_NN, GEMM_TN, GRAD_FINISH, GRAD_FLATTEN,
                           GRAD_FLATTEN_D, GRAD_SLOT_SUM, LINE_BLOCK, LINE_POINT, LINE_THREADS,
                           LL_SUM, MINIBATCH_ADVANCE, MINIBATCH_GATHER, MINIBATCH_GATHER_SHIFTED,
                           MINIBATCH_UPDATE, POOL_BACKWARD, POOL_BACKWARD_TILES, POOL_FORWARD,
@@ -185,86 +184,6 @@ def conv_small(rt, lp, src, lda, nb, weights, out, width):
               *CONV_SMALL.pack(**_conv_shape(L, src, lda, weights, lp.lay.cols), out=out,
                                total=total),
               shared=4 * (lp.rows * width + nt * conv_small_stage_row(L.depth)))
-
-
-class FirstLayerPool:
-    """A conv_small first layer and the max pooling whose windows tile it, in one kernel: the
-    compiled-once conv_small_pool_WIDTH, and, where the window's accumulators fit the registers,
-    conv_small_pool_fixed variants built for this layer's shape (conv_small.cu; same bits). The
-    tuner times them at the launch site ("forward pooled", 0, cases). Forward-only evaluations
-    need no winners: they choose among the generic kernel (told not to write them) and
-    conv_small_pool_values variants (one tanhf per slice instead of one per window position) at
-    ("forward pooled values", 0, cases)."""
-
-    # variant: (blocks a multiprocessor the compiler is asked to fit: 128 or 168 registers,
-    # whether the loop over filter rows stays rolled: a fifth of the code, see conv_small.cu)
-    FIXED = {"fixed_b4": (4, 0), "fixed_b3": (3, 0), "rolled_b4": (4, 1)}
-    VALUES = "_v"                   # the suffix of the fixed variants that write no winners
-    MAX_ACCUMULATORS = 128          # window positions x padded slices a thread may sum at once
-
-    def __init__(self, rt, layer, pool_layer, width):
-        self.rt = rt
-        self.layer = layer
-        self.pool_layer = pool_layer
-        self.width = width
-        s, ps = layer.spec, pool_layer.spec
-        rin, cin = _covered(layer)
-        padded = (s.pad_v > 0 or s.pad_h > 0 or rin > layer.prior_height
-                  or cin > layer.prior_width)
-        self.constants = (s.filter_v, s.filter_h, layer.prior_depth, s.stride_v, s.stride_h,
-                          s.pad_v, s.pad_h, layer.prior_height, layer.prior_width, ps.width_v,
-                          ps.width_h, width, int(padded))
-        fits = ps.width_v * ps.width_h * width <= self.MAX_ACCUMULATORS
-        self.fixed = dict(self.FIXED) if fits else {}
-        # what the tuner may choose from, with the winners and without them
-        self.candidates = ["generic"] + list(self.fixed)
-        self.value_candidates = ["generic"] + [v + self.VALUES for v in self.fixed]
-        self._built = False
-
-    def function(self, variant):
-        if variant == "generic":
-            return f"conv_small_pool_{self.width}"
-        return "conv_small_pool_" + "_".join(map(str, self.constants)) + f"_{variant}"
-
-    def kernels(self):
-        """(function name, instantiation line, KernelParams) of the fixed variants, with the
-        winners and without them."""
-        consts = ", ".join(map(str, self.constants))
-        out = []
-        for v, (minb, rolled) in self.fixed.items():
-            for name, params in ((v, CONV_SMALL_POOL_FIXED),
-                                 (v + self.VALUES, CONV_SMALL_POOL_VALUES)):
-                f = self.function(name)
-                out.append((f, f"{params.family.upper()}({f}, {consts}, {minb}, {rolled})", params))
-        return out
-
-    def build_requests(self):
-        """[(kernel file, defines, kernels)]: what Runtime.specialize builds for this layer
-        (nothing where no fixed variant fits)."""
-        return [("conv_small.cu", {}, self.kernels())] if self.fixed else []
-
-    def launch(self, tuner, lp, src, lda, nb, weights, out, ids):
-        """The pooled values into out and, unless ids is NULL, the winners into ids."""
-        if self.fixed and not self._built:
-            self.rt.specialize("conv_small.cu", {}, self.kernels())
-            self._built = True
-        L, P = self.layer, self.pool_layer
-        total = nb * P.height * P.width
-        nt = CONV_SMALL_THREADS
-        args = CONV_SMALL_POOL.pack(**_conv_shape(L, src, lda, weights, lp.lay.cols),
-                                    pool_height=P.height, pool_width=P.width,
-                                    pool_width_v=P.spec.width_v, pool_width_h=P.spec.width_h,
-                                    out=out, ids=ids, total=total)
-
-        def run(variant):
-            self.rt.launch(self.function(variant), _blocks(total, nt), (nt, 1, 1), *args,
-                           shared=4 * (lp.rows * self.width + 2 * nt * conv_small_stage_row(L.depth)))
-
-        work = float(total) * P.spec.width_v * P.spec.width_h * lp.rows * self.width
-        if int(ids):
-            tuner.run(("forward pooled", 0, nb), self.candidates, work, run)
-        else:
-            tuner.run(("forward pooled values", 0, nb), self.value_candidates, work, run)
 
 
 def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out, ldo, prior, epi,

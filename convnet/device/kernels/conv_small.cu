@@ -274,6 +274,82 @@ CONV_SMALL_POOL(28)
 CONV_SMALL_POOL(32)
 #endif
 
+// The same layer followed by an average-pooling layer whose windows tile it: one thread per
+// pooled position sums the tanh of every position of its window in row-then-column order from
+// 0 and divides by the window's size, as pool_forward does; only the pooled values are written
+// (pids is not read). Same bits as conv_small followed by pool_forward.
+template <int NP>
+__device__ __forceinline__ void conv_small_avg_body(
+    const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv, int fh,
+    int pv, int ph, int sv, int sh, const float* __restrict__ Wf, int ldw, int N, int H2, int W2,
+    int wv2, int wh2, float* __restrict__ pout, int total)
+{
+    const int K = fv * fh * PD + 1;
+    conv_small_pool_frame<NP>(src, lda, Wf, ldw, N, K, H2, W2, pout, nullptr, total,
+                              [&](const float* x, int pr, int pc, const float* Bs, float* os, int*) {
+            const float* bias = Bs + (K - 1) * NP;
+            float sum[NP];
+#pragma unroll
+            for (int n = 0; n < NP; ++n) sum[n] = 0.f;
+            for (int wr = 0; wr < wv2; ++wr)
+                for (int wc = 0; wc < wh2; ++wc) {
+                    const int r0 = (pr * wv2 + wr) * sv - pv;
+                    const int c0 = (pc * wh2 + wc) * sh - ph;
+                    float acc[NP];
+#pragma unroll
+                    for (int n = 0; n < NP; ++n) acc[n] = 0.f;
+                    for (int fr = 0; fr < fv; ++fr) {
+                        const int r = r0 + fr;
+                        if (r < 0 || r >= PH) continue;
+                        for (int fc = 0; fc < fh; ++fc) {
+                            const int c = c0 + fc;
+                            if (c < 0 || c >= PW) continue;
+                            const float* xp = x + (r * PW + c) * PD;
+                            const float* bp = Bs + (fr * fh + fc) * PD * NP;
+                            for (int s = 0; s < PD; ++s) {
+                                const float a = xp[s];
+#pragma unroll
+                                for (int n = 0; n < NP; n += 4) {
+                                    const float4 b = *reinterpret_cast<const float4*>(bp + s * NP + n);
+                                    acc[n] = fmaf(a, b.x, acc[n]);
+                                    acc[n + 1] = fmaf(a, b.y, acc[n + 1]);
+                                    acc[n + 2] = fmaf(a, b.z, acc[n + 2]);
+                                    acc[n + 3] = fmaf(a, b.w, acc[n + 3]);
+                                }
+                            }
+                        }
+                    }
+#pragma unroll
+                    for (int n = 0; n < NP; ++n) sum[n] += tanhf(fmaf(1.f, bias[n], acc[n]));
+                }
+#pragma unroll
+            for (int n = 0; n < NP; ++n)
+                if (n < N) os[n] = sum[n] / (float)(wv2 * wh2);
+        });
+}
+
+#define CONV_SMALL_AVG(NP)                                                                        \
+    extern "C" __global__ void __launch_bounds__(CONV_SMALL_THREADS) conv_small_avg_##NP(         \
+        const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv,     \
+        int fh, int pv, int ph, int sv, int sh, const float* __restrict__ Wf, int ldw, int N,     \
+        int H2, int W2, int wv2, int wh2, float* __restrict__ pout, int* __restrict__,            \
+        int total)                                                                                \
+    {                                                                                             \
+        conv_small_avg_body<NP>(src, lda, PH, PW, PD, H, W, fv, fh, pv, ph, sv, sh, Wf, ldw, N,   \
+                                H2, W2, wv2, wh2, pout, total);                                   \
+    }
+
+#ifndef SPECIALIZED
+CONV_SMALL_AVG(4)
+CONV_SMALL_AVG(8)
+CONV_SMALL_AVG(12)
+CONV_SMALL_AVG(16)
+CONV_SMALL_AVG(20)
+CONV_SMALL_AVG(24)
+CONV_SMALL_AVG(28)
+CONV_SMALL_AVG(32)
+#endif
+
 // conv_small_pool for one layer shape known when it is compiled (Runtime.specialize appends a
 // CONV_SMALL_POOL_FIXED line per first layer): the filter, the prior layer's size, the pooling
 // window and the padded slice count are template constants, so the loops over taps and slices
@@ -288,7 +364,7 @@ CONV_SMALL_POOL(32)
 // it, and warps waited on instruction fetch; rolled, one filter row's taps (a fifth) are the loop
 // body, at the price of reading each input row from the L1 cache once per filter row it meets.
 template <int FV, int FH, int PD, int SV, int SH, int PV, int PZ, int PH, int PW, int WV, int WH,
-          int NP, bool PADDED, bool WINNERS, bool ROLLED>
+          int NP, bool PADDED, bool WINNERS, bool ROLLED, bool AVG = false>
 __device__ __forceinline__ void conv_small_pool_fixed_body(
     const float* __restrict__ src, int lda, const float* __restrict__ Wf, int ldw, int N, int W,
     int H2, int W2, float* __restrict__ pout, int* __restrict__ pids, int total)
@@ -336,7 +412,14 @@ __device__ __forceinline__ void conv_small_pool_fixed_body(
                         }
                     }
 #pragma unroll
-            for (int n = 0; n < NP; ++n) {
+            for (int n = 0; n < NP && AVG; ++n) {
+                float sum = 0.f;                        // pool_forward's sum, then its division
+#pragma unroll
+                for (int w = 0; w < NW; ++w) sum += tanhf(fmaf(1.f, bias[n], acc[w][n]));
+                if (n < N) os[n] = sum / (float)NW;
+            }
+#pragma unroll
+            for (int n = 0; n < NP && !AVG; ++n) {
                 // without winners: the largest net input's tanh is the largest tanh (tanhf rises
                 // with its argument except near its dip, where the window's values are compared
                 // one by one as with winners), so one tanhf a slice instead of one a position
@@ -376,26 +459,32 @@ __device__ __forceinline__ void conv_small_pool_fixed_body(
 }
 
 #define CONV_SMALL_POOL_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED,   \
-                               WINNERS, MINB, ROLLED)                                             \
+                               WINNERS, MINB, ROLLED, AVG)                                        \
     extern "C" __global__ void __launch_bounds__(CONV_SMALL_THREADS, MINB) NAME(                  \
         const float* __restrict__ src, int lda, int, int, int, int, int W, int, int, int, int,    \
         int, int, const float* __restrict__ Wf, int ldw, int N, int H2, int W2, int, int,         \
         float* __restrict__ pout, int* __restrict__ pids, int total)                              \
     {                                                                                             \
         conv_small_pool_fixed_body<FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED,        \
-                                   WINNERS, ROLLED>(src, lda, Wf, ldw, N, W, H2, W2, pout, pids,  \
-                                                    total);                                       \
+                                   WINNERS, ROLLED, AVG>(src, lda, Wf, ldw, N, W, H2, W2, pout,   \
+                                                         pids, total);                            \
     }
 #define CONV_SMALL_POOL_FIXED(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, MINB, \
                               ROLLED)                                                             \
     CONV_SMALL_POOL_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, true, MINB, \
-                           ROLLED)
+                           ROLLED, false)
 // The pooled values alone (pids is not read), for forward-only evaluations: each slice's largest
 // net input first, then one tanhf (the same values, bit for bit).
 #define CONV_SMALL_POOL_VALUES(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, MINB,\
                                ROLLED)                                                            \
     CONV_SMALL_POOL_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, false,   \
-                           MINB, ROLLED)
+                           MINB, ROLLED, false)
+// Average pooling: the window's tanh values summed in its row-then-column order and divided by
+// its size, as pool_forward does (pids is not read; the same bits as conv_small_avg).
+#define CONV_SMALL_AVG_FIXED(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, MINB,  \
+                             ROLLED)                                                              \
+    CONV_SMALL_POOL_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, WV, WH, NP, PADDED, false,   \
+                           MINB, ROLLED, true)
 
 // The weight gradient of a conv_small first layer followed by max pooling whose windows tile it,
 // straight from the pooling layer's deltas and winners. The first layer's delta is nonzero only
@@ -556,3 +645,132 @@ extern "C" __global__ void __launch_bounds__(POOLED_GRAD_THREADS, 2) conv_grad_p
     if (live) part[((i64)z * R + k) * NL + c] = acc;
 }
 #endif
+
+// The weight gradient of a conv_small first layer followed by average pooling whose windows tile
+// it, straight from the pooling layer's deltas: the layer's activations are not read (its fused
+// forward launch never wrote them) but computed again, the same multiply-adds in the same order
+// as conv_small (padding skipped, the bias last), so the same bits; each position's delta is then
+// pool_backward's, bit for bit (0 + the pooled delta, divided by the window's size, times
+// 1 - a^2). Neither the layer's activation nor its full-size delta goes through memory.
+// Partial z (chunk z / subs, sub-chunk z % subs: the cases [chunk * CHUNK + sub * CHUNK / subs,
+// ...) up to n_cases) of weight row k (the bias row last) and column c (slice n_lo + c) is
+//     part[(z * R + k) * NL + c] = the sum over its cases' positions of x(position + k) * delta
+// in this kernel's own order, which depends only on the architecture and the number of cases.
+// A block has a group of AVG_GRAD_LANES threads for each GS of its slices (blocks along x take
+// the launch's slices in turns of at most AVG_GRAD_THREADS / AVG_GRAD_LANES groups); a thread takes
+// every AVG_GRAD_LANES-th window row of the sub-chunk's cases (a pooling window's WH positions of
+// one row, in order, which share their pooled delta) and keeps R x GS sums, which are then
+// added across each warp (a fixed butterfly) and the group's two warps.
+#define AVG_GRAD_LANES 64
+#define AVG_GRAD_THREADS 512
+
+template <int FV, int FH, int PD, int SV, int SH, int PV, int PZ, int PH, int PW, int H, int W,
+          int WV, int WH, int GS, bool PADDED>
+__device__ __forceinline__ void conv_grad_avg_body(
+    const float* __restrict__ src, int lda, const float* __restrict__ Wf, int ldw,
+    const float* __restrict__ delta, int N, int n_lo, int n_hi, int n_cases, int chunk, int subs,
+    float* __restrict__ part)
+{
+    constexpr int K = FV * FH * PD;                     // taps x prior slices; the bias row K
+    constexpr int R = K + 1;
+    extern __shared__ __align__(16) float avg_smem[];
+    const int NB = blockDim.x / AVG_GRAD_LANES * GS;    // columns a block takes
+    const int c_first = blockIdx.x * NB;                // this block's first, from slice n_lo
+    const int NL = min(n_hi - n_lo - c_first, NB);      // this block's (weights past it zero)
+    const int NT = n_hi - n_lo;                         // the launch's (a partial's row)
+    float* Bs = avg_smem;                               // R rows of NB weights
+    float* red = avg_smem + R * NB;                     // each warp's sums, R x GS
+    for (int i = threadIdx.x; i < R * NB; i += blockDim.x) {
+        const int k = i / NB;
+        const int n = i - k * NB;
+        Bs[i] = n < NL ? Wf[(i64)k * ldw + n_lo + c_first + n] : 0.f;
+    }
+    __syncthreads();
+    const int g = threadIdx.x / AVG_GRAD_LANES;
+    const float* bg = Bs + g * GS;
+    const int z = blockIdx.y;
+    const int ch = z / subs;
+    const int per = chunk / subs;
+    const int lo = ch * chunk + (z - ch * subs) * per;
+    const int hi = min(n_cases, lo + per);
+    const i64 nhid = (i64)(H / WV) * (W / WH) * N;
+    float G[R][GS];
+#pragma unroll
+    for (int k = 0; k < R; ++k)
+#pragma unroll
+        for (int j = 0; j < GS; ++j) G[k][j] = 0.f;
+    constexpr int W2 = W / WH;
+    constexpr int SEGS = H * W2;                        // a case's window rows: WH positions each
+    for (int seg = lo * SEGS + threadIdx.x - g * AVG_GRAD_LANES; seg < hi * SEGS;
+         seg += AVG_GRAD_LANES) {
+        const int m = seg / SEGS;
+        const int oh = (seg - m * SEGS) / W2;
+        const int pc = seg - m * SEGS - oh * W2;
+        const float* x = src + (i64)m * lda;
+        const float* dp = delta + m * nhid + ((oh / WV) * W2 + pc) * N + n_lo + c_first + g * GS;
+        float dv[GS];
+#pragma unroll
+        for (int j = 0; j < GS; ++j) dv[j] = g * GS + j < NL ? dp[j] : 0.f;
+#pragma unroll
+        for (int t = 0; t < WH; ++t) {                  // the window row's positions in order
+            const int ow = pc * WH + t;
+            float xv[K], acc[GS];
+#pragma unroll
+            for (int j = 0; j < GS; ++j) acc[j] = 0.f;
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                const int r = oh * SV - PV + k / (FH * PD);
+                const int c = ow * SH - PZ + k / PD % FH;
+                const bool in = !PADDED || ((unsigned)r < (unsigned)PH && (unsigned)c < (unsigned)PW);
+                xv[k] = in ? x[(r * PW + c) * PD + k % PD] : 0.f;
+                if (in) {
+#pragma unroll
+                    for (int j = 0; j < GS; ++j) acc[j] = fmaf(xv[k], bg[k * NB + j], acc[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < GS; ++j) {
+                const float a = tanhf(fmaf(1.f, bg[K * NB + j], acc[j]));
+                float d = 0.f;
+                d += dv[j];
+                d /= (float)(WV * WH);
+                d *= 1.f - a * a;
+#pragma unroll
+                for (int k = 0; k < K; ++k) G[k][j] = fmaf(xv[k], d, G[k][j]);
+                G[K][j] += d;
+            }
+        }
+    }
+    const int warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int k = 0; k < R; ++k)
+#pragma unroll
+        for (int j = 0; j < GS; ++j) {
+            float v = G[k][j];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if ((threadIdx.x & 31) == 0) red[(warp * R + k) * GS + j] = v;
+        }
+    __syncthreads();
+    constexpr int WARPS = AVG_GRAD_LANES / 32;
+    for (int i = threadIdx.x; i < R * NL; i += blockDim.x) {
+        const int k = i / NL;
+        const int c = i - k * NL;
+        const int w0 = c / GS * WARPS;
+        const int j = c % GS;
+        float v = red[(w0 * R + k) * GS + j];
+#pragma unroll
+        for (int w = 1; w < WARPS; ++w) v += red[((w0 + w) * R + k) * GS + j];
+        part[((i64)z * R + k) * NT + c_first + c] = v;
+    }
+}
+
+#define CONV_GRAD_AVG(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, H, W, WV, WH, GS, PADDED)         \
+    extern "C" __global__ void __launch_bounds__(AVG_GRAD_THREADS) NAME(                          \
+        const float* __restrict__ src, int lda, const float* __restrict__ Wf, int ldw,            \
+        const float* __restrict__ delta, int N, int n_lo, int n_hi, int n_cases, int chunk,       \
+        int subs, float* __restrict__ part)                                                       \
+    {                                                                                             \
+        conv_grad_avg_body<FV, FH, PD, SV, SH, PV, PZ, PH, PW, H, W, WV, WH, GS, PADDED>(         \
+            src, lda, Wf, ldw, delta, N, n_lo, n_hi, n_cases, chunk, subs, part);                 \
+    }

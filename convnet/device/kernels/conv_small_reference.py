@@ -1,10 +1,10 @@
 """The numpy reference of conv_small.cu: small convolutional layers computed directly, a first
-layer with its max pooling (generic, fixed and values-only variants), and the first layer's
-weight gradient from the pooled deltas."""
+layer with its max or average pooling (generic, fixed and values-only variants), and the first
+layer's weight gradient from the pooled deltas."""
 
 import numpy as np
 
-from .. import launches
+from .. import first_layer, launches
 from .pool_reference import PoolReference
 
 
@@ -36,7 +36,7 @@ class ConvSmallReference(PoolReference):
                     o[p * N:(p + 1) * N] = np.tanh(acc)
 
     def conv_small_pool(self, width, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv,
-                        ph, sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids, total):
+                        ph, sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids, total, is_max=1):
         assert grid[0] * block[0] >= total and width >= N
         nb = total // (H2 * W2)
         conv = self.mem.alloc(4 * nb * H * W * N)
@@ -45,22 +45,32 @@ class ConvSmallReference(PoolReference):
                         4 * ((fv * fh * PD + 1) * width + staged), src, lda, PH, PW, PD, H, W,
                         fv, fh, pv, ph, sv, sh, Wf, ldw, N, int(conv), nb * H * W)
         self.pool_forward((1, 1, 1), (H2 * W2 * N, 1, 1), int(conv), H, W, N, H2, W2, wv2, wh2,
-                          wv2, wh2, 1, pout, pids, nb)
+                          wv2, wh2, is_max, pout, pids, nb)
 
     # conv_small_pool_fixed (conv_small.cu, one layer shape): conv_small_pool's results; the
     # instantiation's constants must be the shape the launch describes
     def conv_small_pool_fixed(self, d, variant, grid, block, shared, src, lda, PH, PW, PD, H, W,
                               fv, fh, pv, ph, sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids,
-                              total):
+                              total, is_max=1):
         assert not d
         FV, FH, PDc, SV, SH, PV, PZ, PHc, PWc, WV, WH, NP, padded, minb, rolled = variant
         assert (FV, FH, PDc, SV, SH, PV, PZ, PHc, PWc, WV, WH) == (fv, fh, PD, sv, sh, pv, ph, PH,
                                                                  PW, wv2, wh2)
         assert padded == int(pv > 0 or ph > 0 or (H - 1) * sv + fv > PH or (W - 1) * sh + fh > PW)
-        assert WV * WH * NP <= launches.FirstLayerPool.MAX_ACCUMULATORS and minb in (3, 4)
+        assert WV * WH * NP <= first_layer.FirstLayerPool.MAX_ACCUMULATORS and minb in (3, 4)
         assert rolled in (0, 1)
         self.conv_small_pool(NP, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv, ph,
-                             sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids, total)
+                             sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids, total, is_max)
+
+    # conv_small_avg: the first layer and its average pooling (pids is not read)
+    def conv_small_avg(self, width, grid, block, shared, *args):
+        *args, pout, pids, total = args
+        self.conv_small_pool(width, grid, block, shared, *args, pout, 0, total, is_max=0)
+
+    def conv_small_avg_fixed(self, d, variant, grid, block, shared, *args):
+        *args, pout, pids, total = args
+        self.conv_small_pool_fixed(d, variant, grid, block, shared, *args, pout, 0, total,
+                                   is_max=0)
 
     # conv_small_pool_values: the same pooled values, no winners written
     def conv_small_pool_values(self, d, variant, grid, block, shared, *args):
@@ -109,4 +119,41 @@ class ConvSmallReference(PoolReference):
                                 for r, c in zip(rows, cols)])            # (positions, K)
                 g[:K] += np.einsum("qck,qc->kc", win[idv[m]], dl[m])
                 g[K] += dl[m].sum(axis=0)
+            o[z] = g.astype(np.float32)
+
+    # conv_grad_avg (conv_small.cu, one layer shape): the first layer's weight-gradient partials
+    # from its average pooling's deltas, the layer's activations computed again
+    def conv_grad_avg(self, d, variant, grid, block, shared, src, lda, Wf, ldw, delta, N, n_lo,
+                      n_hi, n_cases, chunk, subs, part):
+        assert not d
+        fv, fh, PD, sv, sh, pv, ph, PH, PW, H, W, wv, wh, gs, padded = variant
+        NL, K = n_hi - n_lo, fv * fh * PD
+        groups = -(-NL // gs)
+        per_block = min(groups, first_layer.AVG_GRAD_THREADS // first_layer.AVG_GRAD_LANES)
+        assert block[0] == per_block * first_layer.AVG_GRAD_LANES
+        assert (K + 1) * gs <= first_layer.AverageGradient.MAX_SUMS
+        assert grid[0] == -(-groups // per_block) and grid[1] == -(-n_cases // chunk) * subs
+        assert shared == 4 * (K + 1) * gs * (per_block + block[0] // 32) <= 48 * 1024
+        assert H % wv == 0 and W % wh == 0
+        Bm = self.f32(Wf, K * ldw + N).astype(np.float64)
+        Bm = np.stack([Bm[k * ldw + n_lo:k * ldw + n_hi] for k in range(K + 1)])
+        x = self.f32(src, (n_cases - 1) * lda + PH * PW * PD).astype(np.float64)
+        H2, W2 = H // wv, W // wh
+        dl = self.f32(delta, n_cases * H2 * W2 * N).reshape(n_cases, H2, W2, N)
+        dl = dl[:, :, :, n_lo:n_hi].astype(np.float64) / (wv * wh)
+        rin, cin = (H - 1) * sv + fv, (W - 1) * sh + fh
+        o = self.f32(part, grid[1] * (K + 1) * NL).reshape(grid[1], K + 1, NL)
+        per = chunk // subs
+        for z in range(grid[1]):
+            lo = (z // subs) * chunk + (z % subs) * per
+            g = np.zeros((K + 1, NL))
+            for m in range(lo, min(n_cases, lo + per)):
+                pad = np.zeros((max(rin, PH + pv), max(cin, PW + ph), PD))
+                pad[pv:pv + PH, ph:ph + PW] = x[m * lda:m * lda + PH * PW * PD].reshape(PH, PW, PD)
+                win = np.stack([pad[r * sv:r * sv + fv, c * sh:c * sh + fh].ravel()
+                                for r in range(H) for c in range(W)])             # (positions, K)
+                win = np.hstack([win, np.ones((H * W, 1))])
+                a = np.tanh(win @ Bm)
+                up = np.repeat(np.repeat(dl[m], wv, axis=0), wh, axis=1).reshape(H * W, NL)
+                g += win.T @ (up * (1 - a ** 2))
             o[z] = g.astype(np.float32)

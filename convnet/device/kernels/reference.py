@@ -27,6 +27,8 @@ class ReferenceKernels(GemmReference, ConvSmallReference, ConvTiledReference, Ou
             getattr(self, family)(constants, variant, grid, block, shared, *args)
         elif name == "conv_grad_pooled":
             self.conv_grad_pooled(grid, block, shared, *args)
+        elif name.startswith("conv_small_avg_"):
+            self.conv_small_avg(int(name[15:]), grid, block, shared, *args)
         elif name.startswith("conv_small_pool_"):
             self.conv_small_pool(int(name[16:]), grid, block, shared, *args)
         elif name.startswith("conv_small_"):
