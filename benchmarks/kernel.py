@@ -69,6 +69,11 @@ FAMILIES = {
     "conv_small_pool": dict(sites=("forward pooled", "forward pooled values"),
                             owns=lambda tile: tile.split("_v")[0] in FIRST_LAYER_VARIANTS,
                             functions=("conv_small_pool_",)),
+    "conv_small_avg": dict(sites=("forward pooled",), owns=lambda tile: tile in FIRST_LAYER_VARIANTS,
+                           functions=("conv_small_avg_",)),
+    "conv_grad_avg": dict(sites=("gradient",),
+                          owns=lambda tile: tile[0] == "g" and tile[1:].isdigit(),
+                          functions=("conv_grad_avg_",)),
 }
 
 # (layer lines, rows, cols, bands, classes, cases); "small" also runs on the emulation
@@ -90,6 +95,12 @@ SHAPES = {
     # thread across every slice, the delta into prior rows of 28 columns
     "vgg": (["CONVOLUTIONAL LAYER 12 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 12 1 1 1 1 1 1",
              "POOLED MAX LAYER 2 2 2 2", "FULLY CONNECTED LAYER 24"], 28, 28, 1, 10, 256),
+    # a first layer with average pooling: a small one (also emulated) and the suite's avgpool-deep
+    "avgsmall": (["CONVOLUTIONAL LAYER 12 1 1 1 1 1 1", "POOLED AVERAGE LAYER 2 2 2 2",
+                  "FULLY CONNECTED LAYER 6"], 10, 12, 1, 4, 96),
+    "avgpool": (["CONVOLUTIONAL LAYER 32 1 1 1 1 1 1", "POOLED AVERAGE LAYER 2 2 2 2",
+                 "CONVOLUTIONAL LAYER 64 1 1 1 1 1 1", "FULLY CONNECTED LAYER 64"], 28, 28, 1, 10,
+                256),
     # two wide fully connected layers (the suite's wide-fc)
     "wide": (["FULLY CONNECTED LAYER 1024", "FULLY CONNECTED LAYER 256"], 28, 28, 1, 10, 256),
 }
@@ -179,6 +190,8 @@ def _params_of(name):
     for prefix, params in (("gemm_nn_", kernel_args.GEMM_NN), ("gemm_tn_", kernel_args.GEMM_TN),
                            ("conv_fwd_pool_", kernel_args.CONV_FWD_POOL),
                            ("conv_fwd_", kernel_args.CONV_FWD), ("conv_bwd_", kernel_args.CONV_BWD),
+                           ("conv_grad_avg_", kernel_args.CONV_GRAD_AVG),
+                           ("conv_small_avg_", kernel_args.CONV_SMALL_AVG),
                            ("conv_grad_", kernel_args.CONV_GRAD),
                            ("conv_small_pool_", kernel_args.CONV_SMALL_POOL)):
         if name.startswith(prefix):

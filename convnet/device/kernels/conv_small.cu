@@ -663,6 +663,7 @@ extern "C" __global__ void __launch_bounds__(POOLED_GRAD_THREADS, 2) conv_grad_p
 // added across each warp (a fixed butterfly) and the group's two warps.
 #define AVG_GRAD_LANES 64
 #define AVG_GRAD_THREADS 512
+#define AVG_GRAD_REG_WEIGHTS 48
 
 template <int FV, int FH, int PD, int SV, int SH, int PV, int PZ, int PH, int PW, int H, int W,
           int WV, int WH, int GS, bool PADDED>
@@ -688,6 +689,15 @@ __device__ __forceinline__ void conv_grad_avg_body(
     __syncthreads();
     const int g = threadIdx.x / AVG_GRAD_LANES;
     const float* bg = Bs + g * GS;
+    // few enough weights stay in registers: a shared-memory read for every multiply-add of the
+    // recomputed sums would bound the loop
+    constexpr bool WREG = R * GS <= AVG_GRAD_REG_WEIGHTS;
+    float wr[WREG ? R : 1][GS];
+#pragma unroll
+    for (int k = 0; k < (WREG ? R : 0); ++k)
+#pragma unroll
+        for (int j = 0; j < GS; ++j) wr[k][j] = bg[k * NB + j];
+    auto weight = [&](int k, int j) { return WREG ? wr[WREG ? k : 0][j] : bg[k * NB + j]; };
     const int z = blockIdx.y;
     const int ch = z / subs;
     const int per = chunk / subs;
@@ -725,12 +735,12 @@ __device__ __forceinline__ void conv_grad_avg_body(
                 xv[k] = in ? x[(r * PW + c) * PD + k % PD] : 0.f;
                 if (in) {
 #pragma unroll
-                    for (int j = 0; j < GS; ++j) acc[j] = fmaf(xv[k], bg[k * NB + j], acc[j]);
+                    for (int j = 0; j < GS; ++j) acc[j] = fmaf(xv[k], weight(k, j), acc[j]);
                 }
             }
 #pragma unroll
             for (int j = 0; j < GS; ++j) {
-                const float a = tanhf(fmaf(1.f, bg[K * NB + j], acc[j]));
+                const float a = tanhf(fmaf(1.f, weight(K, j), acc[j]));
                 float d = 0.f;
                 d += dv[j];
                 d /= (float)(WV * WH);
