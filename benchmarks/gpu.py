@@ -87,6 +87,10 @@ def parse_args(argv=None):
                     help="products on the tensor cores (split TF32, or one TF32 product with "
                          "CUDA PRECISION=TF32 in --params): where the plan's rule says (the "
                          "default), wherever they can be, or nowhere")
+    ap.add_argument("--first-grad", choices=("rule", "on", "off"), default="rule",
+                    help="a conv_small first layer's weight gradient from its own deltas a "
+                         "position a thread (conv_grad_first): where the plan's rule says, "
+                         "wherever it fits, or never")
     ap.add_argument("--profile", metavar="NET",
                     help="run one gradient of NET between cuProfilerStart/Stop (for ncu) and exit")
     ap.add_argument("--sync-check", metavar="NET",
@@ -163,7 +167,7 @@ def rel(a, b):
     return float(np.linalg.norm(np.asarray(a) - b) / max(np.linalg.norm(b), 1e-300))
 
 
-# --tensor-cores: DeviceOptions.tensor_cores
+# --tensor-cores and --first-grad: DeviceOptions.tensor_cores and .first_grad
 TENSOR_CORES = {"rule": None, "on": True, "off": False}
 
 
@@ -357,7 +361,8 @@ def bench_net(args, name, params, use_torch, mac_rate, bw):
     w1 = w0 + rng.normal(0, 1e-3, arch.n_weights)
     tensor_cores = TENSOR_CORES[args.tensor_cores]
     be = DeviceBackend(arch, params, DeviceOptions(tiled=not args.no_tiled,
-                                                   tensor_cores=tensor_cores))
+                                                   tensor_cores=tensor_cores,
+                                                   first_grad=TENSOR_CORES[args.first_grad]))
     ev = be.evaluator(x, c, wpen)
     info, host, hev = validate(args, arch, x, c, wpen, be, ev, w0, use_torch)
     info["wpen"] = wpen

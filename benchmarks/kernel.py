@@ -74,6 +74,9 @@ FAMILIES = {
     "conv_grad_avg": dict(sites=("gradient",),
                           owns=lambda tile: tile[0] == "g" and tile[1:].isdigit(),
                           functions=("conv_grad_avg_",)),
+    "conv_grad_first": dict(sites=("gradient",),
+                            owns=lambda tile: tile[0] == "g" and tile[1:].isdigit(),
+                            functions=("conv_grad_first_",), options=dict(first_grad=True)),
 }
 
 # (layer lines, rows, cols, bands, classes, cases); "small" also runs on the emulation
@@ -101,6 +104,9 @@ SHAPES = {
     "avgpool": (["CONVOLUTIONAL LAYER 32 1 1 1 1 1 1", "POOLED AVERAGE LAYER 2 2 2 2",
                  "CONVOLUTIONAL LAYER 64 1 1 1 1 1 1", "FULLY CONNECTED LAYER 64"], 28, 28, 1, 10,
                 256),
+    # a first layer whose gradient comes from its own deltas (also emulated)
+    "firstsmall": (["CONVOLUTIONAL LAYER 12 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 8 1 1 1 1 1 1",
+                    "FULLY CONNECTED LAYER 6"], 10, 12, 1, 3, 96),
     # two wide fully connected layers (the suite's wide-fc)
     "wide": (["FULLY CONNECTED LAYER 1024", "FULLY CONNECTED LAYER 256"], 28, 28, 1, 10, 256),
 }
@@ -191,6 +197,7 @@ def _params_of(name):
                            ("conv_fwd_pool_", kernel_args.CONV_FWD_POOL),
                            ("conv_fwd_", kernel_args.CONV_FWD), ("conv_bwd_", kernel_args.CONV_BWD),
                            ("conv_grad_avg_", kernel_args.CONV_GRAD_AVG),
+                           ("conv_grad_first_", kernel_args.CONV_GRAD_FIRST),
                            ("conv_small_avg_", kernel_args.CONV_SMALL_AVG),
                            ("conv_grad_", kernel_args.CONV_GRAD),
                            ("conv_small_pool_", kernel_args.CONV_SMALL_POOL)):

@@ -463,6 +463,35 @@ def test_first_layer_gradient_from_average_pooling():
         assert np.array_equal(grad_l[rest], grad[rest])
 
 
+def test_first_layer_gradient_from_its_deltas():
+    """conv_grad_first (a conv_small first layer's weight gradient a position a thread), each
+    variant forced: the same bits for every variant and for MAX BATCH all and 256, the float64
+    model within the usual tolerances, and the products (first_grad=False) the same criterion and
+    the same gradient bits but the first layer's, which add in another order."""
+    from test_device_emulated import FIRST_GRAD_ARCHS
+    for lines, rows, cols, bands, ncls in FIRST_GRAD_ARCHS:
+        arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
+        first = arch.layers[0].weight_slice
+        runs = []
+        for params in (DeviceParams(), DeviceParams(max_batch=256)):
+            be = _backend(arch, params, DeviceOptions(first_grad=True))
+            candidates = list(be.first_grad.candidates)
+            for variant in candidates:
+                be.first_grad.candidates = [variant]
+                runs.append(be.evaluator(x, c, 0.01).gradient(w))
+        crit, grad = runs[0]
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+        assert _rel(grad[first], grad_ref[first]) <= 1e-5
+        for run in runs[1:]:
+            assert run[0] == crit and np.array_equal(run[1], grad), lines
+        crit_p, grad_p = _backend(arch, options=DeviceOptions(first_grad=False)).evaluator(
+            x, c, 0.01).gradient(w)
+        assert crit_p == crit and _rel(grad_p[first], grad[first]) <= 1e-5
+        rest = np.ones(arch.n_weights, bool)
+        rest[first] = False
+        assert np.array_equal(grad_p[rest], grad[rest])
+
+
 # first layers with max pooling that tiles them: LeNet's, one with padding and three bands, and
 # strides of 2 with 3 x 3 windows (conv_small_pool_fixed)
 FIRST_POOL_SPECS = [LENET_SHAPES,

@@ -570,6 +570,48 @@ def test_emulated_first_layer_gradient_from_average_pooling(fake_runtime, spec):
     assert be.fused_pool and not be.fused_pool_gradient and not be.pooled_grad
 
 
+# conv_grad_first: first layers whose gradient comes from their own deltas
+FIRST_GRAD_ARCHS = [
+    # 3 x 3 windows with padding on 12 slices, a CONV layer after them (vgg-mnist's shape)
+    (["CONVOLUTIONAL LAYER 12 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 8 1 1 1 1 1 1",
+      "POOLED MAX LAYER 2 2 2 2", "FULLY CONNECTED LAYER 6"], 10, 12, 1, 3),
+    # 3 x 3 windows of stride 2 on three bands (strided-rgb's shape), 28 weight rows
+    (["CONVOLUTIONAL LAYER 10 1 1 0 0 2 2", "FULLY CONNECTED LAYER 5"], 13, 11, 3, 4),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", FIRST_GRAD_ARCHS, ids=range(len(FIRST_GRAD_ARCHS)))
+def test_emulated_first_layer_gradient_from_its_deltas(fake_runtime, spec):
+    """conv_grad_first (a conv_small first layer's weight gradient a position a thread), each
+    variant: against the float64 model, with the weights' slices in one launch and split over
+    several (MAX HID GRAD), and MAX BATCH all and 256; first_grad=False puts it back on the
+    products."""
+    lines, rows, cols, bands, ncls = spec
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(rows * cols)
+    x, c = rng.uniform(-1, 1, (300, bands, rows, cols)), rng.integers(0, ncls, 300)
+    w = rng.normal(0, 0.5, arch.n_weights)
+    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
+    split = DeviceParams(max_hid_grad=2 * arch.layers[0].height * arch.layers[0].width)
+    options = DeviceOptions(first_grad=True)
+    for params in (DeviceParams(), DeviceParams(max_batch=256), split):
+        be = dbe.DeviceBackend(arch, params, options)
+        assert be.kernels.first_grad and not be.pooled_grad
+        first = be.first_grad
+        for variant in list(first.candidates):
+            first.candidates = [variant]
+            fake_runtime.launches.clear()
+            crit, grad = be.evaluator(x, c, 0.01).gradient(w)
+            n = fake_runtime.launches.count(first.function(variant))
+            assert n >= (2 if params is split else 1)
+            assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+            layer0 = arch.layers[0].weight_slice
+            assert _rel(grad[layer0], grad_ref[layer0]) <= 1e-5
+    be = dbe.DeviceBackend(arch, options=DeviceOptions(first_grad=False))
+    assert not be.kernels.first_grad and be.first_grad is None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", RANDOM_ARCHS[:2], ids=range(2))
 def test_graph_replay_gives_the_eager_results(fake_runtime, spec):

@@ -58,7 +58,8 @@ CIFAR_SIZED = (["CONVOLUTIONAL LAYER 24 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2"
 
 def test_tensor_cores_take_the_steps_the_rule_picks():
     """The steps on the tensor cores (split TF32). By default: every weight gradient (conv_grad's
-    variants are built only with the tensor cores off) but the gradient from the pooled deltas;
+    variants are built only with the tensor cores off) but the first layer's from the pooled
+    deltas or, with at most 10 weight rows, from its own deltas a position a thread;
     the activations of more than 16 columns without tiled
     variants (the fully connected layers of LeNet and the CIFAR-sized net, not the output
     layer), and those with tiled variants whose inputs come in runs of four through a window of
@@ -81,7 +82,11 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     assert strided.split_forward == {1, 2} and strided.split_delta == {1}
     assert strided.split_gradients == {0, 1, 2, 3}
     vgg = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED), DeviceOptions(), HOPPER)
-    assert vgg.split_gradients == {0, 1, 3, 4, 6, 7}
+    assert vgg.split_gradients == {1, 3, 4, 6, 7}
+    assert vgg.gradient_family(0) == kp.CONV_GRAD_FIRST and not vgg.pooled_grad
+    products = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED),
+                               DeviceOptions(first_grad=False), HOPPER)
+    assert products.split_gradients == {0, 1, 3, 4, 6, 7}
     float32 = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED),
                               DeviceOptions(tensor_cores=False), HOPPER)
     assert {v.stages for v in float32.tiled[3].grad.values()} == {2}
@@ -97,6 +102,29 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     assert not (none.split_gradients or none.split_forward or none.split_delta)
     for plan in (lenet, cifar, every):
         assert "gemm_async.cu" in plan.kernel_files()
+
+
+def test_a_first_layer_with_average_pooling_is_fused():
+    """A conv_small first layer with average pooling that tiles it: computed with its pooling in
+    one launch in every evaluation, its gradient from the pooled deltas (conv_grad_avg); without
+    that gradient (pooled_grad=False) a gradient computes the two layers on their own; windows
+    that do not tile the layer (3 x 3 of stride 2) keep the forward fusion alone."""
+    lines = ["CONVOLUTIONAL LAYER 32 1 1 1 1 1 1", "POOLED AVERAGE LAYER 2 2 2 2",
+             "CONVOLUTIONAL LAYER 64 1 1 1 1 1 1", "FULLY CONNECTED LAYER 64"]
+    plan = kp.plan_kernels(Architecture.from_lines(lines, 28, 28, 1, 10), DeviceOptions(), HOPPER)
+    assert plan.fused_pool and plan.fused_pool_gradient and plan.pooled_grad
+    assert plan.forward_family(0, want_delta=True) == kp.CONV_SMALL_POOL
+    assert plan.gradient_family(0) == plan.delta_family(1) == kp.CONV_GRAD_POOLED
+    assert 0 not in plan.split_gradients and not plan.first_grad
+    layered = kp.plan_kernels(Architecture.from_lines(lines, 28, 28, 1, 10),
+                              DeviceOptions(pooled_grad=False), HOPPER)
+    assert layered.fused_pool and not layered.fused_pool_gradient
+    assert layered.forward_family(0, want_delta=True) == kp.CONV_SMALL
+    assert layered.gradient_family(0) == kp.CONV_GRAD_FIRST
+    odd = kp.plan_kernels(Architecture.from_lines(
+        ["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "POOLED AVERAGE LAYER 3 3 3 3",
+         "FULLY CONNECTED LAYER 5"], 10, 10, 1, 3), DeviceOptions(), HOPPER)
+    assert odd.fused_pool and not odd.fused_pool_gradient and not odd.pooled_grad
 
 
 VGG_SIZED = (["CONVOLUTIONAL LAYER 12 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 12 1 1 1 1 1 1",

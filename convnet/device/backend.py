@@ -36,7 +36,7 @@ from .evaluator import DeviceEvaluator, UploadSplit
 from .handback import HandBack
 from .hostcopy import copy_into
 from .kernel_plan import plan_kernels, static_bytes
-from .first_layer import FirstLayerPool
+from .first_layer import FirstGradient, FirstLayerPool
 from .launches import (LINE_BLOCK, line_parts, line_point, vec_finish,
                        weights_scatter)
 from .options import DeviceOptions, device_params
@@ -102,6 +102,8 @@ class DeviceBackend:
         self.first_pool = (FirstLayerPool(self.rt, arch.layers[0], arch.layers[1],
                                           self.kernels.conv_small[0], self.kernels.pooled_grad)
                            if self.kernels.fused_pool else None)
+        self.first_grad = (FirstGradient(self.rt, arch.layers[0]) if self.kernels.first_grad
+                           else None)
         self._build_kernels()
         with self.rt.active():
             self.timer = EventTimer(self.rt.cuda, enabled=options.timing,
@@ -118,6 +120,8 @@ class DeviceBackend:
         special = [tiled.build_request() for tiled in self.conv_tiled.values()]
         if self.first_pool is not None:
             special += self.first_pool.build_requests()
+        if self.first_grad is not None:
+            special.append(("conv_small.cu", {}, self.first_grad.kernels()))
         self.rt.prepare(self.kernels.kernel_files(), special)
 
     # the plan's choices, by the names the evaluator and CUDA.LOG read

@@ -532,6 +532,10 @@ class DeviceEvaluator(Evaluator):
                 pooled=self.ws.acts[1] if lp.kind.applies_tanh else NULL, n_lo=slice_lo,
                 n_hi=slice_hi, n_cases=n_batch, chunk=CHUNK, subs=split.slots,
                 part=self.ws.scratch)
+        elif family == families.CONV_GRAD_FIRST:
+            b.first_grad.launch(self.tuner, lp, src=src, lda=lda, weights=NULL, delta=delta,
+                                n_lo=slice_lo, n_hi=slice_hi, n_cases=n_batch, chunk=CHUNK,
+                                subs=split.slots, part=self.ws.scratch)
         elif family == families.CONV_GRAD:
             launches.conv_grad(
                 self.tuner, site, b.conv_tiled[lp.index], src=src, lda=lda, delta=delta,

@@ -87,6 +87,10 @@ CONV_SMALL_AVG_FIXED = KernelParams("conv_small_avg_fixed", "conv_small.cu",
 CONV_GRAD_AVG = KernelParams("conv_grad_avg", "conv_small.cu", src=PTR, lda=INT, weights=PTR,
                              ldw=INT, delta=PTR, depth=INT, n_lo=INT, n_hi=INT, n_cases=INT,
                              chunk=INT, subs=INT, part=PTR)
+# ... and from its own deltas (Wf is not read)
+CONV_GRAD_FIRST = KernelParams("conv_grad_first", "conv_small.cu", src=PTR, lda=INT, weights=PTR,
+                               ldw=INT, delta=PTR, depth=INT, n_lo=INT, n_hi=INT, n_cases=INT,
+                               chunk=INT, subs=INT, part=PTR)
 # the first layer's weight gradient from its max-pooling layer's deltas and winners
 CONV_GRAD_POOLED = KernelParams(
     "conv_grad_pooled", "conv_small.cu", src=PTR, lda=INT, prior_height=INT, prior_width=INT,

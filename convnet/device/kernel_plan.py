@@ -17,7 +17,7 @@ from typing import Dict, FrozenSet, Optional, Tuple
 
 from .conv_tiled import (GRAD_SUBS, SMEM_BYTES, ConvShape, delta_variants, forward_variants,
                          grad_variants)
-from .first_layer import AverageGradient
+from .first_layer import first_layer_plan
 from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS,
                        POOLED_GRAD_SUBS, conv_grad_pooled_shape, conv_small_stage_row, line_parts,
                        windows_tile)
@@ -41,9 +41,11 @@ GEMM_TN = "gemm_tn"
 GEMM_TN_SPLIT = "gemm_tn_split"         # gemm_tn's partial sums on the tensor cores, split TF32
 CONV_GRAD = "conv_grad"
 CONV_GRAD_POOLED = "conv_grad_pooled"   # the first layer's, from the pooling layer's deltas
+CONV_GRAD_FIRST = "conv_grad_first"     # the first layer's, a position a thread (first_layer.py)
 
 FAMILIES = (GEMM_NN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BACKWARD,
-            POOL_BACKWARD_TILES, GEMM_TN, GEMM_TN_SPLIT, CONV_GRAD, CONV_GRAD_POOLED)
+            POOL_BACKWARD_TILES, GEMM_TN, GEMM_TN_SPLIT, CONV_GRAD, CONV_GRAD_POOLED,
+            CONV_GRAD_FIRST)
 
 # The kernel files (kernels/*.cu) a family's functions are in; conv_tiled.cu's variants (the
 # CONV_GRAD family and the tiled candidates) are built per layer shape, so they have none here.
@@ -52,7 +54,7 @@ FAMILIES = (GEMM_NN, CONV_SMALL, CONV_SMALL_POOL, POOL_FORWARD, POOL_BACKWARD,
 _PRODUCTS = ("gemm.cu", "gemm_async.cu")
 FAMILY_FILES = {GEMM_NN: _PRODUCTS, GEMM_TN: _PRODUCTS, GEMM_TN_SPLIT: (),
                 CONV_SMALL: ("conv_small.cu",) + _PRODUCTS, CONV_SMALL_POOL: ("conv_small.cu",),
-                CONV_GRAD_POOLED: ("conv_small.cu",),
+                CONV_GRAD_POOLED: ("conv_small.cu",), CONV_GRAD_FIRST: ("conv_small.cu",),
                 POOL_FORWARD: ("pool.cu",), POOL_BACKWARD: ("pool.cu",),
                 POOL_BACKWARD_TILES: ("pool.cu",)}
 # the softmax, the weights' copies and the gradient's sums serve every net
@@ -154,31 +156,6 @@ def _tiled_layers(arch, layouts, options, shared_optin, conv_small, pool_tiles):
     return tiled, conv_pool
 
 
-def _fused_first_pool(arch, layouts, options, conv_small, pool_tiles):
-    """(fused_pool, fused_pool_gradient, pooled_grad) of KernelPlan: whether a conv_small first
-    layer is computed together with the pooling after it (stride = width, and the kernel's
-    shared memory fits without opting in) in forward-only evaluations, in gradients too, and
-    whether its weight gradient is then taken from the pooled deltas (conv_grad_pooled for max
-    pooling whose windows tile it, and it fits; conv_grad_avg for average pooling, in which a
-    gradient needs it: the fused launch writes no activations of the first layer)."""
-    layers = arch.layers
-    if not (options.fuse and 0 in conv_small and len(layers) > 1
-            and not layers[1].kind.has_weights):
-        return False, False, False
-    spec = layers[1].spec
-    smem = 4 * (layouts[0].rows * conv_small[0]
-                + 2 * CONV_SMALL_THREADS * conv_small_stage_row(layers[0].depth))
-    if not (spec.stride_v == spec.width_v and spec.stride_h == spec.width_h
-            and smem <= SMEM_BYTES):
-        return False, False, False
-    if not layers[1].kind.keeps_winners:
-        average = options.pooled_grad and AverageGradient.fits(layers[0], layers[1])
-        return True, average, average
-    shape = conv_grad_pooled_shape(layers[0], layers[1], layers[0].depth)
-    pooled = options.pooled_grad and 1 in pool_tiles and shape is not None and shape[2] <= SMEM_BYTES
-    return True, 1 in pool_tiles, pooled
-
-
 @dataclass(frozen=True)
 class KernelPlan:
     """Every layer's kernel families (see :func:`plan_kernels`). The attributes name the
@@ -186,10 +163,12 @@ class KernelPlan:
     backpropagated by pool_backward_tiles), tiled (layer index -> TiledVariants), conv_pool
     (pooling layers computed in a tiled forward epilogue), fused_pool (a conv_small first layer
     pools as it goes in forward-only evaluations), fused_pool_gradient (... in gradients too),
-    pooled_grad (the first layer's gradient from the pooled deltas), and the steps on the tensor
+    pooled_grad (the first layer's gradient from the pooled deltas), the steps on the tensor
     cores (split TF32): split_gradients (layers whose weight gradients), split_forward (whose
     activations' gather products) and split_delta (whose delta backpropagation products); tf32:
-    those steps take one TF32 product instead of split TF32 (CUDA PRECISION = TF32)."""
+    those steps take one TF32 product instead of split TF32 (CUDA PRECISION = TF32); and
+    first_grad (the first layer's gradient from its own deltas a position a thread,
+    conv_grad_first). first_layer.first_layer_plan makes the first layer's choices."""
     arch: object = field(repr=False)
     layouts: Dict[int, object] = field(repr=False)
     conv_small: Dict[int, int]
@@ -204,6 +183,7 @@ class KernelPlan:
     split_forward: FrozenSet[int] = frozenset()
     split_delta: FrozenSet[int] = frozenset()
     tf32: bool = False
+    first_grad: bool = False
 
     # ------------------------------------------------------------ the questions of an evaluation
     def forward_family(self, index, fused=True, want_delta=False):
@@ -244,6 +224,8 @@ class KernelPlan:
             return None
         if index == 0 and self.pooled_grad:
             return CONV_GRAD_POOLED
+        if index == 0 and self.first_grad:
+            return CONV_GRAD_FIRST
         if index in self.split_gradients:
             return GEMM_TN_SPLIT
         tiled = self.tiled.get(index)
@@ -294,7 +276,7 @@ class KernelPlan:
         gemm_tn's position ranges."""
         grad = self.grad_plan(index)
         family = self.gradient_family(index)
-        if family == CONV_GRAD_POOLED:
+        if family in (CONV_GRAD_POOLED, CONV_GRAD_FIRST):
             return grad.groups, POOLED_GRAD_SUBS
         if family == CONV_GRAD:
             return grad.groups, GRAD_SUBS
@@ -332,10 +314,10 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES, precisi
                            if options.pool_tiles and not layer.kind.has_weights
                            and windows_tile(layer, layer.kind))
     tiled, conv_pool = _tiled_layers(arch, layouts, options, shared_optin, conv_small, pool_tiles)
-    fused_pool, fused_pool_gradient, pooled_grad = _fused_first_pool(arch, layouts, options,
-                                                                     conv_small, pool_tiles)
+    first = first_layer_plan(arch, layouts[0].rows if 0 in conv_small else 0, conv_small.get(0),
+                             options, pool_tiles)
     tf32 = precision == TF32
-    split = _split_gradients(arch, options, pooled_grad)
+    split = _split_gradients(arch, options, first.pooled_grad or first.direct_grad)
     split_forward, split_delta = _split_products(arch, options, conv_small, tiled, tf32)
     # a step on the tensor cores needs no float32 tiled variants built (nor, for a forward step,
     # the pooling in their epilogue)
@@ -347,8 +329,8 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES, precisi
     labels = tuple(f"Layer {i + 1} {layer.kind}" for i, layer in enumerate(arch.layers)) \
         + ("Output",)
     return KernelPlan(arch, layouts, conv_small, pool_tiles, tiled, frozenset(conv_pool),
-                      fused_pool, fused_pool_gradient, pooled_grad, labels, split,
-                      split_forward, split_delta, tf32)
+                      first.fused_pool, first.fused_pool_gradient, first.pooled_grad, labels,
+                      split, split_forward, split_delta, tf32, first.direct_grad)
 
 
 def _split_products(arch, options, conv_small, tiled, tf32=False):
@@ -427,10 +409,10 @@ def split_tf32_delta_pays(layer):
     return _runs_pay(layer, layer.depth)
 
 
-def _split_gradients(arch, options, pooled_grad):
+def _split_gradients(arch, options, first_own):
     """The layers whose weight-gradient partial sums run on the tensor cores (gemm_tn's split
     TF32 variants, or with tf32 their one-product twins): of the layers with weights whose
-    gradient is not the first layer's from the pooled deltas, every one unless
+    gradient is not the first layer's own kernel's (first_own), every one unless
     options.tensor_cores is False. Once the loaders counted their stages (NOTES.md, "Rules
     measured again"), split TF32 led conv_grad's float32 variants at every weight gradient of
     the suite, the strided and 5 x 5 windows that had kept them included (strided-rgb's 3 x 3
@@ -438,7 +420,7 @@ def _split_gradients(arch, options, pooled_grad):
     if options.tensor_cores is False:
         return frozenset()
     return frozenset(layer.index for layer in arch.all_layers
-                     if layer.kind.has_weights and not (layer.index == 0 and pooled_grad))
+                     if layer.kind.has_weights and not (layer.index == 0 and first_own))
 
 
 # CUDA PRECISION = TF32 (one TF32 product): measured on the suite (NOTES.md, "One TF32

@@ -24,7 +24,9 @@ class DeviceOptions:
     layer's weight gradient from the pooled deltas), pool_epilogue (pooling in the epilogue of
     a tiled forward variant), tensor_cores (weight gradients on the tensor cores in split TF32:
     None where kernel_plan's rule says so, True wherever the gather product could take them,
-    False nowhere).
+    False nowhere), first_grad (a conv_small first layer's weight gradient from its own deltas
+    a position a thread, conv_grad_first: None where first_layer_plan's rule says so, True
+    wherever it fits, False never).
     device: the CUDA device's index."""
 
     timing: bool = True
@@ -38,6 +40,7 @@ class DeviceOptions:
     pooled_grad: bool = True
     pool_epilogue: bool = True
     tensor_cores: Optional[bool] = None
+    first_grad: Optional[bool] = None
     device: int = 0
 
 

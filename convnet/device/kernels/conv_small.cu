@@ -646,12 +646,18 @@ extern "C" __global__ void __launch_bounds__(POOLED_GRAD_THREADS, 2) conv_grad_p
 }
 #endif
 
-// The weight gradient of a conv_small first layer followed by average pooling whose windows tile
-// it, straight from the pooling layer's deltas: the layer's activations are not read (its fused
-// forward launch never wrote them) but computed again, the same multiply-adds in the same order
-// as conv_small (padding skipped, the bias last), so the same bits; each position's delta is then
-// pool_backward's, bit for bit (0 + the pooled delta, divided by the window's size, times
-// 1 - a^2). Neither the layer's activation nor its full-size delta goes through memory.
+// The weight gradient of a conv_small first layer, a thread a position at a time, without the
+// gather tables or the tensor cores: where the layer has few weight rows (a 3 x 3 window on one
+// band has 10), gemm_tn's tiles spend their time copying the deltas, not multiplying. Two ways
+// to the layer's deltas:
+// - POOLED (conv_grad_avg): the layer is followed by average pooling whose windows tile it, and
+//   the deltas come straight from the pooling layer's: the layer's activations are not read (its
+//   fused forward launch never wrote them) but computed again, the same multiply-adds in the same
+//   order as conv_small (padding skipped, the bias last), so the same bits; each position's delta
+//   is then pool_backward's, bit for bit (0 + the pooled delta, divided by the window's size,
+//   times 1 - a^2). Neither the activation nor the full-size delta goes through memory.
+// - not POOLED (conv_grad_first): the layer's own deltas, as the layer after it backpropagated
+//   them (WV = WH = 1).
 // Partial z (chunk z / subs, sub-chunk z % subs: the cases [chunk * CHUNK + sub * CHUNK / subs,
 // ...) up to n_cases) of weight row k (the bias row last) and column c (slice n_lo + c) is
 //     part[(z * R + k) * NL + c] = the sum over its cases' positions of x(position + k) * delta
@@ -660,14 +666,15 @@ extern "C" __global__ void __launch_bounds__(POOLED_GRAD_THREADS, 2) conv_grad_p
 // the launch's slices in turns of at most AVG_GRAD_THREADS / AVG_GRAD_LANES groups); a thread takes
 // every AVG_GRAD_LANES-th window row of the sub-chunk's cases (a pooling window's WH positions of
 // one row, in order, which share their pooled delta) and keeps R x GS sums, which are then
-// added across each warp (a fixed butterfly) and the group's two warps.
+// added across each warp (a fixed butterfly) and the group's two warps. GS changes only which
+// thread keeps which column's sums, not the order of any sum: every GS gives the same bits.
 #define AVG_GRAD_LANES 64
 #define AVG_GRAD_THREADS 512
 #define AVG_GRAD_REG_WEIGHTS 48
 
 template <int FV, int FH, int PD, int SV, int SH, int PV, int PZ, int PH, int PW, int H, int W,
-          int WV, int WH, int GS, bool PADDED>
-__device__ __forceinline__ void conv_grad_avg_body(
+          int WV, int WH, int GS, bool PADDED, bool POOLED>
+__device__ __forceinline__ void conv_grad_first_body(
     const float* __restrict__ src, int lda, const float* __restrict__ Wf, int ldw,
     const float* __restrict__ delta, int N, int n_lo, int n_hi, int n_cases, int chunk, int subs,
     float* __restrict__ part)
@@ -679,9 +686,9 @@ __device__ __forceinline__ void conv_grad_avg_body(
     const int c_first = blockIdx.x * NB;                // this block's first, from slice n_lo
     const int NL = min(n_hi - n_lo - c_first, NB);      // this block's (weights past it zero)
     const int NT = n_hi - n_lo;                         // the launch's (a partial's row)
-    float* Bs = avg_smem;                               // R rows of NB weights
-    float* red = avg_smem + R * NB;                     // each warp's sums, R x GS
-    for (int i = threadIdx.x; i < R * NB; i += blockDim.x) {
+    float* Bs = avg_smem;                               // R rows of NB weights (POOLED)
+    float* red = avg_smem + (POOLED ? R * NB : 0);      // each warp's sums, R x GS
+    for (int i = threadIdx.x; i < (POOLED ? R * NB : 0); i += blockDim.x) {
         const int k = i / NB;
         const int n = i - k * NB;
         Bs[i] = n < NL ? Wf[(i64)k * ldw + n_lo + c_first + n] : 0.f;
@@ -691,7 +698,7 @@ __device__ __forceinline__ void conv_grad_avg_body(
     const float* bg = Bs + g * GS;
     // few enough weights stay in registers: a shared-memory read for every multiply-add of the
     // recomputed sums would bound the loop
-    constexpr bool WREG = R * GS <= AVG_GRAD_REG_WEIGHTS;
+    constexpr bool WREG = POOLED && R * GS <= AVG_GRAD_REG_WEIGHTS;
     float wr[WREG ? R : 1][GS];
 #pragma unroll
     for (int k = 0; k < (WREG ? R : 0); ++k)
@@ -733,18 +740,21 @@ __device__ __forceinline__ void conv_grad_avg_body(
                 const int c = ow * SH - PZ + k / PD % FH;
                 const bool in = !PADDED || ((unsigned)r < (unsigned)PH && (unsigned)c < (unsigned)PW);
                 xv[k] = in ? x[(r * PW + c) * PD + k % PD] : 0.f;
-                if (in) {
+                if (POOLED && in) {
 #pragma unroll
                     for (int j = 0; j < GS; ++j) acc[j] = fmaf(xv[k], weight(k, j), acc[j]);
                 }
             }
 #pragma unroll
             for (int j = 0; j < GS; ++j) {
-                const float a = tanhf(fmaf(1.f, weight(K, j), acc[j]));
-                float d = 0.f;
-                d += dv[j];
-                d /= (float)(WV * WH);
-                d *= 1.f - a * a;
+                float d = dv[j];
+                if (POOLED) {
+                    const float a = tanhf(fmaf(1.f, weight(K, j), acc[j]));
+                    d = 0.f;
+                    d += dv[j];
+                    d /= (float)(WV * WH);
+                    d *= 1.f - a * a;
+                }
 #pragma unroll
                 for (int k = 0; k < K; ++k) G[k][j] = fmaf(xv[k], d, G[k][j]);
                 G[K][j] += d;
@@ -775,12 +785,19 @@ __device__ __forceinline__ void conv_grad_avg_body(
     }
 }
 
-#define CONV_GRAD_AVG(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, H, W, WV, WH, GS, PADDED)         \
+#define CONV_GRAD_FIRST_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, H, W, WV, WH, GS,     \
+                               PADDED, POOLED)                                                    \
     extern "C" __global__ void __launch_bounds__(AVG_GRAD_THREADS) NAME(                          \
         const float* __restrict__ src, int lda, const float* __restrict__ Wf, int ldw,            \
         const float* __restrict__ delta, int N, int n_lo, int n_hi, int n_cases, int chunk,       \
         int subs, float* __restrict__ part)                                                       \
     {                                                                                             \
-        conv_grad_avg_body<FV, FH, PD, SV, SH, PV, PZ, PH, PW, H, W, WV, WH, GS, PADDED>(         \
-            src, lda, Wf, ldw, delta, N, n_lo, n_hi, n_cases, chunk, subs, part);                 \
+        conv_grad_first_body<FV, FH, PD, SV, SH, PV, PZ, PH, PW, H, W, WV, WH, GS, PADDED,        \
+                             POOLED>(src, lda, Wf, ldw, delta, N, n_lo, n_hi, n_cases, chunk,     \
+                                     subs, part);                                                 \
     }
+#define CONV_GRAD_AVG(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, H, W, WV, WH, GS, PADDED)         \
+    CONV_GRAD_FIRST_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, H, W, WV, WH, GS, PADDED, true)
+// the layer's own deltas (Wf is not read)
+#define CONV_GRAD_FIRST(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, H, W, GS, PADDED)               \
+    CONV_GRAD_FIRST_KERNEL(NAME, FV, FH, PD, SV, SH, PV, PZ, PH, PW, H, W, 1, 1, GS, PADDED, false)

@@ -123,24 +123,35 @@ class ConvSmallReference(PoolReference):
 
     # conv_grad_avg (conv_small.cu, one layer shape): the first layer's weight-gradient partials
     # from its average pooling's deltas, the layer's activations computed again
-    def conv_grad_avg(self, d, variant, grid, block, shared, src, lda, Wf, ldw, delta, N, n_lo,
-                      n_hi, n_cases, chunk, subs, part):
-        assert not d
-        fv, fh, PD, sv, sh, pv, ph, PH, PW, H, W, wv, wh, gs, padded = variant
+    def conv_grad_avg(self, d, variant, grid, block, shared, *args):
+        self._conv_grad_first(variant[:11], variant[11:13], variant[13:], grid, block, shared,
+                              *args)
+
+    # conv_grad_first (conv_small.cu, one layer shape): ... from the layer's own deltas
+    def conv_grad_first(self, d, variant, grid, block, shared, *args):
+        self._conv_grad_first(variant[:11], None, variant[11:], grid, block, shared, *args)
+
+    def _conv_grad_first(self, shape, window, build, grid, block, shared, src, lda, Wf, ldw, delta,
+                         N, n_lo, n_hi, n_cases, chunk, subs, part):
+        fv, fh, PD, sv, sh, pv, ph, PH, PW, H, W = shape
+        wv, wh = window or (1, 1)
+        gs, padded = build
         NL, K = n_hi - n_lo, fv * fh * PD
         groups = -(-NL // gs)
         per_block = min(groups, first_layer.AVG_GRAD_THREADS // first_layer.AVG_GRAD_LANES)
         assert block[0] == per_block * first_layer.AVG_GRAD_LANES
-        assert (K + 1) * gs <= first_layer.AverageGradient.MAX_SUMS
+        assert (K + 1) * gs <= first_layer.FirstGradient.MAX_SUMS
         assert grid[0] == -(-groups // per_block) and grid[1] == -(-n_cases // chunk) * subs
-        assert shared == 4 * (K + 1) * gs * (per_block + block[0] // 32) <= 48 * 1024
+        weights = per_block if window else 0
+        assert shared == 4 * (K + 1) * gs * (weights + block[0] // 32) <= 48 * 1024
         assert H % wv == 0 and W % wh == 0
-        Bm = self.f32(Wf, K * ldw + N).astype(np.float64)
-        Bm = np.stack([Bm[k * ldw + n_lo:k * ldw + n_hi] for k in range(K + 1)])
         x = self.f32(src, (n_cases - 1) * lda + PH * PW * PD).astype(np.float64)
         H2, W2 = H // wv, W // wh
         dl = self.f32(delta, n_cases * H2 * W2 * N).reshape(n_cases, H2, W2, N)
         dl = dl[:, :, :, n_lo:n_hi].astype(np.float64) / (wv * wh)
+        if window:
+            Bm = self.f32(Wf, K * ldw + N).astype(np.float64)
+            Bm = np.stack([Bm[k * ldw + n_lo:k * ldw + n_hi] for k in range(K + 1)])
         rin, cin = (H - 1) * sv + fv, (W - 1) * sh + fh
         o = self.f32(part, grid[1] * (K + 1) * NL).reshape(grid[1], K + 1, NL)
         per = chunk // subs
@@ -153,7 +164,8 @@ class ConvSmallReference(PoolReference):
                 win = np.stack([pad[r * sv:r * sv + fv, c * sh:c * sh + fh].ravel()
                                 for r in range(H) for c in range(W)])             # (positions, K)
                 win = np.hstack([win, np.ones((H * W, 1))])
-                a = np.tanh(win @ Bm)
                 up = np.repeat(np.repeat(dl[m], wv, axis=0), wh, axis=1).reshape(H * W, NL)
-                g += win.T @ (up * (1 - a ** 2))
+                if window:
+                    up = up * (1 - np.tanh(win @ Bm) ** 2)
+                g += win.T @ up
             o[z] = g.astype(np.float32)
