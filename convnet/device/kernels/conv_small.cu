@@ -556,7 +556,7 @@ __device__ __forceinline__ void cgp_load(const CgpShape& S, int m, const float* 
     }
 }
 
-extern "C" __global__ void __launch_bounds__(POOLED_GRAD_THREADS, 2) conv_grad_pooled(
+static __device__ __forceinline__ void conv_grad_pooled_body(
     const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv, int fh,
     int pv, int ph, int sv, int sh, int RS, const float* __restrict__ delta,
     const int* __restrict__ ids, const float* __restrict__ pooled, int H2, int W2, int N, int n_lo,
@@ -644,6 +644,20 @@ extern "C" __global__ void __launch_bounds__(POOLED_GRAD_THREADS, 2) conv_grad_p
     }
     if (live) part[((i64)z * R + k) * NL + c] = acc;
 }
+
+// An instantiation line like the other kernels' (no kernel of this file at column 0), so the
+// kernel cache can build the file in units of a few kernels side by side.
+#define CONV_GRAD_POOLED_KERNEL(NAME)                                                             \
+    extern "C" __global__ void __launch_bounds__(POOLED_GRAD_THREADS, 2) NAME(                    \
+        const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv,     \
+        int fh, int pv, int ph, int sv, int sh, int RS, const float* __restrict__ delta,          \
+        const int* __restrict__ ids, const float* __restrict__ pooled, int H2, int W2, int N,     \
+        int n_lo, int n_hi, int n_cases, int chunk, int subs, float* __restrict__ part)           \
+    {                                                                                             \
+        conv_grad_pooled_body(src, lda, PH, PW, PD, H, W, fv, fh, pv, ph, sv, sh, RS, delta, ids, \
+                              pooled, H2, W2, N, n_lo, n_hi, n_cases, chunk, subs, part);         \
+    }
+CONV_GRAD_POOLED_KERNEL(conv_grad_pooled)
 #endif
 
 // The weight gradient of a conv_small first layer, a thread a position at a time, without the
