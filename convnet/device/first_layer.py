@@ -244,9 +244,11 @@ class FirstLayerPool:
                                     pool_width_v=P.spec.width_v, pool_width_h=P.spec.width_h,
                                     out=out, ids=ids, total=total)
 
+        smem = 4 * (lp.rows * self.width + 2 * nt * conv_small_stage_row(L.depth))
+
         def run(variant):
             self.rt.launch(self.function(variant), _blocks(total, nt), (nt, 1, 1), *args,
-                           shared=4 * (lp.rows * self.width + 2 * nt * conv_small_stage_row(L.depth)))
+                           shared=smem)
 
         work = float(total) * P.spec.width_v * P.spec.width_h * lp.rows * self.width
         if int(ids) or self.average:

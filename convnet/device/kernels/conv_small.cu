@@ -100,6 +100,39 @@ __device__ __forceinline__ void conv_small_pool_frame(
     }
 }
 
+// One position's net inputs for NP slices into acc: the sum over filter rows, columns and prior
+// slices in gemm_nn's k order, skipping the zero padding (whose products add exactly nothing), the
+// window's first tap at prior row r0, column c0 (the bias is added by the caller).
+template <int NP>
+__device__ __forceinline__ void conv_small_sums(const float* x, const float* Bs, int r0, int c0,
+                                                int PH, int PW, int PD, int fv, int fh,
+                                                float (&acc)[NP])
+{
+#pragma unroll
+    for (int n = 0; n < NP; ++n) acc[n] = 0.f;
+    for (int fr = 0; fr < fv; ++fr) {
+        const int r = r0 + fr;
+        if (r < 0 || r >= PH) continue;
+        for (int fc = 0; fc < fh; ++fc) {
+            const int c = c0 + fc;
+            if (c < 0 || c >= PW) continue;
+            const float* xp = x + (r * PW + c) * PD;
+            const float* bp = Bs + (fr * fh + fc) * PD * NP;
+            for (int s = 0; s < PD; ++s) {
+                const float a = xp[s];
+#pragma unroll
+                for (int n = 0; n < NP; n += 4) {
+                    const float4 b = *reinterpret_cast<const float4*>(bp + s * NP + n);
+                    acc[n] = fmaf(a, b.x, acc[n]);
+                    acc[n + 1] = fmaf(a, b.y, acc[n + 1]);
+                    acc[n + 2] = fmaf(a, b.z, acc[n + 2]);
+                    acc[n + 3] = fmaf(a, b.w, acc[n + 3]);
+                }
+            }
+        }
+    }
+}
+
 template <int NP>
 __device__ __forceinline__ void conv_small_body(
     const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv, int fh,
@@ -120,33 +153,9 @@ __device__ __forceinline__ void conv_small_body(
             const int p = idx - cs * P;
             const int oh = p / W;
             const int ow = p - oh * W;
-            const int r0 = oh * sv - pv;
-            const int c0 = ow * sh - ph;
             float acc[NP];
-#pragma unroll
-            for (int n = 0; n < NP; ++n) acc[n] = 0.f;
-            const float* x = src + (i64)cs * lda;
-            for (int fr = 0; fr < fv; ++fr) {
-                const int r = r0 + fr;
-                if (r < 0 || r >= PH) continue;
-                for (int fc = 0; fc < fh; ++fc) {
-                    const int c = c0 + fc;
-                    if (c < 0 || c >= PW) continue;
-                    const float* xp = x + (r * PW + c) * PD;
-                    const float* bp = Bs + (fr * fh + fc) * PD * NP;
-                    for (int s = 0; s < PD; ++s) {
-                        const float a = xp[s];
-#pragma unroll
-                        for (int n = 0; n < NP; n += 4) {
-                            const float4 b = *reinterpret_cast<const float4*>(bp + s * NP + n);
-                            acc[n] = fmaf(a, b.x, acc[n]);
-                            acc[n + 1] = fmaf(a, b.y, acc[n + 1]);
-                            acc[n + 2] = fmaf(a, b.z, acc[n + 2]);
-                            acc[n + 3] = fmaf(a, b.w, acc[n + 3]);
-                        }
-                    }
-                }
-            }
+            conv_small_sums<NP>(src + (i64)cs * lda, Bs, oh * sv - pv, ow * sh - ph, PH, PW, PD,
+                                fv, fh, acc);
             const float* bias = Bs + (K - 1) * NP;
 #pragma unroll
             for (int n = 0; n < NP; ++n)
@@ -210,29 +219,7 @@ __device__ __forceinline__ void conv_small_pool_body(
                     const int r0 = oh * sv - pv;
                     const int c0 = ow * sh - ph;
                     float acc[NP];
-#pragma unroll
-                    for (int n = 0; n < NP; ++n) acc[n] = 0.f;
-                    for (int fr = 0; fr < fv; ++fr) {
-                        const int r = r0 + fr;
-                        if (r < 0 || r >= PH) continue;
-                        for (int fc = 0; fc < fh; ++fc) {
-                            const int c = c0 + fc;
-                            if (c < 0 || c >= PW) continue;
-                            const float* xp = x + (r * PW + c) * PD;
-                            const float* bp = Bs + (fr * fh + fc) * PD * NP;
-                            for (int s = 0; s < PD; ++s) {
-                                const float a = xp[s];
-#pragma unroll
-                                for (int n = 0; n < NP; n += 4) {
-                                    const float4 b = *reinterpret_cast<const float4*>(bp + s * NP + n);
-                                    acc[n] = fmaf(a, b.x, acc[n]);
-                                    acc[n + 1] = fmaf(a, b.y, acc[n + 1]);
-                                    acc[n + 2] = fmaf(a, b.z, acc[n + 2]);
-                                    acc[n + 3] = fmaf(a, b.w, acc[n + 3]);
-                                }
-                            }
-                        }
-                    }
+                    conv_small_sums<NP>(x, Bs, r0, c0, PH, PW, PD, fv, fh, acc);
                     const bool first = wr == 0 && wc == 0;
 #pragma unroll
                     for (int n = 0; n < NP; ++n) {
@@ -296,29 +283,7 @@ __device__ __forceinline__ void conv_small_avg_body(
                     const int r0 = (pr * wv2 + wr) * sv - pv;
                     const int c0 = (pc * wh2 + wc) * sh - ph;
                     float acc[NP];
-#pragma unroll
-                    for (int n = 0; n < NP; ++n) acc[n] = 0.f;
-                    for (int fr = 0; fr < fv; ++fr) {
-                        const int r = r0 + fr;
-                        if (r < 0 || r >= PH) continue;
-                        for (int fc = 0; fc < fh; ++fc) {
-                            const int c = c0 + fc;
-                            if (c < 0 || c >= PW) continue;
-                            const float* xp = x + (r * PW + c) * PD;
-                            const float* bp = Bs + (fr * fh + fc) * PD * NP;
-                            for (int s = 0; s < PD; ++s) {
-                                const float a = xp[s];
-#pragma unroll
-                                for (int n = 0; n < NP; n += 4) {
-                                    const float4 b = *reinterpret_cast<const float4*>(bp + s * NP + n);
-                                    acc[n] = fmaf(a, b.x, acc[n]);
-                                    acc[n + 1] = fmaf(a, b.y, acc[n + 1]);
-                                    acc[n + 2] = fmaf(a, b.z, acc[n + 2]);
-                                    acc[n + 3] = fmaf(a, b.w, acc[n + 3]);
-                                }
-                            }
-                        }
-                    }
+                    conv_small_sums<NP>(x, Bs, r0, c0, PH, PW, PD, fv, fh, acc);
 #pragma unroll
                     for (int n = 0; n < NP; ++n) sum[n] += tanhf(fmaf(1.f, bias[n], acc[n]));
                 }

@@ -98,25 +98,21 @@ class ConvSmallReference(PoolReference):
         assert shared == 4 * (-(-rin * RS // 2) * 2 + 2 * Q * NL + H * W) <= 48 * 1024
         x = self.f32(src, (n_cases - 1) * lda + PH * PW * PD).astype(np.float64)
         nhid = Q * N
-        dl = self.f32(delta, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi].astype(np.float64)
+        dl = self.f32(delta, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi]
+        dl = dl.astype(np.float64)
         if int(pooled):
             a = self.f32(pooled, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi]
             dl = dl * (1 - a.astype(np.float64) ** 2)
         idv = self.mem.view(ids, np.int32, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi]
         assert idv.min() >= 0 and idv.max() < H * W
-        rows, cols = np.divmod(np.arange(H * W), W)
+        shape = (PH, PW, PD, H, W, fv, fh, pv, ph, sv, sh)
         o = self.f32(part, grid[1] * (K + 1) * NL).reshape(grid[1], K + 1, NL)
         per = chunk // subs
         for z in range(grid[1]):
             lo = (z // subs) * chunk + (z % subs) * per
             g = np.zeros((K + 1, NL))
             for m in range(lo, min(n_cases, lo + per)):
-                pad = np.zeros((rin, cin, PD))
-                img = x[m * lda:m * lda + PH * PW * PD].reshape(PH, PW, PD)
-                r_hi, c_hi = min(PH, rin - pv), min(PW, cin - ph)
-                pad[pv:pv + r_hi, ph:ph + c_hi] = img[:r_hi, :c_hi]
-                win = np.stack([pad[r * sv:r * sv + fv, c * sh:c * sh + fh].ravel()
-                                for r, c in zip(rows, cols)])            # (positions, K)
+                win = _windows(x[m * lda:m * lda + PH * PW * PD], shape)     # (positions, K)
                 g[:K] += np.einsum("qck,qc->kc", win[idv[m]], dl[m])
                 g[K] += dl[m].sum(axis=0)
             o[z] = g.astype(np.float32)
@@ -152,20 +148,28 @@ class ConvSmallReference(PoolReference):
         if window:
             Bm = self.f32(Wf, K * ldw + N).astype(np.float64)
             Bm = np.stack([Bm[k * ldw + n_lo:k * ldw + n_hi] for k in range(K + 1)])
-        rin, cin = (H - 1) * sv + fv, (W - 1) * sh + fh
+        shape = (PH, PW, PD, H, W, fv, fh, pv, ph, sv, sh)
         o = self.f32(part, grid[1] * (K + 1) * NL).reshape(grid[1], K + 1, NL)
         per = chunk // subs
         for z in range(grid[1]):
             lo = (z // subs) * chunk + (z % subs) * per
             g = np.zeros((K + 1, NL))
             for m in range(lo, min(n_cases, lo + per)):
-                pad = np.zeros((max(rin, PH + pv), max(cin, PW + ph), PD))
-                pad[pv:pv + PH, ph:ph + PW] = x[m * lda:m * lda + PH * PW * PD].reshape(PH, PW, PD)
-                win = np.stack([pad[r * sv:r * sv + fv, c * sh:c * sh + fh].ravel()
-                                for r in range(H) for c in range(W)])             # (positions, K)
-                win = np.hstack([win, np.ones((H * W, 1))])
+                win = _windows(x[m * lda:m * lda + PH * PW * PD], shape)
+                win = np.hstack([win, np.ones((H * W, 1))])             # the bias row's input
                 up = np.repeat(np.repeat(dl[m], wv, axis=0), wh, axis=1).reshape(H * W, NL)
                 if window:
                     up = up * (1 - np.tanh(win @ Bm) ** 2)
                 g += win.T @ up
             o[z] = g.astype(np.float32)
+
+
+def _windows(image, shape):
+    """(positions, taps x prior slices): every window of one case's prior activations (float64,
+    row-major), zero where it reaches into the padding."""
+    PH, PW, PD, H, W, fv, fh, pv, ph, sv, sh = shape
+    rin, cin = (H - 1) * sv + fv, (W - 1) * sh + fh
+    pad = np.zeros((max(rin, PH + pv), max(cin, PW + ph), PD))
+    pad[pv:pv + PH, ph:ph + PW] = image.reshape(PH, PW, PD)
+    return np.stack([pad[r * sv:r * sv + fv, c * sh:c * sh + fh].ravel()
+                     for r in range(H) for c in range(W)])
