@@ -118,8 +118,9 @@ def _instantiations(text):
     return kernel_cache.INSTANTIATION.findall(text)
 
 
-def test_a_file_of_instantiations_is_split_keeping_every_line_once():
-    text = runtime.kernel_source("gemm.cu")
+@pytest.mark.parametrize("name", ["gemm.cu", "conv_small.cu"])
+def test_a_file_of_instantiations_is_split_keeping_every_line_once(name):
+    text = runtime.kernel_source(name)
     units = split_units(text)
     lines = _instantiations(text)
     assert len(units) == -(-len(lines) // kernel_cache.LINES_PER_UNIT) > 1
@@ -134,7 +135,7 @@ def test_a_file_of_instantiations_is_split_keeping_every_line_once():
 
 
 def test_a_file_with_a_plain_kernel_stays_whole():
-    for name in ("conv_small.cu", "weights.cu", "pool.cu", "output.cu"):
+    for name in ("weights.cu", "pool.cu", "output.cu"):
         text = runtime.kernel_source(name)
         assert split_units(text) == [text]
 
