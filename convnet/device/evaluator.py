@@ -473,8 +473,8 @@ class DeviceEvaluator(Evaluator):
             if family is None:
                 break
             if family == families.CONV_GRAD_POOLED:
-                # the first layer's weight gradient from this pooling layer's deltas and
-                # winners; nothing is backpropagated into the first layer
+                # the first layer's weight gradient from this pooling layer's deltas (and, for
+                # max pooling, its winners); nothing is backpropagated into the first layer
                 count = self._gradient(plan.layers[0], start, n_batch, delta)
                 b.timer.mark(rt.stream, b.labels[0], "gradient", count)
                 break
