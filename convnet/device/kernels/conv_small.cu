@@ -643,13 +643,14 @@ CONV_GRAD_POOLED_KERNEL(conv_grad_pooled)
 // in this kernel's own order, which depends only on the architecture and the number of cases.
 // A block has a group of AVG_GRAD_LANES threads for each GS of its slices (blocks along x take
 // the launch's slices in turns of at most AVG_GRAD_THREADS / AVG_GRAD_LANES groups); a thread takes
-// every AVG_GRAD_LANES-th window row of the sub-chunk's cases (a pooling window's WH positions of
-// one row, in order, which share their pooled delta) and keeps R x GS sums, which are then
-// added across each warp (a fixed butterfly) and the group's two warps. GS changes only which
+// every AVG_GRAD_LANES-th pooling window of the sub-chunk's cases (its positions row by row share
+// their pooled delta and, where few enough, the inputs they read) and keeps R x GS sums, which
+// are then added across each warp (a fixed butterfly) and the group's two warps. GS changes only which
 // thread keeps which column's sums, not the order of any sum: every GS gives the same bits.
 #define AVG_GRAD_LANES 64
 #define AVG_GRAD_THREADS 512
 #define AVG_GRAD_REG_WEIGHTS 48
+#define AVG_GRAD_PATCH 32
 
 template <int FV, int FH, int PD, int SV, int SH, int PV, int PZ, int PH, int PW, int H, int W,
           int WV, int WH, int GS, bool PADDED, bool POOLED>
@@ -696,29 +697,46 @@ __device__ __forceinline__ void conv_grad_first_body(
 #pragma unroll
         for (int j = 0; j < GS; ++j) G[k][j] = 0.f;
     constexpr int W2 = W / WH;
-    constexpr int SEGS = H * W2;                        // a case's window rows: WH positions each
+    constexpr int SEGS = (H / WV) * W2;                 // a case's pooling windows
+    // the inputs a window's positions read, kept in registers where few enough
+    constexpr int PR = (WV - 1) * SV + FV, PC = (WH - 1) * SH + FH;
+    constexpr bool PATCH = PR * PC * PD <= AVG_GRAD_PATCH;
     for (int seg = lo * SEGS + threadIdx.x - g * AVG_GRAD_LANES; seg < hi * SEGS;
          seg += AVG_GRAD_LANES) {
         const int m = seg / SEGS;
-        const int oh = (seg - m * SEGS) / W2;
-        const int pc = seg - m * SEGS - oh * W2;
+        const int pr = (seg - m * SEGS) / W2;
+        const int pc = seg - m * SEGS - pr * W2;
         const float* x = src + (i64)m * lda;
-        const float* dp = delta + m * nhid + ((oh / WV) * W2 + pc) * N + n_lo + c_first + g * GS;
+        const float* dp = delta + m * nhid + (pr * W2 + pc) * N + n_lo + c_first + g * GS;
         float dv[GS];
 #pragma unroll
         for (int j = 0; j < GS; ++j) dv[j] = g * GS + j < NL ? dp[j] : 0.f;
+        const int r0 = pr * WV * SV - PV;               // the patch's first prior row, column
+        const int c0 = pc * WH * SH - PZ;
+        float patch[PATCH ? PR * PC * PD : 1];
 #pragma unroll
-        for (int t = 0; t < WH; ++t) {                  // the window row's positions in order
-            const int ow = pc * WH + t;
+        for (int i = 0; i < (PATCH ? PR * PC * PD : 0); ++i) {
+            const int r = r0 + i / (PC * PD);
+            const int c = c0 + i / PD % PC;
+            const bool in = !PADDED || ((unsigned)r < (unsigned)PH && (unsigned)c < (unsigned)PW);
+            patch[i] = in ? x[(r * PW + c) * PD + i % PD] : 0.f;
+        }
+#pragma unroll
+        for (int t = 0; t < WV * WH; ++t) {             // the window's positions, row by row
+            const int wr = t / WH, wc = t % WH;
             float xv[K], acc[GS];
 #pragma unroll
             for (int j = 0; j < GS; ++j) acc[j] = 0.f;
 #pragma unroll
             for (int k = 0; k < K; ++k) {
-                const int r = oh * SV - PV + k / (FH * PD);
-                const int c = ow * SH - PZ + k / PD % FH;
+                const int i = wr * SV + k / (FH * PD);  // the tap's place in the patch
+                const int jc = wc * SH + k / PD % FH;
+                const int r = r0 + i, c = c0 + jc;
                 const bool in = !PADDED || ((unsigned)r < (unsigned)PH && (unsigned)c < (unsigned)PW);
-                xv[k] = in ? x[(r * PW + c) * PD + k % PD] : 0.f;
+                if (PATCH)
+                    xv[k] = patch[PATCH ? (i * PC + jc) * PD + k % PD : 0];
+                else
+                    xv[k] = in ? x[(r * PW + c) * PD + k % PD] : 0.f;
                 if (POOLED && in) {
 #pragma unroll
                     for (int j = 0; j < GS; ++j) acc[j] = fmaf(xv[k], weight(k, j), acc[j]);
