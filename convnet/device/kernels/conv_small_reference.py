@@ -106,16 +106,12 @@ class ConvSmallReference(PoolReference):
         idv = self.mem.view(ids, np.int32, n_cases * nhid).reshape(n_cases, Q, N)[:, :, n_lo:n_hi]
         assert idv.min() >= 0 and idv.max() < H * W
         shape = (PH, PW, PD, H, W, fv, fh, pv, ph, sv, sh)
+
+        def one_case(m):
+            win = _windows(x[m * lda:m * lda + PH * PW * PD], shape)         # (positions, K)
+            return np.vstack([np.einsum("qck,qc->kc", win[idv[m]], dl[m]), dl[m].sum(axis=0)])
         o = self.f32(part, grid[1] * (K + 1) * NL).reshape(grid[1], K + 1, NL)
-        per = chunk // subs
-        for z in range(grid[1]):
-            lo = (z // subs) * chunk + (z % subs) * per
-            g = np.zeros((K + 1, NL))
-            for m in range(lo, min(n_cases, lo + per)):
-                win = _windows(x[m * lda:m * lda + PH * PW * PD], shape)     # (positions, K)
-                g[:K] += np.einsum("qck,qc->kc", win[idv[m]], dl[m])
-                g[K] += dl[m].sum(axis=0)
-            o[z] = g.astype(np.float32)
+        _partials(o, chunk, subs, n_cases, one_case)
 
     # conv_grad_avg (conv_small.cu, one layer shape): the first layer's weight-gradient partials
     # from its average pooling's deltas, the layer's activations computed again
@@ -149,19 +145,16 @@ class ConvSmallReference(PoolReference):
             Bm = self.f32(Wf, K * ldw + N).astype(np.float64)
             Bm = np.stack([Bm[k * ldw + n_lo:k * ldw + n_hi] for k in range(K + 1)])
         shape = (PH, PW, PD, H, W, fv, fh, pv, ph, sv, sh)
+
+        def one_case(m):
+            win = _windows(x[m * lda:m * lda + PH * PW * PD], shape)
+            win = np.hstack([win, np.ones((H * W, 1))])                 # the bias row's input
+            up = np.repeat(np.repeat(dl[m], wv, axis=0), wh, axis=1).reshape(H * W, NL)
+            if window:
+                up = up * (1 - np.tanh(win @ Bm) ** 2)
+            return win.T @ up
         o = self.f32(part, grid[1] * (K + 1) * NL).reshape(grid[1], K + 1, NL)
-        per = chunk // subs
-        for z in range(grid[1]):
-            lo = (z // subs) * chunk + (z % subs) * per
-            g = np.zeros((K + 1, NL))
-            for m in range(lo, min(n_cases, lo + per)):
-                win = _windows(x[m * lda:m * lda + PH * PW * PD], shape)
-                win = np.hstack([win, np.ones((H * W, 1))])             # the bias row's input
-                up = np.repeat(np.repeat(dl[m], wv, axis=0), wh, axis=1).reshape(H * W, NL)
-                if window:
-                    up = up * (1 - np.tanh(win @ Bm) ** 2)
-                g += win.T @ up
-            o[z] = g.astype(np.float32)
+        _partials(o, chunk, subs, n_cases, one_case)
 
 
 def _windows(image, shape):
@@ -173,3 +166,13 @@ def _windows(image, shape):
     pad[pv:pv + PH, ph:ph + PW] = image.reshape(PH, PW, PD)
     return np.stack([pad[r * sv:r * sv + fv, c * sh:c * sh + fh].ravel()
                      for r in range(H) for c in range(W)])
+
+
+def _partials(out, chunk, subs, n_cases, one_case):
+    """out[z] (float32) = the sum of one_case(m) (float64) over partial z's cases: chunk z // subs,
+    its sub-chunk z % subs."""
+    per = chunk // subs
+    for z in range(out.shape[0]):
+        lo = (z // subs) * chunk + (z % subs) * per
+        cases = range(lo, min(n_cases, lo + per))
+        out[z] = sum((one_case(m) for m in cases), np.zeros(out.shape[1:])).astype(np.float32)
