@@ -399,6 +399,27 @@ def test_pooling_four_slices_a_thread_gives_the_same_bits(monkeypatch):
     assert np.array_equal(one[3], out)
 
 
+def _near_the_model(arch, run, crit_ref, grad_ref):
+    """A (criterion, gradient) within the usual tolerances of the float64 model's, the first
+    layer's part on its own too."""
+    crit, grad = run
+    first = arch.layers[0].weight_slice
+    assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+    assert _rel(grad[first], grad_ref[first]) <= 1e-5
+
+
+def _only_the_first_layer_differs(arch, run, other):
+    """Two (criterion, gradient) of one problem by paths that add the first layer's gradient in
+    other orders: the same criterion, that layer's part within float32 rounding, the rest bit for
+    bit."""
+    (crit, grad), (crit_o, grad_o) = run, other
+    first = arch.layers[0].weight_slice
+    assert crit_o == crit and _rel(grad_o[first], grad[first]) <= 1e-5
+    rest = np.ones(arch.n_weights, bool)
+    rest[first] = False
+    assert np.array_equal(grad_o[rest], grad[rest])
+
+
 def test_first_layer_gradient_from_pooled_deltas():
     """conv_grad_pooled (the first layer's weight gradient from its max pooling's deltas and
     winners) on LeNet's shapes and the emulated tests' architectures: the same bits for MAX BATCH
@@ -407,21 +428,16 @@ def test_first_layer_gradient_from_pooled_deltas():
     from test_device_emulated import POOLED_GRAD_ARCHS
     for lines, rows, cols, bands, ncls in [LENET_SHAPES] + POOLED_GRAD_ARCHS:
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
-        first = arch.layers[0].weight_slice
         runs = []
         for params in (DeviceParams(), DeviceParams(max_batch=256)):
             be = _backend(arch, params)
             assert be.pooled_grad, lines
             runs.append(be.evaluator(x, c, 0.01).gradient(w))
         crit, grad = runs[0]
-        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
-        assert _rel(grad[first], grad_ref[first]) <= 1e-5
+        _near_the_model(arch, runs[0], crit_ref, grad_ref)
         assert runs[1][0] == crit and np.array_equal(runs[1][1], grad), lines
-        crit_l, grad_l = _backend(arch, options=DeviceOptions(pooled_grad=False)).evaluator(x, c, 0.01).gradient(w)
-        assert crit_l == crit and _rel(grad_l[first], grad[first]) <= 1e-5
-        rest = np.ones(arch.n_weights, bool)
-        rest[first] = False
-        assert np.array_equal(grad_l[rest], grad[rest])
+        layered = _backend(arch, options=DeviceOptions(pooled_grad=False)).evaluator(x, c, 0.01)
+        _only_the_first_layer_differs(arch, (crit, grad), layered.gradient(w))
 
 
 AVGPOOL_DEEP_SHAPES = (["CONVOLUTIONAL LAYER 32 1 1 1 1 1 1", "POOLED AVERAGE LAYER 2 2 2 2",
@@ -439,7 +455,6 @@ def test_first_layer_gradient_from_average_pooling():
     from test_device_emulated import AVG_GRAD_ARCHS
     for lines, rows, cols, bands, ncls in [AVGPOOL_DEEP_SHAPES] + AVG_GRAD_ARCHS:
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
-        first = arch.layers[0].weight_slice
         runs = []
         for params in (DeviceParams(), DeviceParams(max_batch=256)):
             be = _backend(arch, params)
@@ -451,16 +466,11 @@ def test_first_layer_gradient_from_average_pooling():
                 ev = be.evaluator(x, c, 0.01)
                 runs.append((*ev.gradient(w), ev.criterion(w)))
         crit, grad, crit_only = runs[0]
-        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
-        assert _rel(grad[first], grad_ref[first]) <= 1e-5
+        _near_the_model(arch, (crit, grad), crit_ref, grad_ref)
         for run in runs[1:]:
             assert run[0] == crit and np.array_equal(run[1], grad) and run[2] == crit_only, lines
         layered = _backend(arch, options=DeviceOptions(pooled_grad=False)).evaluator(x, c, 0.01)
-        crit_l, grad_l = layered.gradient(w)
-        assert crit_l == crit and _rel(grad_l[first], grad[first]) <= 1e-5
-        rest = np.ones(arch.n_weights, bool)
-        rest[first] = False
-        assert np.array_equal(grad_l[rest], grad[rest])
+        _only_the_first_layer_differs(arch, (crit, grad), layered.gradient(w))
 
 
 def test_first_layer_gradient_from_its_deltas():
@@ -471,7 +481,6 @@ def test_first_layer_gradient_from_its_deltas():
     from test_device_emulated import FIRST_GRAD_ARCHS
     for lines, rows, cols, bands, ncls in FIRST_GRAD_ARCHS:
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
-        first = arch.layers[0].weight_slice
         runs = []
         for params in (DeviceParams(), DeviceParams(max_batch=256)):
             be = _backend(arch, params, DeviceOptions(first_grad=True))
@@ -480,16 +489,11 @@ def test_first_layer_gradient_from_its_deltas():
                 be.first_grad.candidates = [variant]
                 runs.append(be.evaluator(x, c, 0.01).gradient(w))
         crit, grad = runs[0]
-        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
-        assert _rel(grad[first], grad_ref[first]) <= 1e-5
+        _near_the_model(arch, runs[0], crit_ref, grad_ref)
         for run in runs[1:]:
             assert run[0] == crit and np.array_equal(run[1], grad), lines
-        crit_p, grad_p = _backend(arch, options=DeviceOptions(first_grad=False)).evaluator(
-            x, c, 0.01).gradient(w)
-        assert crit_p == crit and _rel(grad_p[first], grad[first]) <= 1e-5
-        rest = np.ones(arch.n_weights, bool)
-        rest[first] = False
-        assert np.array_equal(grad_p[rest], grad[rest])
+        products = _backend(arch, options=DeviceOptions(first_grad=False)).evaluator(x, c, 0.01)
+        _only_the_first_layer_differs(arch, (crit, grad), products.gradient(w))
 
 
 # first layers with max pooling that tiles them: LeNet's, one with padding and three bands, and

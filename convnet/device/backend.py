@@ -121,7 +121,7 @@ class DeviceBackend:
         if self.first_pool is not None:
             special += self.first_pool.build_requests()
         if self.first_grad is not None:
-            special.append(("conv_small.cu", {}, self.first_grad.kernels()))
+            special.append(self.first_grad.build_request())
         self.rt.prepare(self.kernels.kernel_files(), special)
 
     # the plan's choices, by the names the evaluator and CUDA.LOG read

@@ -10,20 +10,27 @@ from .conv_tiled import SMEM_BYTES
 from .kernel_args import (CONV_GRAD_AVG, CONV_GRAD_FIRST, CONV_SMALL_AVG_FIXED, CONV_SMALL_POOL,
                           CONV_SMALL_POOL_FIXED, CONV_SMALL_POOL_VALUES)
 from .launches import (CONV_SMALL_THREADS, _blocks, _conv_shape, _covered, conv_grad_pooled,
-                       conv_grad_pooled_shape, conv_small_stage_row)
+                       conv_grad_pooled_shape, conv_small_stage_row, windows_tile_exactly)
 
 # conv_grad_avg (conv_small.cu): threads of a slice group, and at most this many to a block
 AVG_GRAD_LANES = 64
 AVG_GRAD_THREADS = 512
 
 
-def tiles_exactly(layer, pool_layer):
-    """Whether pool_layer's windows tile `layer` exactly: strides equal to the widths and every
-    neuron of the layer in one window."""
-    s = pool_layer.spec
-    return (s.stride_v == s.width_v and s.stride_h == s.width_h
-            and pool_layer.height * s.width_v == layer.height
-            and pool_layer.width * s.width_h == layer.width)
+def _weight_rows(layer):
+    """A convolutional layer's weight rows: its window's taps on every prior slice, and the bias."""
+    s = layer.spec
+    return s.filter_v * s.filter_h * layer.prior_depth + 1
+
+
+def _shape_constants(layer):
+    """The constants a first-layer kernel is compiled for (window, strides, padding, the prior
+    layer's size) and whether its windows reach into padding (bounds are then checked)."""
+    s = layer.spec
+    rin, cin = _covered(layer)
+    padded = (s.pad_v > 0 or s.pad_h > 0 or rin > layer.prior_height or cin > layer.prior_width)
+    return (s.filter_v, s.filter_h, layer.prior_depth, s.stride_v, s.stride_h, s.pad_v, s.pad_h,
+            layer.prior_height, layer.prior_width), int(padded)
 
 
 # conv_grad_first pays for a first layer of at most this many weight rows (a 3 x 3 window on one
@@ -93,28 +100,21 @@ class FirstGradient:
         self.rt = rt
         self.layer = layer
         self.pooled = pool_layer is not None
-        s = layer.spec
-        self.rows = s.filter_v * s.filter_h * layer.prior_depth + 1
-        rin, cin = _covered(layer)
-        padded = (s.pad_v > 0 or s.pad_h > 0 or rin > layer.prior_height
-                  or cin > layer.prior_width)
-        self.constants = (s.filter_v, s.filter_h, layer.prior_depth, s.stride_v, s.stride_h,
-                          s.pad_v, s.pad_h, layer.prior_height, layer.prior_width, layer.height,
-                          layer.width)
+        self.rows = _weight_rows(layer)
+        shape, self.padded = _shape_constants(layer)
+        self.constants = shape + (layer.height, layer.width)
         if self.pooled:
             self.constants += (pool_layer.spec.width_v, pool_layer.spec.width_h)
-        self.padded = int(padded)
         self.candidates = [f"g{gs}" for gs in self.SLICES if self.rows * gs <= self.MAX_SUMS][:3]
         self._built = False
 
     @classmethod
     def fits(cls, layer, pool_layer=None):
         """Whether the kernel can take this first layer (and its average pooling layer)."""
-        s = layer.spec
         if pool_layer is not None and (pool_layer.kind.keeps_winners
-                                       or not tiles_exactly(layer, pool_layer)):
+                                       or not windows_tile_exactly(pool_layer)):
             return False
-        return s.filter_v * s.filter_h * layer.prior_depth + 1 <= cls.MAX_SUMS
+        return _weight_rows(layer) <= cls.MAX_SUMS
 
     @property
     def family(self):
@@ -128,6 +128,11 @@ class FirstGradient:
         params = CONV_GRAD_AVG if self.pooled else CONV_GRAD_FIRST
         return [(self.function(v), f"{params.family.upper()}({self.function(v)}, {consts}, "
                  f"{v[1:]}, {self.padded})", params) for v in self.candidates]
+
+    def build_request(self):
+        """(kernel file, defines, kernels): what Runtime.specialize builds for the gradient (the
+        backend asks for it with the net's other kernels; launch asks again, which finds it)."""
+        return "conv_small.cu", {}, self.kernels()
 
     def shape(self, variant, n_cols):
         """(blocks along the slices, threads, shared-memory bytes) of a launch of n_cols slices."""
@@ -146,8 +151,8 @@ class FirstGradient:
                            depth=L.depth, n_lo=n_lo, n_hi=n_hi, n_cases=n_cases, chunk=chunk,
                            subs=subs, part=part)
         n_cols = n_hi - n_lo
-        if not self._built:                 # at once where the backend built it beforehand
-            self.rt.specialize("conv_small.cu", {}, self.kernels())
+        if not self._built:
+            self.rt.specialize(*self.build_request())
             self._built = True
 
         def run(variant):
@@ -183,13 +188,9 @@ class FirstLayerPool:
         self.pool_layer = pool_layer
         self.width = width
         self.average = not pool_layer.kind.keeps_winners
-        s, ps = layer.spec, pool_layer.spec
-        rin, cin = _covered(layer)
-        padded = (s.pad_v > 0 or s.pad_h > 0 or rin > layer.prior_height
-                  or cin > layer.prior_width)
-        self.constants = (s.filter_v, s.filter_h, layer.prior_depth, s.stride_v, s.stride_h,
-                          s.pad_v, s.pad_h, layer.prior_height, layer.prior_width, ps.width_v,
-                          ps.width_h, width, int(padded))
+        ps = pool_layer.spec
+        shape, padded = _shape_constants(layer)
+        self.constants = shape + (ps.width_v, ps.width_h, width, padded)
         fits = ps.width_v * ps.width_h * width <= self.MAX_ACCUMULATORS
         self.fixed = dict(self.FIXED) if fits else {}
         # what the tuner may choose from, with the winners and without them
@@ -211,7 +212,7 @@ class FirstLayerPool:
 
     def kernels(self):
         """(function name, instantiation line, KernelParams) of the fixed variants (for max
-        pooling with the winners and without them) and of the gradient's."""
+        pooling with the winners and without them)."""
         consts = ", ".join(map(str, self.constants))
         kinds = (((CONV_SMALL_AVG_FIXED, ""),) if self.average
                  else ((CONV_SMALL_POOL_FIXED, ""), (CONV_SMALL_POOL_VALUES, self.VALUES)))
@@ -220,16 +221,16 @@ class FirstLayerPool:
             for params, suffix in kinds:
                 f = self.function(v + suffix)
                 out.append((f, f"{params.family.upper()}({f}, {consts}, {minb}, {rolled})", params))
-        return out + (self.gradient.kernels() if self.gradient else [])
+        return out
 
     def build_requests(self):
-        """[(kernel file, defines, kernels)]: what Runtime.specialize builds for this layer
-        (nothing where no fixed variant fits and no gradient is built)."""
-        kernels = self.kernels()
-        return [("conv_small.cu", {}, kernels)] if kernels else []
+        """[(kernel file, defines, kernels)]: what Runtime.specialize builds for this layer: the
+        fixed variants where they fit, and the gradient's kernels where it has its own."""
+        own = [("conv_small.cu", {}, self.kernels())] if self.fixed else []
+        return own + ([self.gradient.build_request()] if self.gradient else [])
 
     def _build(self):
-        if not self._built and self.kernels():
+        if not self._built and self.fixed:
             self.rt.specialize("conv_small.cu", {}, self.kernels())
         self._built = True
 
@@ -265,6 +266,5 @@ class FirstLayerPool:
                              pooled=pooled, n_lo=n_lo, n_hi=n_hi, n_cases=n_cases, chunk=chunk,
                              subs=subs, part=part)
             return
-        self._build()
         self.gradient.launch(tuner, lp, src=src, lda=lda, weights=weights, delta=delta, n_lo=n_lo,
                              n_hi=n_hi, n_cases=n_cases, chunk=chunk, subs=subs, part=part)

@@ -18,8 +18,7 @@ from typing import Dict, FrozenSet, Optional, Tuple
 from .conv_tiled import (GRAD_SUBS, SMEM_BYTES, ConvShape, delta_variants, forward_variants,
                          grad_variants)
 from .first_layer import first_layer_plan
-from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, CONV_SMALL_THREADS,
-                       POOLED_GRAD_SUBS, conv_grad_pooled_shape, conv_small_stage_row, line_parts,
+from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, POOLED_GRAD_SUBS, line_parts,
                        windows_tile)
 from .layout import layer_layouts
 from ..params import FLOAT32, TF32

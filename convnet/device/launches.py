@@ -92,13 +92,19 @@ def pool_backward(rt, lp, prior_nhid, delta, ids, prior_act, out, nb):
                                   prior_act=prior_act, out=out, nb=nb))
 
 
-def windows_tile(layer, kind):
-    """Whether a pooling layer is max pooling whose windows tile its prior layer exactly (each
-    prior neuron in one window), so pool_backward_tiles can backpropagate its delta."""
+def windows_tile_exactly(layer):
+    """Whether a pooling layer's windows tile its prior layer exactly: strides equal to the
+    widths and each prior neuron in one window."""
     s = layer.spec
-    return (kind.keeps_winners and s.stride_v == s.width_v and s.stride_h == s.width_h
+    return (s.stride_v == s.width_v and s.stride_h == s.width_h
             and layer.height * s.width_v == layer.prior_height
             and layer.width * s.width_h == layer.prior_width)
+
+
+def windows_tile(layer, kind):
+    """Whether a pooling layer is max pooling whose windows tile its prior layer exactly, so
+    pool_backward_tiles can backpropagate its delta."""
+    return kind.keeps_winners and windows_tile_exactly(layer)
 
 
 def pool_backward_tiles(rt, lp, delta, ids, pooled, out, nb):
