@@ -13,10 +13,8 @@ GEMM_TN_SPLIT(gemm_tn_tc64x16_w16x16_s4, 64, 16, 16, 16, 4, 3)
 GEMM_TN_SPLIT(gemm_tn_tc32x16_w16x8_s4, 32, 16, 16, 8, 4, 3)
 GEMM_TN_SPLIT(gemm_tn_tc128x16_w32x16_s4, 128, 16, 32, 16, 4, 3)
 GEMM_TN_SPLIT(gemm_tn_tc64x16_w32x16_s4, 64, 16, 32, 16, 4, 3)
-GEMM_TN_SPLIT(gemm_tn_tc128x48_w32x24_s3, 128, 48, 32, 24, 3, 3)
 GEMM_TN_SPLIT(gemm_tn_tc64x48_w32x24_s3, 64, 48, 32, 24, 3, 3)
 GEMM_TN_SPLIT(gemm_tn_tc128x24_w32x24_s3, 128, 24, 32, 24, 3, 3)
-GEMM_TN_SPLIT(gemm_tn_tc64x24_w32x24_s4, 64, 24, 32, 24, 4, 3)
 GEMM_TN_SPLIT(gemm_tn_tc128x64_w32x64_s3, 128, 64, 32, 64, 3, 3)
 // 80 rows (warps of 16): a 5 x 5 window's 76 weight rows on three bands, which 128-row tiles
 // leave two fifths idle
@@ -36,7 +34,4 @@ GEMM_NN_SPLIT(gemm_nn_tcq128x32_w32x32_s3, gemm_nn_quad_split_body, 128, 32, 32,
 GEMM_NN_SPLIT(gemm_nn_tcq64x32_w32x16_s4, gemm_nn_quad_split_body, 64, 32, 32, 16, 4, 3)
 GEMM_NN_SPLIT(gemm_nn_tcq128x16_w32x16_s4, gemm_nn_quad_split_body, 128, 16, 32, 16, 4, 3)
 GEMM_NN_SPLIT(gemm_nn_tcq64x16_w16x16_s4, gemm_nn_quad_split_body, 64, 16, 16, 16, 4, 3)
-GEMM_NN_SPLIT(gemm_nn_tcq128x48_w32x24_s3, gemm_nn_quad_split_body, 128, 48, 32, 24, 3, 3)
-GEMM_NN_SPLIT(gemm_nn_tcq64x48_w32x24_s3, gemm_nn_quad_split_body, 64, 48, 32, 24, 3, 3)
 GEMM_NN_SPLIT(gemm_nn_tcq128x24_w32x24_s3, gemm_nn_quad_split_body, 128, 24, 32, 24, 3, 3)
-GEMM_NN_SPLIT(gemm_nn_tcq64x24_w32x24_s4, gemm_nn_quad_split_body, 64, 24, 32, 24, 4, 3)
