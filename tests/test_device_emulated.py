@@ -530,6 +530,23 @@ AVG_GRAD_ARCHS = [
 ]
 
 
+def _first_layer_problem(spec):
+    """_problem for a first-layer test (300 cases, weights of spread 0.5), and the DeviceParams
+    whose MAX HID GRAD splits the first layer's slices over several launches."""
+    lines, rows, cols, bands, ncls = spec
+    arch, x, c, w, crit_ref, grad_ref, _ = _problem(lines, rows, cols, bands, ncls, 300,
+                                                     rows * cols, spread=0.5)
+    split = DeviceParams(max_hid_grad=2 * arch.layers[0].height * arch.layers[0].width)
+    return arch, x, c, w, crit_ref, grad_ref, split
+
+
+def _assert_near_the_model(arch, crit, grad, crit_ref, grad_ref):
+    """The golden vectors' tolerances, for the whole gradient and for the first layer's part."""
+    assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+    layer0 = arch.layers[0].weight_slice
+    assert _rel(grad[layer0], grad_ref[layer0]) <= 1e-5
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", AVG_GRAD_ARCHS, ids=range(len(AVG_GRAD_ARCHS)))
 def test_emulated_first_layer_gradient_from_average_pooling(fake_runtime, spec):
@@ -537,13 +554,7 @@ def test_emulated_first_layer_gradient_from_average_pooling(fake_runtime, spec):
     and its weight gradient from the pooled deltas (conv_grad_avg, each variant): against the
     float64 model, with the weights' slices in one launch and split over several (MAX HID
     GRAD), and MAX BATCH all and 256; nothing of the first layer's size is backpropagated."""
-    lines, rows, cols, bands, ncls = spec
-    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
-    rng = np.random.default_rng(rows * cols)
-    x, c = rng.uniform(-1, 1, (300, bands, rows, cols)), rng.integers(0, ncls, 300)
-    w = rng.normal(0, 0.5, arch.n_weights)
-    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
-    split = DeviceParams(max_hid_grad=2 * arch.layers[0].height * arch.layers[0].width)
+    arch, x, c, w, crit_ref, grad_ref, split = _first_layer_problem(spec)
     for params in (DeviceParams(), DeviceParams(max_batch=256), split):
         be = dbe.DeviceBackend(arch, params)
         assert be.fused_pool and be.fused_pool_gradient and be.pooled_grad
@@ -561,9 +572,7 @@ def test_emulated_first_layer_gradient_from_average_pooling(fake_runtime, spec):
             assert n >= (2 if params is split else 1)
             assert not _pooled(fake_runtime.launches, "pool_backward")
             assert f"conv_small_{first.width}" not in fake_runtime.launches
-            assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
-            layer0 = arch.layers[0].weight_slice
-            assert _rel(grad[layer0], grad_ref[layer0]) <= 1e-5
+            _assert_near_the_model(arch, crit, grad, crit_ref, grad_ref)
             assert abs(ev.criterion(w) - crit_ref) <= 1e-6 * crit_ref
     # without the gradient from the pooled deltas, a gradient computes every layer on its own
     be = dbe.DeviceBackend(arch, options=DeviceOptions(pooled_grad=False))
@@ -587,13 +596,7 @@ def test_emulated_first_layer_gradient_from_its_deltas(fake_runtime, spec):
     variant: against the float64 model, with the weights' slices in one launch and split over
     several (MAX HID GRAD), and MAX BATCH all and 256; first_grad=False puts it back on the
     products."""
-    lines, rows, cols, bands, ncls = spec
-    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
-    rng = np.random.default_rng(rows * cols)
-    x, c = rng.uniform(-1, 1, (300, bands, rows, cols)), rng.integers(0, ncls, 300)
-    w = rng.normal(0, 0.5, arch.n_weights)
-    crit_ref, grad_ref, _, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
-    split = DeviceParams(max_hid_grad=2 * arch.layers[0].height * arch.layers[0].width)
+    arch, x, c, w, crit_ref, grad_ref, split = _first_layer_problem(spec)
     options = DeviceOptions(first_grad=True)
     for params in (DeviceParams(), DeviceParams(max_batch=256), split):
         be = dbe.DeviceBackend(arch, params, options)
@@ -605,9 +608,7 @@ def test_emulated_first_layer_gradient_from_its_deltas(fake_runtime, spec):
             crit, grad = be.evaluator(x, c, 0.01).gradient(w)
             n = fake_runtime.launches.count(first.function(variant))
             assert n >= (2 if params is split else 1)
-            assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
-            layer0 = arch.layers[0].weight_slice
-            assert _rel(grad[layer0], grad_ref[layer0]) <= 1e-5
+            _assert_near_the_model(arch, crit, grad, crit_ref, grad_ref)
     be = dbe.DeviceBackend(arch, options=DeviceOptions(first_grad=False))
     assert not be.kernels.first_grad and be.first_grad is None
 
@@ -794,14 +795,14 @@ TILED_ARCHS = [
 ]
 
 
-def _problem(lines, rows, cols, bands, ncls, n, seed):
-    """An architecture, n random cases in -1..1, weights, and the float64 model's criterion,
-    gradient and probabilities (WPEN 0.01)."""
+def _problem(lines, rows, cols, bands, ncls, n, seed, spread=0.3):
+    """An architecture, n random cases in -1..1, weights (normal, this spread), and the float64
+    model's criterion, gradient and probabilities (WPEN 0.01)."""
     arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, (n, bands, rows, cols))
     c = rng.integers(0, ncls, n)
-    w = rng.normal(0, 0.3, arch.n_weights)
+    w = rng.normal(0, spread, arch.n_weights)
     crit_ref, grad_ref, p_ref, _ = simulate(ModelPlan(arch), w, x, c, 0.01)
     return arch, x, c, w, crit_ref, grad_ref, p_ref
 
