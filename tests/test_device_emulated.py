@@ -792,6 +792,14 @@ TILED_ARCHS = [
     # the delta into prior rows of over 16 columns (21: 4 x 21 accumulators a thread)
     (["CONVOLUTIONAL LAYER 12 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 8 1 1 1 1 1 1",
       "FULLY CONNECTED LAYER 3"], 5, 21, 1, 3),
+    # conv_grad_warp beside conv_grad's other variants (24 slices on 8: 18 lanes of a window of
+    # 3 x 3), its bands of 4 rows on 7 (the last one of 3)
+    (["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 24 1 1 1 1 1 1",
+      "FULLY CONNECTED LAYER 3"], 7, 9, 1, 3),
+    # conv_grad_warp alone, strides 2, padding above only, 10 slices (deltas copied 4 bytes at a
+    # time into rows of 12)
+    (["CONVOLUTIONAL LAYER 12 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 10 1 1 1 0 2 2",
+      "FULLY CONNECTED LAYER 3"], 9, 8, 2, 3),
 ]
 
 
@@ -858,7 +866,7 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
     small = TILED_ARCHS[2:5:2] + TILED_ARCHS[7:]         # nets with no variant over 48 KB
     assert set(fake_runtime.shared_allowed) == large and (large or spec in small)
     assert any(ct.bwd for ct in be.conv_tiled.values()) == (
-        spec in (TILED_ARCHS[0], TILED_ARCHS[3], TILED_ARCHS[5], TILED_ARCHS[7]))
+        spec in (TILED_ARCHS[0], TILED_ARCHS[3], TILED_ARCHS[5], TILED_ARCHS[7], TILED_ARCHS[8]))
     stages = {v.stages for ct in be.conv_tiled.values() for v in ct.grad.values()}
     assert stages == ({1} if spec is TILED_ARCHS[5] else {2} if stages else set())
 
@@ -878,6 +886,27 @@ def test_conv_grad_takes_one_stage_only_where_two_do_not_fit():
     for v in one:
         assert v.smem(cifar) <= conv_tiled.SMEM_SHARE < 2 * v.smem(cifar)
     assert conv_tiled.grad_variants(cifar, 48 * 1024) == []      # no opt-in: gemm_tn
+
+
+def test_conv_grad_warp_serves_narrow_layers():
+    """conv_grad_warp (a warp a partial sum) where a layer's window has fewer than 32 groups of 4
+    prior slices and the layer at most 24 slices; such a layer's conv_grad variants then take 64
+    partial sums a chunk of cases, others GRAD_SUBS; rows too long for the usual bands get one
+    variant of a row a band."""
+    from convnet.device import conv_tiled
+    optin = 227 * 1024
+    vgg = conv_tiled.ConvShape(28, 28, 12, 28, 28, 12, 3, 3, 1, 1, 1, 1, 32)
+    found = conv_tiled.grad_variants(vgg, optin)
+    assert [v.suffix for v in found] == ["w4_b2", "w2_b4", "w4_b4"]
+    assert conv_tiled.grad_subs(found) == conv_tiled.WARP_GRAD_SUBS == 64
+    lenet = conv_tiled.ConvShape(12, 12, 20, 8, 8, 50, 5, 5, 0, 0, 1, 1, 0)
+    assert conv_tiled.grad_subs(conv_tiled.grad_variants(lenet, optin)) == conv_tiled.GRAD_SUBS
+    long_rows = conv_tiled.ConvShape(100, 100, 12, 100, 100, 12, 3, 3, 1, 1, 1, 1, 32)
+    assert [v.suffix for v in conv_tiled.grad_variants(long_rows, optin)] == ["w2_b1"]
+    for shape in (conv_tiled.ConvShape(14, 14, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1, 32),  # 36 groups
+                  conv_tiled.ConvShape(14, 14, 12, 14, 14, 28, 3, 3, 1, 1, 1, 1, 32)):  # 28 slices
+        assert not any(isinstance(v, conv_tiled.GradWarpVariant)
+                       for v in conv_tiled.grad_variants(shape, optin))
 
 
 # a tiled CONV layer followed by max pooling whose windows tile it: (lines, rows, cols, bands,

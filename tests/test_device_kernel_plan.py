@@ -82,11 +82,19 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     assert strided.split_forward == {1, 2} and strided.split_delta == {1}
     assert strided.split_gradients == {0, 1, 2, 3}
     vgg = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED), DeviceOptions(), HOPPER)
-    assert vgg.split_gradients == {1, 3, 4, 6, 7}
+    assert vgg.split_gradients == {4, 6, 7}
     assert vgg.gradient_family(0) == kp.CONV_GRAD_FIRST and not vgg.pooled_grad
+    # the 28 x 28 x 12 and 14 x 14 x 24 layers on 12 slices: conv_grad_warp, 64 partials a chunk
+    for index in (1, 3):
+        assert vgg.gradient_family(index) == kp.CONV_GRAD
+        assert vgg.grad_slots(index, 10000)[1] == 64
+    assert {v.suffix for v in vgg.tiled[1].grad.values()} == {"w4_b2", "w2_b4", "w4_b4"}
     products = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED),
                                DeviceOptions(first_grad=False), HOPPER)
-    assert products.split_gradients == {0, 1, 3, 4, 6, 7}
+    assert products.split_gradients == {0, 4, 6, 7}
+    every_vgg = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED),
+                                DeviceOptions(tensor_cores=True), HOPPER)
+    assert every_vgg.split_gradients == {1, 3, 4, 6, 7}
     float32 = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED),
                               DeviceOptions(tensor_cores=False), HOPPER)
     assert {v.stages for v in float32.tiled[3].grad.values()} == {2}

@@ -6,7 +6,9 @@ the layer's dimensions as compile-time constants and copy each case's prior acti
 or deltas (conv_bwd) into shared memory once, forming the windows there. Both are candidates of
 the same launch site: the tuner times them on the real data and keeps the faster, and they give
 the same bits (same multiply-add order; tested). A layer's weight gradient is conv_grad's alone
-where a variant fits (it adds in its own order, cases then positions), else gemm_tn's.
+where a variant fits (it adds in its own order, cases then positions), else gemm_tn's; its
+variants include conv_grad_warp (a warp a partial sum, for narrow layers), which adds in the same
+order.
 
 The module of a layer shape is built the first time one of its kernels is launched (a layer the
 tuner never times, because its launches are small, costs no compilation). This module knows
@@ -17,13 +19,20 @@ runtime compiles and caches the modules.
 import dataclasses
 from dataclasses import dataclass
 
-from .kernel_args import CONV_BWD, CONV_FWD, CONV_FWD_POOL, CONV_GRAD
+from .kernel_args import CONV_BWD, CONV_FWD, CONV_FWD_POOL, CONV_GRAD, CONV_GRAD_WARP
 
 SOURCE = "conv_tiled.cu"
 SMEM_BYTES = 48 * 1024          # shared memory of a block that needs no opt-in
 GRAD_SUBS = 8                   # conv_grad: partial sums per chunk of cases (each 32 cases)
 GRAD_THREADS = 1024             # threads of a conv_grad block
 GRAD_TAPROW_FLOATS = 80         # accumulators of a conv_grad thread that takes a filter row
+# conv_grad_warp: (output rows a band, warps a block) of its variants; the partial sums per chunk
+# of cases of a layer that has it (4 cases each, so that the warps are many); the most columns
+# (4 accumulators each) a lane keeps
+WARP_GRAD_BANDS = ((2, 4), (4, 2), (4, 4))
+WARP_GRAD_WIDE = (1, 2)         # the one taken where none of those fits (layers of long rows)
+WARP_GRAD_SUBS = 64
+WARP_GRAD_COLUMNS = 24
 SMEM_SHARE = 114 * 1024         # at most this much when opted in: two blocks per multiprocessor
                                 # (of Hopper's 228 KB)
 MAX_THREADS = 256               # threads of a conv_fwd block
@@ -93,11 +102,14 @@ class ConvShape:
         return _ceil(self.PD, 4) * 4
 
     @property
-    def case_floats(self):
-        rin = (self.H - 1) * self.SV + self.FV
+    def row_floats(self):
+        """Floats of one prior row of a case's shared copy (ct::ROW)."""
         cin = (self.W - 1) * self.SH + self.FH
-        row = cin * self.pd4 + (4 if (cin * self.pd4 // 4) % 2 == 0 else 0)
-        return rin * row
+        return cin * self.pd4 + (4 if (cin * self.pd4 // 4) % 2 == 0 else 0)
+
+    @property
+    def case_floats(self):
+        return ((self.H - 1) * self.SV + self.FV) * self.row_floats
 
     @property
     def out_floats(self):
@@ -317,9 +329,9 @@ class GradVariant:
         groups = shape.pd4 // 4 * (self.rows if self.taprow else shape.FH) + (0 if self.taprow else 1)
         return groups * self.ncolg(shape)
 
-    def blocks(self, shape):
-        """Blocks across the filter rows."""
-        return _ceil(shape.FV, self.rows)
+    def grid(self, shape, n_partials):
+        """Blocks across the filter rows, and the partials."""
+        return _ceil(shape.FV, self.rows), n_partials, 1
 
     def smem(self, shape):
         stage = shape.case_floats + shape.H * shape.W * self.ncolg(shape) * self.tn
@@ -337,6 +349,42 @@ class GradVariant:
                 and (not self.taprow or shape.FH * 4 * self.tn <= GRAD_TAPROW_FLOATS))
 
 
+@dataclass(frozen=True)
+class GradWarpVariant:
+    """conv_grad_warp: a warp a partial sum, its lanes each 4 prior slices of a tap and one lane
+    the bias row, for layers whose window has fewer than 32 such groups; `rows` output rows of a
+    case in a warp's shared memory at a time (two such bands: the next one copied while one is
+    summed), `warps` partials a block. Its sums are conv_grad's, in conv_grad's order."""
+    rows: int
+    warps: int
+    stages = 2                      # bands of a warp in shared memory at once
+
+    def threads(self, shape):
+        return 32 * self.warps
+
+    def grid(self, shape, n_partials):
+        return _ceil(n_partials, self.warps), 1, 1
+
+    def smem(self, shape):
+        prior_rows = (self.rows - 1) * shape.SV + shape.FV
+        stage = _ceil(prior_rows * shape.row_floats + self.rows * shape.W * shape.jd4, 4) * 4
+        return 4 * self.warps * 2 * stage
+
+    @property
+    def suffix(self):
+        return f"w{self.warps}_b{self.rows}"
+
+    def fits(self, shape, smem_limit):
+        return (shape.FV * shape.FH * shape.pd4 // 4 < 32 and shape.jd4 <= WARP_GRAD_COLUMNS
+                and self.rows <= shape.H and self.smem(shape) <= smem_limit)
+
+
+def grad_subs(variants):
+    """Partial sums per chunk of cases of a layer whose conv_grad variants are these: as many
+    as conv_grad_warp needs warps where it is among them, else GRAD_SUBS."""
+    return WARP_GRAD_SUBS if any(isinstance(v, GradWarpVariant) for v in variants) else GRAD_SUBS
+
+
 def grad_variants(shape, smem_limit=SMEM_BYTES):
     """conv_grad's variants for this shape (empty: the layer's gradient stays with gemm_tn):
     prior depth a multiple of 4 (a thread's 4 weight rows are one 16-byte load of a window).
@@ -350,11 +398,14 @@ def grad_variants(shape, smem_limit=SMEM_BYTES):
     candidates = (GradVariant(4, True), GradVariant(2, True), GradVariant(4, True, every),
                   GradVariant(4))
     limit = min(smem_limit, SMEM_SHARE)
+    warps = [v for v in (GradWarpVariant(rows, warps) for rows, warps in WARP_GRAD_BANDS)
+             if v.fits(shape, limit)] or [v for v in [GradWarpVariant(*WARP_GRAD_WIDE)]
+                                          if v.fits(shape, limit)]
     found = [v for v in dict.fromkeys(candidates) if v.fits(shape, limit)]
     if found:
-        return found
+        return found + warps
     single = (dataclasses.replace(v, stages=1) for v in candidates)
-    return [v for v in dict.fromkeys(single) if v.fits(shape, limit)]
+    return [v for v in dict.fromkeys(single) if v.fits(shape, limit)] + warps
 
 
 class ConvTiled:
@@ -393,9 +444,14 @@ class ConvTiled:
                  CONV_FWD_POOL) for t, v in self.variants("fwd_pool").items()]
         out += [(self.function(t, "bwd"), f"CONV_BWD({self.function(t, 'bwd')}, {v.cases}, "
                  f"{int(v.pad)}, {v.tps}, {v.minb(self.shape)})", CONV_BWD) for t, v in self.bwd.items()]
-        out += [(self.function(t, "grad"), f"CONV_GRAD({self.function(t, 'grad')}, {v.tn}, "
-                 f"{int(v.taprow)}, {v.rows}, {v.stages})", CONV_GRAD) for t, v in self.grad.items()]
+        out += [self._grad_kernel(t, v) for t, v in self.grad.items()]
         return out
+
+    def _grad_kernel(self, tile, v):
+        name = self.function(tile, "grad")
+        if isinstance(v, GradWarpVariant):
+            return name, f"CONV_GRAD_WARP({name}, {v.rows}, {v.warps})", CONV_GRAD_WARP
+        return name, f"CONV_GRAD({name}, {v.tn}, {int(v.taprow)}, {v.rows}, {v.stages})", CONV_GRAD
 
     def build_request(self):
         """(kernel file, defines, kernels): what Runtime.specialize builds for this layer."""
@@ -445,7 +501,7 @@ class ConvTiled:
         [n_lo, n_hi) into part, with gradient variant `tile`."""
         self._build()
         v = self.grad[tile]
-        self.rt.launch(self.function(tile, "grad"), (v.blocks(self.shape), _ceil(n_cases, chunk) * subs, 1),
+        self.rt.launch(self.function(tile, "grad"), v.grid(self.shape, _ceil(n_cases, chunk) * subs),
                        (v.threads(self.shape), 1, 1),
                        *CONV_GRAD.pack(src=src, lda=lda, delta=delta, ldd=ldd, n_lo=n_lo, n_hi=n_hi,
                                        n_cases=n_cases, chunk=chunk, subs=subs, part=part),

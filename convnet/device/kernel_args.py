@@ -68,8 +68,11 @@ CONV_FWD_POOL = KernelParams("conv_fwd_pool", "conv_tiled.cu", src=PTR, lda=INT,
                              M=INT, pout=PTR, ldp=INT, pids=PTR)
 CONV_BWD = KernelParams("conv_bwd", "conv_tiled.cu", delta=PTR, ldd=INT, weights=PTR, M=INT, out=PTR,
                         ldo=INT, prior=PTR, epi=INT)
-CONV_GRAD = KernelParams("conv_grad", "conv_tiled.cu", src=PTR, lda=INT, delta=PTR, ldd=INT,
-                         n_lo=INT, n_hi=INT, n_cases=INT, chunk=INT, subs=INT, part=PTR)
+_CONV_GRAD_ARGS = dict(src=PTR, lda=INT, delta=PTR, ldd=INT, n_lo=INT, n_hi=INT, n_cases=INT,
+                       chunk=INT, subs=INT, part=PTR)
+CONV_GRAD = KernelParams("conv_grad", "conv_tiled.cu", **_CONV_GRAD_ARGS)
+# conv_grad's partial sums a warp a partial (narrow layers): the same arguments
+CONV_GRAD_WARP = KernelParams("conv_grad_warp", "conv_tiled.cu", **_CONV_GRAD_ARGS)
 _CONV_SMALL_POOL_ARGS = dict(**_CONV_SHAPE, pool_height=INT, pool_width=INT, pool_width_v=INT,
                              pool_width_h=INT, out=PTR, ids=PTR, total=INT)
 CONV_SMALL_POOL = KernelParams("conv_small_pool", "conv_small.cu", **_CONV_SMALL_POOL_ARGS)

@@ -791,6 +791,177 @@ __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, in
                                                 subs, part);                                      \
     }
 
+// ------------------------------------------------------------------ weight gradient, a warp a partial
+// conv_grad's partial sums, in conv_grad's order (cases ascending, then positions ascending, one
+// fmaf chain a weight), for layers narrow enough that one warp keeps every weight of the launch:
+// lane t < ITEMS takes 4 prior slices (t % SG) of one tap (t / SG) for every column (NCP: the
+// launch's columns padded to 4), lane ITEMS the bias row (its window reads 1, 0, 0, 0: fmaf(1, d,
+// acc) is acc + d, as conv_grad adds it), the lanes past it the first item again for nothing, so
+// that the warp never diverges. A warp is one partial (blockIdx.x * WARPS + its warp): it copies
+// a band of RB output rows of one case at a time (the prior rows the band's windows cover, with
+// their padding, and the band's deltas) into its own part of shared memory, the next band in
+// flight while one is summed, and needs no block-wide synchronisation. So the warps are as many
+// as the partials, where conv_grad's threads of one partial would be fewer than a warp.
+template <int RB>
+struct ConvGradWarpTile {
+    static constexpr int SG = ct::PD4 / 4;                  // groups of 4 prior slices
+    static constexpr int ITEMS = ct::TAPS * SG;             // lanes of the window's weight rows
+    static constexpr int NCP = (CT_D + 3) / 4 * 4;          // columns of a band's delta copy
+    static constexpr int BANDS = (CT_H + RB - 1) / RB;
+    static constexpr int BIN = (RB - 1) * CT_SV + CT_FV;    // prior rows a band's windows cover
+    static constexpr int XB = BIN * ct::ROW;
+    static constexpr int STAGE = (XB + RB * CT_W * NCP + 3) / 4 * 4;
+};
+
+// Band `band` of case m (the rows of this layer band * RB ..; rows past the layer are not
+// copied) into Xs (prior rows, padding zero) and Ds (deltas of columns n_lo .. n_hi, zeros up to
+// NCP), by the 32 lanes of one warp.
+template <int RB>
+__device__ __forceinline__ void ct_load_band(float* Xs, const float* __restrict__ src, int lda,
+                                             const float* __restrict__ delta, int ldd, int n_lo,
+                                             int NL, int m, int band, int lane)
+{
+    using namespace ct;
+    using T = ConvGradWarpTile<RB>;
+    constexpr int NCP = T::NCP;
+    float* Ds = Xs + T::XB;
+    const int oh0 = band * RB;
+    const int rows = min(RB, CT_H - oh0);
+    const float* x = src + (i64)m * lda;
+    constexpr int UNITS_ROW = CIN * PD4 / 4;
+    const bool vec = (lda & 3) == 0 && ((size_t)src & 15) == 0;
+    for (int u = lane; u < T::BIN * UNITS_ROW; u += 32) {
+        const int i = u / UNITS_ROW;
+        const int w = u - i * UNITS_ROW;
+        const int j = w / (PD4 / 4);
+        const int s = (w - j * (PD4 / 4)) * 4;
+        const int r = oh0 * CT_SV + i - CT_PV, col = j - CT_PZ;
+        const bool ok = r >= 0 && r < CT_PH && col >= 0 && col < CT_PW;
+        const float* g = x + (r * CT_PW + col) * CT_PD + s;
+        float* dst = Xs + i * ROW + j * PD4 + s;
+        if (vec) {
+            ct_cp_async16(dst, ok ? g : src, ok);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) ct_cp_async4(dst + e, ok ? g + e : src, ok);
+        }
+    }
+    const float* d = delta + (i64)m * ldd + (i64)oh0 * CT_W * CT_D + n_lo;
+    if (NL == NCP && (ldd & 3) == 0 && (n_lo & 3) == 0 && CT_D % 4 == 0 && ((size_t)delta & 15) == 0) {
+        for (int u = lane; u < rows * CT_W * NCP / 4; u += 32) {
+            const int p = u / (NCP / 4);
+            const int c = (u - p * (NCP / 4)) * 4;
+            ct_cp_async16(Ds + p * NCP + c, d + p * CT_D + c, true);
+        }
+    } else {
+        for (int u = lane; u < rows * CT_W * NCP; u += 32) {
+            const int p = u / NCP;
+            const int c = u - p * NCP;
+            ct_cp_async4(Ds + u, c < NL ? d + p * CT_D + c : delta, c < NL);
+        }
+    }
+}
+
+template <int RB, int WARPS>
+__device__ __forceinline__ void conv_grad_warp_body(const float* __restrict__ src, int lda,
+                                                    const float* __restrict__ delta, int ldd,
+                                                    int n_lo, int n_hi, int n_cases, int chunk,
+                                                    int subs, float* __restrict__ part)
+{
+    using namespace ct;
+    using T = ConvGradWarpTile<RB>;
+    constexpr int NCP = T::NCP, SG = T::SG;
+    static_assert(CT_PD % 4 == 0 && T::ITEMS < 32, "a lane for each 4 prior slices of a tap, and "
+                  "one for the bias");
+    const int lane = threadIdx.x % 32;
+    const int z = blockIdx.x * WARPS + threadIdx.x / 32;
+    if (z >= (n_cases + chunk - 1) / chunk * subs) return;
+    const int ch = z / subs;
+    const int lo = ch * chunk + (z - ch * subs) * (chunk / subs);
+    const int hi = min(n_cases, lo + chunk / subs);
+    const int NL = n_hi - n_lo;
+    float* Xs0 = ct_smem + (threadIdx.x / 32) * 2 * T::STAGE;
+
+    const bool bias = lane == T::ITEMS;
+    const int item = lane < T::ITEMS ? lane : 0;
+    const int tap = item / SG;
+    const int s4 = (item - tap * SG) * 4;
+    const int fr = tap / CT_FH;
+    const int xoff = fr * ROW + (tap - fr * CT_FH) * PD4 + s4;
+
+    float acc[4][NCP];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < NCP; ++j) acc[i][j] = 0.f;
+
+    const int steps = max(0, hi - lo) * T::BANDS;
+    int m = lo, band = 0;                   // the step being copied
+    if (steps > 0) ct_load_band<RB>(Xs0, src, lda, delta, ldd, n_lo, NL, m, band, lane);
+    ct_cp_commit();
+    for (int s = 0; s < steps; ++s) {
+        const int rows = min(RB, CT_H - band * RB);
+        if (++band == T::BANDS) {
+            band = 0;
+            ++m;
+        }
+        if (s + 1 < steps)
+            ct_load_band<RB>(Xs0 + ((s + 1) & 1) * T::STAGE, src, lda, delta, ldd, n_lo, NL, m,
+                             band, lane);
+        ct_cp_commit();
+        ct_cp_wait_one();
+        __syncwarp();
+        const float* Xs = Xs0 + (s & 1) * T::STAGE;
+        const float* Ds = Xs + T::XB;
+#pragma unroll 1
+        for (int ob = 0; ob < rows; ++ob) {
+            const float* xs = Xs + xoff + ob * CT_SV * ROW;
+            const float* ds = Ds + ob * CT_W * NCP;
+#pragma unroll
+            for (int ow = 0; ow < CT_W; ++ow) {
+                float4 a = *reinterpret_cast<const float4*>(xs + ow * CT_SH * PD4);
+                if (bias) a = make_float4(1.f, 0.f, 0.f, 0.f);
+                float b[NCP];
+                load_frag<NCP>(b, ds + ow * NCP);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float xv = ct_lane(a, i);
+#pragma unroll
+                    for (int j = 0; j < NCP; ++j) acc[i][j] = fmaf(xv, b[j], acc[i][j]);
+                }
+            }
+        }
+        __syncwarp();                       // this stage free for the step after next
+    }
+    ct_cp_wait_all();
+
+    constexpr int K = TAPS * CT_PD;         // the bias row
+    float* out = part + (i64)z * (K + 1) * NL;
+    if (bias) {
+#pragma unroll
+        for (int j = 0; j < NCP; ++j)
+            if (j < NL) out[(i64)K * NL + j] = acc[0][j];
+    } else if (lane < T::ITEMS) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < NCP; ++j)
+                if (j < NL) out[(i64)(tap * CT_PD + s4 + i) * NL + j] = acc[i][j];
+    }
+}
+
+// RB output rows a band, WARPS partials a block; blockDim.x = 32 * WARPS, gridDim.x =
+// ceil(chunks * subs / WARPS), dynamic shared memory 4 * WARPS * 2 * ConvGradWarpTile<RB>::STAGE
+// bytes; the arguments are conv_grad's.
+#define CONV_GRAD_WARP(NAME, RB, WARPS)                                                           \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS)                                      \
+    NAME(const float* __restrict__ src, int lda, const float* __restrict__ delta, int ldd,        \
+         int n_lo, int n_hi, int n_cases, int chunk, int subs, float* __restrict__ part)          \
+    {                                                                                             \
+        conv_grad_warp_body<RB, WARPS>(src, lda, delta, ldd, n_lo, n_hi, n_cases, chunk, subs,    \
+                                       part);                                                     \
+    }
+
 #ifndef SPECIALIZED     // the runtime defines it when it appends the variants conv_tiled.py launches
 CONV_FWD(conv_fwd_c2_m8_n8_b3, 2, 8, 8, 3, 1)
 CONV_FWD(conv_fwd_c2_m8_n8_b4, 2, 8, 8, 4, 1)

@@ -109,6 +109,29 @@ class ConvTiledReference(PoolReference):
         row = cin * PD + (4 if (cin * PD // 4) % 2 == 0 else 0)
         assert stages in (1, 2)     # cases in shared memory at once: the sums are the same
         assert shared == 4 * stages * (-(-(rin * row + H * W * ncolg * tn) // 4) * 4)
+        self._grad_partials(d, grid[1], src, lda, delta, ldd, n_lo, n_hi, n_cases, chunk, subs,
+                            part)
+
+    # conv_grad_warp (conv_tiled.cu): conv_grad's partial sums, a warp each (rows output rows of
+    # a case at a time, warps a block), for windows of fewer than 32 groups of 4 prior slices
+    def conv_grad_warp(self, d, variant, grid, block, shared, src, lda, delta, ldd, n_lo, n_hi,
+                       n_cases, chunk, subs, part):
+        rows, warps = variant
+        PD, H, W, D, fv, fh = (d[k] for k in ("PD", "H", "W", "D", "FV", "FH"))
+        jd4 = -(-D // 4) * 4
+        assert PD % 4 == 0 and chunk % subs == 0 and fv * fh * PD // 4 < 32 and jd4 <= 24
+        nz = -(-n_cases // chunk) * subs
+        assert grid == (-(-nz // warps), 1, 1) and block[0] == 32 * warps and rows <= H
+        cin = (W - 1) * d["SH"] + fh
+        row = cin * PD + (4 if (cin * PD // 4) % 2 == 0 else 0)
+        stage = -(-(((rows - 1) * d["SV"] + fv) * row + rows * W * jd4) // 4) * 4
+        assert shared == 4 * warps * 2 * stage
+        self._grad_partials(d, nz, src, lda, delta, ldd, n_lo, n_hi, n_cases, chunk, subs, part)
+
+    def _grad_partials(self, d, nz, src, lda, delta, ldd, n_lo, n_hi, n_cases, chunk, subs, part):
+        """The nz partial sums of conv_grad and conv_grad_warp (see conv_grad)."""
+        PH, PW, PD, H, W, D, fv, fh = (d[k] for k in ("PH", "PW", "PD", "H", "W", "D", "FV", "FH"))
+        rin, cin = (H - 1) * d["SV"] + fv, (W - 1) * d["SH"] + fh
         prior = PH * PW * PD
         x = self.f32(src, (n_cases - 1) * lda + prior).astype(np.float64)
         x = np.stack([x[m * lda:m * lda + prior] for m in range(n_cases)]).reshape(n_cases, PH, PW, PD)
@@ -119,7 +142,6 @@ class ConvTiledReference(PoolReference):
         dl = dl[:, :, n_lo:n_hi]
         K = fv * fh * PD
         NL = n_hi - n_lo
-        nz = grid[1]
         o = self.f32(part, nz * (K + 1) * NL).reshape(nz, K + 1, NL)
         per = chunk // subs
         for z in range(nz):
