@@ -888,6 +888,27 @@ def test_conv_grad_takes_one_stage_only_where_two_do_not_fit():
     assert conv_tiled.grad_variants(cifar, 48 * 1024) == []      # no opt-in: gemm_tn
 
 
+def test_spread_twins_where_window_loads_conflict():
+    """A forward variant whose warps' window loads meet bank conflicts (the CIFAR-sized net's
+    16 x 16 x 48 layer on 24 slices: 4 positions a thread, lanes 4 positions apart, 16
+    wavefronts a load) gets a spread twin (lanes a position apart, positions 28 floats apart:
+    4 wavefronts, conflict-free); LeNet's second layer (4 wavefronts) gets none."""
+    from convnet.device import conv_tiled
+    optin = 227 * 1024
+    cifar = conv_tiled.ConvShape(16, 16, 24, 16, 16, 48, 5, 5, 2, 2, 1, 1, 64)
+    found = conv_tiled.forward_variants(cifar, optin)
+    plain = [v for v in found if not v.spread]
+    assert [v.suffix for v in found if v.spread] == [v.suffix + "_sp" for v in plain]
+    for v in plain:
+        twin = conv_tiled.ForwardVariant(v.cases, v.tm, v.tn, v.minb, v.tps, True)
+        assert v.wavefronts(cifar) == 16 and twin.wavefronts(cifar) == 4
+        assert twin.smem(cifar) > v.smem(cifar) and cifar.column_floats(True) == 28
+    lenet = conv_tiled.ConvShape(12, 12, 20, 8, 8, 50, 5, 5, 0, 0, 1, 1, 64)
+    found = conv_tiled.forward_variants(lenet, optin)
+    assert found and not any(v.spread for v in found)
+    assert all(v.wavefronts(lenet) == 4 for v in found)
+
+
 def test_conv_grad_warp_serves_narrow_layers():
     """conv_grad_warp (a warp a partial sum) where a layer's window has fewer than 32 groups of 4
     prior slices and the layer at most 24 slices; such a layer's conv_grad variants then take 64

@@ -46,6 +46,9 @@ TILE_REGISTERS = {(8, 8): 128}
 # the registers those tiles are held to
 WARP_COLUMNS = 4
 WARP_TILE_REGISTERS = 128
+# conv_fwd: a variant's window loads taking more than this many shared-memory wavefronts a warp
+# (4 without conflicts) get a spread twin (_spread_variants)
+SPREAD_WAVEFRONTS = 6
 # conv_fwd: the positions of a thread that takes every slice of a narrow layer (4 of 12 slices ran
 # 1.2x as fast as 8 on vgg-mnist's 28 x 28 x 12 layer)
 ONE_COLUMN_POSITIONS = 4
@@ -101,15 +104,32 @@ class ConvShape:
     def pd4(self):
         return _ceil(self.PD, 4) * 4
 
+    def column_floats(self, spread=False):
+        """Floats from one position to the next along a row of a case's shared copy (ct::Copy:
+        for a spread variant an odd number of 16-byte units)."""
+        return self.pd4 + 4 if spread and self.pd4 // 4 % 2 == 0 else self.pd4
+
+    def row_floats_of(self, spread=False):
+        """Floats of one prior row of a case's shared copy (ct::Copy<spread>::ROW)."""
+        cin = (self.W - 1) * self.SH + self.FH
+        cs = self.column_floats(spread)
+        return cin * cs + (4 if (cin * cs // 4) % 2 == 0 else 0)
+
     @property
     def row_floats(self):
-        """Floats of one prior row of a case's shared copy (ct::ROW)."""
-        cin = (self.W - 1) * self.SH + self.FH
-        return cin * self.pd4 + (4 if (cin * self.pd4 // 4) % 2 == 0 else 0)
+        return self.row_floats_of()
+
+    def case_floats_of(self, spread=False):
+        return ((self.H - 1) * self.SV + self.FV) * self.row_floats_of(spread)
 
     @property
     def case_floats(self):
-        return ((self.H - 1) * self.SV + self.FV) * self.row_floats
+        return self.case_floats_of()
+
+    @property
+    def staged_floats(self):
+        """Floats of one case's outputs staged by a spread variant (positions ct::SD apart)."""
+        return self.H * self.W * (self.D + 1 - self.D % 2)
 
     @property
     def out_floats(self):
@@ -136,6 +156,7 @@ class ForwardVariant:
     tn: int
     minb: int
     tps: int = 1
+    spread: bool = False            # a thread's positions TR apart (conv_fwd_body's SPREAD)
 
     def ncol(self, shape):
         return _ceil(shape.D, self.tn)
@@ -144,12 +165,40 @@ class ForwardVariant:
         return _ceil(self.cases * shape.H * shape.W, self.tm) * self.ncol(shape)
 
     def smem(self, shape):
-        xs = _ceil(self.cases * max(shape.case_floats, shape.out_floats), 4) * 4
+        staged = shape.staged_floats if self.spread else shape.out_floats
+        xs = _ceil(self.cases * max(shape.case_floats_of(self.spread), staged), 4) * 4
         return 4 * (xs + 2 * self.tps * shape.pd4 * self.ncol(shape) * self.tn)
 
     @property
     def suffix(self):
-        return f"c{self.cases}_m{self.tm}_n{self.tn}_b{self.minb}" + (f"_t{self.tps}" if self.tps > 1 else "")
+        return (f"c{self.cases}_m{self.tm}_n{self.tn}_b{self.minb}"
+                + (f"_t{self.tps}" if self.tps > 1 else "") + ("_sp" if self.spread else ""))
+
+    def wavefronts(self, shape):
+        """Shared-memory wavefronts of a warp's 16-byte load of its windows, averaged over the
+        block's warps and a thread's positions (4 without bank conflicts): quarter warps, 8
+        groups of 4 banks, distinct addresses in one group taking a wavefront each."""
+        rows, tr = self.cases * shape.H * shape.W, _ceil(self.cases * shape.H * shape.W, self.tm)
+        total = count = 0
+        for first in range(0, self.threads(shape), 32):
+            for i in range(self.tm):
+                positions = [t % tr + i * tr if self.spread else t % tr * self.tm + i
+                             for t in range(first, min(first + 32, self.threads(shape)))]
+                offsets = [self._window_offset(shape, g if g < rows else 0) for g in positions]
+                for q in range(0, len(offsets), 8):
+                    groups = {}
+                    for a in set(offsets[q:q + 8]):
+                        groups.setdefault(a // 4 % 8, set()).add(a)
+                    total += max(len(g) for g in groups.values())
+                    count += 1
+        return 4 * total / count
+
+    def _window_offset(self, shape, g):
+        """Where the window of the block's position g starts in its shared copy (aoff)."""
+        hw = shape.H * shape.W
+        return ((g // hw) * shape.case_floats_of(self.spread)
+                + (g % hw // shape.W) * shape.SV * shape.row_floats_of(self.spread)
+                + (g % shape.W) * shape.SH * shape.column_floats(self.spread))
 
     def fits(self, shape, smem_limit=SMEM_BYTES):
         return (self.ncol(shape) * self.tn <= shape.LDW and self.smem(shape) <= smem_limit
@@ -270,6 +319,21 @@ def forward_variants(shape, smem_limit=SMEM_BYTES):
     if smem_limit > SMEM_BYTES and shape.FH > 1:
         staged = [ForwardVariant(v.cases, v.tm, v.tn, v.minb, shape.FH) for v in out]
         out += [v for v in staged if v.fits(shape, min(smem_limit, SMEM_SHARE))]
+    return out + _spread_variants(shape, out, smem_limit)
+
+
+def _spread_variants(shape, variants, smem_limit):
+    """The spread twins (a thread's positions TR apart) of the variants whose window loads have
+    bank conflicts: over SPREAD_WAVEFRONTS wavefronts a warp's load where 4 would do, and more
+    than the twin's (the CIFAR-sized net's 16 x 16 x 48 layer, 4 consecutive positions a thread
+    on 24 slices: 16)."""
+    out = []
+    for v in variants:
+        twin = dataclasses.replace(v, spread=True)
+        limit = min(smem_limit, SMEM_SHARE)
+        if (v.wavefronts(shape) > SPREAD_WAVEFRONTS and twin.fits(shape, limit)
+                and twin.wavefronts(shape) < v.wavefronts(shape)):
+            out.append(twin)
     return out
 
 
@@ -438,10 +502,10 @@ class ConvTiled:
     def kernels(self):
         """(function name, instantiation line, KernelParams) of every variant."""
         out = [(self.function(t), f"CONV_FWD({self.function(t)}, {v.cases}, {v.tm}, {v.tn}, "
-                f"{v.minb}, {v.tps})", CONV_FWD) for t, v in self.fwd.items()]
+                f"{v.minb}, {v.tps}, {int(v.spread)})", CONV_FWD) for t, v in self.fwd.items()]
         out += [(self.function(t, "fwd_pool"), f"CONV_FWD_POOL({self.function(t, 'fwd_pool')}, "
-                 f"{v.cases}, {v.tm}, {v.tn}, {v.minb}, {v.tps}, {self.pool[0]}, {self.pool[1]})",
-                 CONV_FWD_POOL) for t, v in self.variants("fwd_pool").items()]
+                 f"{v.cases}, {v.tm}, {v.tn}, {v.minb}, {v.tps}, {int(v.spread)}, {self.pool[0]}, "
+                 f"{self.pool[1]})", CONV_FWD_POOL) for t, v in self.variants("fwd_pool").items()]
         out += [(self.function(t, "bwd"), f"CONV_BWD({self.function(t, 'bwd')}, {v.cases}, "
                  f"{int(v.pad)}, {v.tps}, {v.minb(self.shape)})", CONV_BWD) for t, v in self.bwd.items()]
         out += [self._grad_kernel(t, v) for t, v in self.grad.items()]
@@ -501,8 +565,8 @@ class ConvTiled:
         [n_lo, n_hi) into part, with gradient variant `tile`."""
         self._build()
         v = self.grad[tile]
-        self.rt.launch(self.function(tile, "grad"), v.grid(self.shape, _ceil(n_cases, chunk) * subs),
-                       (v.threads(self.shape), 1, 1),
+        grid = v.grid(self.shape, _ceil(n_cases, chunk) * subs)
+        self.rt.launch(self.function(tile, "grad"), grid, (v.threads(self.shape), 1, 1),
                        *CONV_GRAD.pack(src=src, lda=lda, delta=delta, ldd=ldd, n_lo=n_lo, n_hi=n_hi,
                                        n_cases=n_cases, chunk=chunk, subs=subs, part=part),
                        shared=v.smem(self.shape))

@@ -48,6 +48,18 @@ constexpr int CASE = RIN * ROW;                         // floats of one case's 
 constexpr int HW = CT_H * CT_W;
 constexpr int TAPS = CT_FV * CT_FH;
 constexpr int OUT = HW * CT_D;                          // floats of one case's output
+// The shared copy with positions CS floats apart along a row: PD4 (ROW and CASE above), or for
+// conv_fwd's spread variants, whose neighbouring lanes read neighbouring positions, an odd number
+// of 16-byte units, so that 8 consecutive positions fall in 8 different bank groups.
+template <int SPREAD>
+struct Copy {
+    static constexpr int CS = SPREAD && (PD4 / 4) % 2 == 0 ? PD4 + 4 : PD4;
+    static constexpr int ROW = CIN * CS + ((CIN * CS / 4) % 2 == 0 ? 4 : 0);
+    static constexpr int CASE = RIN * ROW;
+};
+// spread variants stage position g's outputs at g * SD (an odd count: the lanes' scalar stores,
+// a position apart, fall in different banks)
+constexpr int SD = CT_D % 2 == 0 ? CT_D + 1 : CT_D;
 }  // namespace ct
 
 __device__ __forceinline__ void ct_cp_async16(float* smem, const float* gmem, bool valid)
@@ -74,11 +86,12 @@ __device__ __forceinline__ float ct_lane(const float4& v, int q)
 }
 
 // The prior activations of cases m0 .. m0+CASES-1 (zeros past M and in the padding) into Xs.
-template <int CASES, int NT>
+template <int CASES, int NT, int SPREAD = 0>
 __device__ __forceinline__ void ct_load_cases(float* Xs, const float* __restrict__ src, int lda,
                                               int m0, int M)
 {
     using namespace ct;
+    using L = Copy<SPREAD>;
     const bool vec = CT_PD % 4 == 0 && (lda & 3) == 0 && ((size_t)src & 15) == 0;
     if (vec) {
         constexpr int UNITS = RIN * CIN * PD4 / 4;
@@ -92,7 +105,7 @@ __device__ __forceinline__ void ct_load_cases(float* Xs, const float* __restrict
             const int r = i - CT_PV, col = j - CT_PZ;
             const bool ok = m0 + c < M && r >= 0 && r < CT_PH && col >= 0 && col < CT_PW;
             const float* g = ok ? src + (i64)(m0 + c) * lda + (r * CT_PW + col) * CT_PD + s : src;
-            ct_cp_async16(Xs + c * CASE + i * ROW + j * PD4 + s, g, ok);
+            ct_cp_async16(Xs + c * L::CASE + i * L::ROW + j * L::CS + s, g, ok);
         }
     } else {
         constexpr int ELEMS = RIN * CIN * PD4;
@@ -107,7 +120,7 @@ __device__ __forceinline__ void ct_load_cases(float* Xs, const float* __restrict
             float x = 0.f;
             if (m0 + c < M && s < CT_PD && r >= 0 && r < CT_PH && col >= 0 && col < CT_PW)
                 x = src[(i64)(m0 + c) * lda + (r * CT_PW + col) * CT_PD + s];
-            Xs[c * CASE + i * ROW + j * PD4 + s] = x;
+            Xs[c * L::CASE + i * L::ROW + j * L::CS + s] = x;
         }
     }
 }
@@ -166,15 +179,17 @@ __device__ __forceinline__ void ct_load_slices(float (&b)[TN], const float* row,
 // The block's shared memory (dynamic: its size is the variant's, opted in above 48 KB).
 extern __shared__ __align__(16) float ct_smem[];
 
-template <int CASES, int TM, int TN, int TPS>
+template <int CASES, int TM, int TN, int TPS, int SPREAD>
 struct ConvFwdTile {
     static constexpr int NCOL = (CT_D + TN - 1) / TN;      // threads across the slices
     static constexpr int NC = NCOL * TN;                    // slices computed (>= CT_D)
     static constexpr int ROWS = CASES * ct::HW;             // (case, position) rows of a block
     static constexpr int TR = (ROWS + TM - 1) / TM;         // threads across the rows
     static constexpr int NT = TR * NCOL;
-    // the cases' copies, then (16-byte aligned) the weights
-    static constexpr int XS = (CASES * (ct::CASE > ct::OUT ? ct::CASE : ct::OUT) + 3) / 4 * 4;
+    // the cases' copies (and later their staged outputs), then (16-byte aligned) the weights
+    static constexpr int COPY = ct::Copy<SPREAD>::CASE;
+    static constexpr int STAGED = SPREAD ? ct::HW * ct::SD : ct::OUT;
+    static constexpr int XS = (CASES * (COPY > STAGED ? COPY : STAGED) + 3) / 4 * 4;
     static constexpr int STAGE = TPS * ct::PD4 * NC;        // floats of one stage of weights
     static constexpr int SMEM = 4 * (XS + 2 * STAGE);       // bytes
 };
@@ -182,7 +197,10 @@ struct ConvFwdTile {
 // PWV x PWH (0 x 0: none): the layer is followed by max pooling whose windows (strides equal to
 // the widths) tile it, and the kernel writes that layer's activation and winners instead of its
 // own (pout, ldp, pids; the winners only where pids is not null; see the end of the body).
-template <int CASES, int TM, int TN, int TPS, int PWV, int PWH>
+// SPREAD: thread tr takes the positions tr, tr + TR, ... (neighbouring lanes read neighbouring
+// positions: no bank conflicts where TM positions apart would have them) instead of TM
+// consecutive ones; the sums are the same.
+template <int CASES, int TM, int TN, int TPS, int PWV, int PWH, int SPREAD>
 __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int lda,
                                               const float* __restrict__ Wf, int M,
                                               float* __restrict__ out, int ldo,
@@ -191,7 +209,8 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
     constexpr bool POOL = PWV > 0;
     static_assert(!POOL || (CT_H % PWV == 0 && CT_W % PWH == 0), "pooling windows tile the layer");
     using namespace ct;
-    using T = ConvFwdTile<CASES, TM, TN, TPS>;
+    using T = ConvFwdTile<CASES, TM, TN, TPS, SPREAD>;
+    using L = Copy<SPREAD>;
     constexpr int NC = T::NC, NCOL = T::NCOL, NT = T::NT, TR = T::TR, ROWS = T::ROWS;
     constexpr int STEPS = (TAPS + TPS - 1) / TPS;
     static_assert(NC <= CT_LDW, "slice tile");
@@ -203,24 +222,24 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
     const int tn = tid / TR;
     const int m0 = blockIdx.x * CASES;
 
-    ct_load_cases<CASES, NT>(Xs, src, lda, m0, M);
+    ct_load_cases<CASES, NT, SPREAD>(Xs, src, lda, m0, M);
     ct_load_taps<NC, NT>(Bs, Wf, 0, min(TPS, TAPS));
     ct_cp_commit();
 
     // shared-memory offset of each of this thread's windows (rows past the block's: row 0);
     // when a thread's TM positions lie in one row of the layer, they are one offset and steps
     // known at compile time (fewer registers)
-    constexpr bool IN_ROW = CT_W % TM == 0;
+    constexpr bool IN_ROW = !SPREAD && CT_W % TM == 0;
     int aoff[IN_ROW ? 1 : TM];
 #pragma unroll
     for (int i = 0; i < (IN_ROW ? 1 : TM); ++i) {
-        int g = tr * TM + i;
+        int g = SPREAD ? tr + i * TR : tr * TM + i;
         if (g >= ROWS) g = 0;
         const int c = g / HW;
         const int p = g - c * HW;
         const int oh = p / CT_W;
         const int ow = p - oh * CT_W;
-        aoff[i] = c * CASE + oh * CT_SV * ROW + ow * CT_SH * PD4;
+        aoff[i] = c * L::CASE + oh * CT_SV * L::ROW + ow * CT_SH * L::CS;
     }
     float acc[TM][TN];
 #pragma unroll
@@ -243,14 +262,14 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
             if (TPS > 1 && tap >= TAPS) break;
             const int fr = tap / CT_FH;
             const int fc = tap - fr * CT_FH;
-            const float* xs = Xs + fr * ROW + fc * PD4;
+            const float* xs = Xs + fr * L::ROW + fc * L::CS;
             const float* bs = Bs + (step & 1) * T::STAGE + k * PD4 * NC;
 #pragma unroll
             for (int s4 = 0; s4 < PD4 / 4; ++s4) {
                 float4 a[TM];
 #pragma unroll
                 for (int i = 0; i < TM; ++i) {
-                    const int off = IN_ROW ? aoff[0] + i * CT_SH * PD4 : aoff[i];
+                    const int off = IN_ROW ? aoff[0] + i * CT_SH * L::CS : aoff[i];
                     a[i] = *reinterpret_cast<const float4*>(xs + off + 4 * s4);
                 }
 #pragma unroll
@@ -280,7 +299,9 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
     // of the block at staged(g)
     constexpr int GS = POOL && TR * (TM * CT_D + 1) <= T::XS + 2 * T::STAGE ? TM * CT_D + 1
                                                                              : TM * CT_D;
-    auto staged = [](unsigned g) { return (int)((g / TM) * GS + g % TM * CT_D); };
+    auto staged = [](unsigned g) {
+        return SPREAD ? (int)(g * SD) : (int)((g / TM) * GS + g % TM * CT_D);
+    };
     float bias[TN];
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
@@ -289,14 +310,14 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
     }
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-        const int g = tr * TM + i;
+        const int g = SPREAD ? tr + i * TR : tr * TM + i;
         if (g >= ROWS) continue;
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
             const int n = ct_slice<NCOL, TN>(tn, j);
             if (n < CT_D) {
                 const float z = fmaf(1.f, bias[j], acc[i][j]);
-                Xs[tr * GS + i * CT_D + n] = values_only ? z : tanhf(z);
+                Xs[staged(g) + n] = values_only ? z : tanhf(z);
             }
         }
     }
@@ -352,7 +373,13 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
         }
         return;
     }
-    if (ldo == OUT && (ldo & 3) == 0 && ((size_t)o & 15) == 0) {
+    if constexpr (SPREAD) {
+        for (int u = tid; u < cases * OUT; u += NT) {
+            const int c = u / OUT;
+            const int p = (u - c * OUT) / CT_D;
+            o[(i64)c * ldo + u - c * OUT] = Xs[staged(c * HW + p) + u - c * OUT - p * CT_D];
+        }
+    } else if (ldo == OUT && (ldo & 3) == 0 && ((size_t)o & 15) == 0) {
         const int units = cases * OUT / 4;
         for (int u = tid; u < units; u += NT)
             reinterpret_cast<float4*>(o)[u] = reinterpret_cast<const float4*>(Xs)[u];
@@ -366,23 +393,26 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
 // per stage of weights; blockDim.x = ConvFwdTile<...>::NT, gridDim.x = ceil(M / CASES), dynamic
 // shared memory ConvFwdTile<...>::SMEM bytes. MINB: blocks per multiprocessor the register
 // allocation must allow.
-#define CONV_FWD(NAME, CASES, TM, TN, MINB, TPS)                                                 \
-    extern "C" __global__ void __launch_bounds__(ConvFwdTile<CASES, TM, TN, TPS>::NT, MINB)       \
+#define CONV_FWD(NAME, CASES, TM, TN, MINB, TPS, SPREAD)                                         \
+    extern "C" __global__ void __launch_bounds__(ConvFwdTile<CASES, TM, TN, TPS, SPREAD>::NT,    \
+                                                 MINB)                                            \
     NAME(const float* __restrict__ src, int lda, const float* __restrict__ weights, int M,        \
          float* __restrict__ out, int ldo)                                                        \
     {                                                                                             \
-        conv_fwd_body<CASES, TM, TN, TPS, 0, 0>(src, lda, weights, M, out, ldo, nullptr);        \
+        conv_fwd_body<CASES, TM, TN, TPS, 0, 0, SPREAD>(src, lda, weights, M, out, ldo, nullptr); \
     }
 
 // The same tile variant followed by the max pooling (PWV x PWH windows that tile the layer):
 // pout and pids (ldp floats and ints a case) get the pooled layer's activation and winners; this
 // layer's own activation is not written.
-#define CONV_FWD_POOL(NAME, CASES, TM, TN, MINB, TPS, PWV, PWH)                                  \
-    extern "C" __global__ void __launch_bounds__(ConvFwdTile<CASES, TM, TN, TPS>::NT, MINB)       \
+#define CONV_FWD_POOL(NAME, CASES, TM, TN, MINB, TPS, SPREAD, PWV, PWH)                          \
+    extern "C" __global__ void __launch_bounds__(ConvFwdTile<CASES, TM, TN, TPS, SPREAD>::NT,    \
+                                                 MINB)                                            \
     NAME(const float* __restrict__ src, int lda, const float* __restrict__ weights, int M,        \
          float* __restrict__ pout, int ldp, int* __restrict__ pids)                               \
     {                                                                                             \
-        conv_fwd_body<CASES, TM, TN, TPS, PWV, PWH>(src, lda, weights, M, pout, ldp, pids);       \
+        conv_fwd_body<CASES, TM, TN, TPS, PWV, PWH, SPREAD>(src, lda, weights, M, pout, ldp,      \
+                                                            pids);                                \
     }
 
 // ------------------------------------------------------------------ delta backpropagation
@@ -791,7 +821,7 @@ __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, in
                                                 subs, part);                                      \
     }
 
-// ------------------------------------------------------------------ weight gradient, a warp a partial
+// ------------------------------------------------------------------ weight gradient, a warp each
 // conv_grad's partial sums, in conv_grad's order (cases ascending, then positions ascending, one
 // fmaf chain a weight), for layers narrow enough that one warp keeps every weight of the launch:
 // lane t < ITEMS takes 4 prior slices (t % SG) of one tap (t / SG) for every column (NCP: the
@@ -847,7 +877,9 @@ __device__ __forceinline__ void ct_load_band(float* Xs, const float* __restrict_
         }
     }
     const float* d = delta + (i64)m * ldd + (i64)oh0 * CT_W * CT_D + n_lo;
-    if (NL == NCP && (ldd & 3) == 0 && (n_lo & 3) == 0 && CT_D % 4 == 0 && ((size_t)delta & 15) == 0) {
+    const bool vec_d = NL == NCP && CT_D % 4 == 0 && (ldd & 3) == 0 && (n_lo & 3) == 0
+                       && ((size_t)delta & 15) == 0;
+    if (vec_d) {
         for (int u = lane; u < rows * CT_W * NCP / 4; u += 32) {
             const int p = u / (NCP / 4);
             const int c = (u - p * (NCP / 4)) * 4;
@@ -963,13 +995,15 @@ __device__ __forceinline__ void conv_grad_warp_body(const float* __restrict__ sr
     }
 
 #ifndef SPECIALIZED     // the runtime defines it when it appends the variants conv_tiled.py launches
-CONV_FWD(conv_fwd_c2_m8_n8_b3, 2, 8, 8, 3, 1)
-CONV_FWD(conv_fwd_c2_m8_n8_b4, 2, 8, 8, 4, 1)
-CONV_FWD(conv_fwd_c3_m8_n8_b3, 3, 8, 8, 3, 1)
-CONV_FWD(conv_fwd_c2_m4_n8_b3, 2, 4, 8, 3, 1)
-CONV_FWD(conv_fwd_c2_m8_n4_b4, 2, 8, 4, 4, 1)
-CONV_FWD(conv_fwd_c2_m8_n4_b4_t5, 2, 8, 4, 4, 5)
-CONV_FWD_POOL(conv_fwd_pool_w2x2_c2_m8_n8_b4, 2, 8, 8, 4, 1, 2, 2)
+CONV_FWD(conv_fwd_c2_m8_n8_b3, 2, 8, 8, 3, 1, 0)
+CONV_FWD(conv_fwd_c2_m8_n8_b4, 2, 8, 8, 4, 1, 0)
+CONV_FWD(conv_fwd_c3_m8_n8_b3, 3, 8, 8, 3, 1, 0)
+CONV_FWD(conv_fwd_c2_m4_n8_b3, 2, 4, 8, 3, 1, 0)
+CONV_FWD(conv_fwd_c2_m8_n4_b4, 2, 8, 4, 4, 1, 0)
+CONV_FWD(conv_fwd_c2_m8_n4_b4_t5, 2, 8, 4, 4, 5, 0)
+CONV_FWD(conv_fwd_c2_m8_n4_b4_sp, 2, 8, 4, 4, 1, 1)
+CONV_FWD_POOL(conv_fwd_pool_w2x2_c2_m8_n8_b4, 2, 8, 8, 4, 1, 0, 2, 2)
+CONV_FWD_POOL(conv_fwd_pool_w2x2_c2_m8_n8_b4_sp, 2, 8, 8, 4, 1, 1, 2, 2)
 CONV_BWD(conv_bwd_c2, 2, 0, 1, 5)
 CONV_BWD(conv_bwd_c3, 3, 0, 1, 2)
 CONV_BWD(conv_bwd_c6_w, 6, 1, 1, 1)

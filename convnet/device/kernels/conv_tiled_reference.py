@@ -14,16 +14,18 @@ class ConvTiledReference(PoolReference):
     # conv_fwd (conv_tiled.cu) for the layer shape `d` (its CT_* constants without the prefix)
     # and tile variant (cases, tm, tn): conv_fwd(src, lda, weights, M, out, ldo)
     def conv_fwd(self, d, variant, grid, block, shared, src, lda, Wf, M, out, ldo):
-        cases, tm, tn, _, tps = variant
+        cases, tm, tn, _, tps, spread = variant
         hw = d["H"] * d["W"]
         assert block[0] == -(-cases * hw // tm) * -(-d["D"] // tn) <= 1024
         assert grid[0] == -(-M // cases)
         pd4 = -(-d["PD"] // 4) * 4
+        cs = pd4 + 4 if spread and pd4 // 4 % 2 == 0 else pd4   # positions apart along a row
         rin, cin = (d["H"] - 1) * d["SV"] + d["FV"], (d["W"] - 1) * d["SH"] + d["FH"]
-        row = cin * pd4 + (4 if (cin * pd4 // 4) % 2 == 0 else 0)
+        row = cin * cs + (4 if (cin * cs // 4) % 2 == 0 else 0)
         nc = -(-d["D"] // tn) * tn
-        assert nc <= d["LDW"] and tps in (1, d["FH"])
-        xs = -(-cases * max(rin * row, hw * d["D"]) // 4) * 4    # the weights 16-byte aligned
+        assert nc <= d["LDW"] and tps in (1, d["FH"]) and spread in (0, 1)
+        staged = hw * (d["D"] + 1 - d["D"] % 2) if spread else hw * d["D"]
+        xs = -(-cases * max(rin * row, staged) // 4) * 4    # the weights 16-byte aligned
         assert shared == 4 * (xs + 2 * tps * pd4 * nc)
         K = d["FV"] * d["FH"] * d["PD"]
         Bm = self.f32(Wf, K * d["LDW"] + d["D"]).astype(np.float64)
