@@ -796,6 +796,10 @@ TILED_ARCHS = [
     # 3 x 3), its bands of 4 rows on 7 (the last one of 3)
     (["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 24 1 1 1 1 1 1",
       "FULLY CONNECTED LAYER 3"], 7, 9, 1, 3),
+    # conv_grad_warp with two warps a partial (16 slices on 16: 36 groups and the bias), beside
+    # conv_grad's other variants
+    (["CONVOLUTIONAL LAYER 16 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 16 1 1 1 1 1 1",
+      "FULLY CONNECTED LAYER 3"], 6, 9, 1, 3),
     # conv_grad_warp alone, strides 2, padding above only, 10 slices (deltas copied 4 bytes at a
     # time into rows of 12)
     (["CONVOLUTIONAL LAYER 12 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 10 1 1 1 0 2 2",
@@ -866,7 +870,8 @@ def test_emulated_tiled_convolution(fake_runtime, monkeypatch, spec):
     small = TILED_ARCHS[2:5:2] + TILED_ARCHS[7:]         # nets with no variant over 48 KB
     assert set(fake_runtime.shared_allowed) == large and (large or spec in small)
     assert any(ct.bwd for ct in be.conv_tiled.values()) == (
-        spec in (TILED_ARCHS[0], TILED_ARCHS[3], TILED_ARCHS[5], TILED_ARCHS[7], TILED_ARCHS[8]))
+        spec in (TILED_ARCHS[0], TILED_ARCHS[3], TILED_ARCHS[5], TILED_ARCHS[7], TILED_ARCHS[8],
+                 TILED_ARCHS[9]))
     stages = {v.stages for ct in be.conv_tiled.values() for v in ct.grad.values()}
     assert stages == ({1} if spec is TILED_ARCHS[5] else {2} if stages else set())
 
@@ -919,13 +924,24 @@ def test_conv_grad_warp_serves_narrow_layers():
     vgg = conv_tiled.ConvShape(28, 28, 12, 28, 28, 12, 3, 3, 1, 1, 1, 1, 32)
     found = conv_tiled.grad_variants(vgg, optin)
     assert [v.suffix for v in found] == ["w4_b2", "w2_b4", "w4_b4"]
-    assert conv_tiled.grad_subs(found) == conv_tiled.WARP_GRAD_SUBS == 64
+    assert conv_tiled.grad_subs(vgg, found) == conv_tiled.WARP_GRAD_SUBS == 64
     lenet = conv_tiled.ConvShape(12, 12, 20, 8, 8, 50, 5, 5, 0, 0, 1, 1, 0)
-    assert conv_tiled.grad_subs(conv_tiled.grad_variants(lenet, optin)) == conv_tiled.GRAD_SUBS
+    assert conv_tiled.grad_subs(lenet, conv_tiled.grad_variants(lenet, optin)) == conv_tiled.GRAD_SUBS
+    # a padded 5 x 5 window over 16 x 16 positions of 48 slices: conv_grad's own variants pay
+    cifar = conv_tiled.ConvShape(16, 16, 24, 16, 16, 48, 5, 5, 2, 2, 1, 1, 64)
+    assert conv_tiled.grad_pays(cifar, conv_tiled.grad_variants(cifar, optin))
+    assert not conv_tiled.grad_pays(lenet, conv_tiled.grad_variants(lenet, optin))
     long_rows = conv_tiled.ConvShape(100, 100, 12, 100, 100, 12, 3, 3, 1, 1, 1, 1, 32)
     assert [v.suffix for v in conv_tiled.grad_variants(long_rows, optin)] == ["w2_b1"]
-    for shape in (conv_tiled.ConvShape(14, 14, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1, 32),  # 36 groups
-                  conv_tiled.ConvShape(14, 14, 12, 14, 14, 28, 3, 3, 1, 1, 1, 1, 32)):  # 28 slices
+    # 36 groups and the bias: two warps a partial, for at most 16 slices
+    sixteen = conv_tiled.ConvShape(14, 14, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1, 32)
+    warps = [v for v in conv_tiled.grad_variants(sixteen, optin)
+             if isinstance(v, conv_tiled.GradWarpVariant)]
+    assert warps and all(v.groups(sixteen) == 2 for v in warps)
+    assert warps[0].grid(sixteen, 640) == (640 * 2 // warps[0].warps, 1, 1)
+    for shape in (conv_tiled.ConvShape(14, 14, 24, 14, 14, 24, 3, 3, 1, 1, 1, 1, 32),  # 24 slices
+                  conv_tiled.ConvShape(14, 14, 12, 14, 14, 28, 3, 3, 1, 1, 1, 1, 32),  # 28 slices
+                  conv_tiled.ConvShape(14, 14, 32, 14, 14, 8, 3, 3, 1, 1, 1, 1, 32)):  # 73 lanes
         assert not any(isinstance(v, conv_tiled.GradWarpVariant)
                        for v in conv_tiled.grad_variants(shape, optin))
 

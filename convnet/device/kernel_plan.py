@@ -15,8 +15,8 @@ from :class:`BatchPlan`.
 from dataclasses import dataclass, field, replace
 from typing import Dict, FrozenSet, Optional, Tuple
 
-from .conv_tiled import (SMEM_BYTES, WARP_GRAD_SUBS, ConvShape, delta_variants,
-                         forward_variants, grad_subs, grad_variants)
+from .conv_tiled import (SMEM_BYTES, ConvShape, delta_variants, forward_variants, grad_pays,
+                         grad_subs, grad_variants)
 from .first_layer import first_layer_plan
 from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, POOLED_GRAD_SUBS, line_parts,
                        windows_tile)
@@ -278,7 +278,8 @@ class KernelPlan:
         if family in (CONV_GRAD_POOLED, CONV_GRAD_FIRST):
             return grad.groups, POOLED_GRAD_SUBS
         if family == CONV_GRAD:
-            return grad.groups, grad_subs(self.tiled[index].grad.values())
+            tiled = self.tiled[index]
+            return grad.groups, grad_subs(tiled.shape, tiled.grad.values())
         return grad.slots_for(n_total)
 
     def bytes_per_case(self):
@@ -412,8 +413,8 @@ def _split_gradients(arch, options, first_own, tiled):
     """The layers whose weight-gradient partial sums run on the tensor cores (gemm_tn's split
     TF32 variants, or with tf32 their one-product twins): of the layers with weights whose
     gradient is not the first layer's own kernel's (first_own), every one unless
-    options.tensor_cores is False, and by the rule (None) not those that conv_grad_warp serves
-    (narrow_grad_pays). Once the loaders counted their stages (NOTES.md, "Rules measured
+    options.tensor_cores is False, and by the rule (None) not those where conv_grad's float32
+    variants are faster (float32_grad_pays). Once the loaders counted their stages (NOTES.md, "Rules measured
     again"), split TF32 led conv_grad's other float32 variants at every weight gradient of the
     suite, the strided and 5 x 5 windows that had kept them included (strided-rgb's 3 x 3 layer
     of stride 2: 0.46 against 0.37 ms; lenet-60k's 5 x 5 layer 5.15 against 4.81)."""
@@ -421,16 +422,15 @@ def _split_gradients(arch, options, first_own, tiled):
         return frozenset()
     return frozenset(layer.index for layer in arch.all_layers
                      if layer.kind.has_weights and not (layer.index == 0 and first_own)
-                     and (options.tensor_cores or not narrow_grad_pays(tiled.get(layer.index))))
+                     and (options.tensor_cores or not float32_grad_pays(tiled.get(layer.index))))
 
 
-def narrow_grad_pays(tiled):
-    """Whether a layer's weight gradient is faster in conv_grad_warp (float32, a warp a partial
-    sum) than on the tensor cores: wherever it fits (a window of fewer than 32 groups of 4 prior
-    slices, at most 24 slices), where split TF32's tiles of 16 or 24 columns and over a hundred
-    gathered weight rows ran at a fifth of their rate on wider layers (NOTES.md, "A warp a
-    partial sum")."""
-    return tiled is not None and grad_subs(tiled.grad.values()) == WARP_GRAD_SUBS
+def float32_grad_pays(tiled):
+    """Whether a layer's weight gradient is faster in conv_grad's float32 variants than on the
+    tensor cores (conv_tiled.grad_pays): narrow layers, where conv_grad_warp fits (split TF32's
+    tiles of 16 or 24 columns and a hundred or more gathered weight rows ran at a fifth of their
+    rate on wider layers), and wide windows over many positions."""
+    return tiled is not None and grad_pays(tiled.shape, tiled.grad.values())
 
 
 # CUDA PRECISION = TF32 (one TF32 product): measured on the suite (NOTES.md, "One TF32
