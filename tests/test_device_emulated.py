@@ -796,8 +796,8 @@ TILED_ARCHS = [
     # 3 x 3), its bands of 4 rows on 7 (the last one of 3)
     (["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 24 1 1 1 1 1 1",
       "FULLY CONNECTED LAYER 3"], 7, 9, 1, 3),
-    # conv_grad_warp with two warps a partial (16 slices on 16: 36 groups and the bias), beside
-    # conv_grad's other variants
+    # 16 slices on 16 (36 groups of 4 prior slices: no warp variant), whose gradient conv_grad's
+    # other variants take with 64 partial sums a chunk
     (["CONVOLUTIONAL LAYER 16 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 16 1 1 1 1 1 1",
       "FULLY CONNECTED LAYER 3"], 6, 9, 1, 3),
     # conv_grad_warp alone, strides 2, padding above only, 10 slices (deltas copied 4 bytes at a
@@ -933,15 +933,15 @@ def test_conv_grad_warp_serves_narrow_layers():
     assert not conv_tiled.grad_pays(lenet, conv_tiled.grad_variants(lenet, optin))
     long_rows = conv_tiled.ConvShape(100, 100, 12, 100, 100, 12, 3, 3, 1, 1, 1, 1, 32)
     assert [v.suffix for v in conv_tiled.grad_variants(long_rows, optin)] == ["w2_b1"]
-    # 36 groups and the bias: two warps a partial, for at most 16 slices
+    # 36 groups: no warp variant, but conv_grad's others pay there (16 slices at most)
     sixteen = conv_tiled.ConvShape(14, 14, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1, 32)
-    warps = [v for v in conv_tiled.grad_variants(sixteen, optin)
-             if isinstance(v, conv_tiled.GradWarpVariant)]
-    assert warps and all(v.groups(sixteen) == 2 for v in warps)
-    assert warps[0].grid(sixteen, 640) == (640 * 2 // warps[0].warps, 1, 1)
-    for shape in (conv_tiled.ConvShape(14, 14, 24, 14, 14, 24, 3, 3, 1, 1, 1, 1, 32),  # 24 slices
-                  conv_tiled.ConvShape(14, 14, 12, 14, 14, 28, 3, 3, 1, 1, 1, 1, 32),  # 28 slices
-                  conv_tiled.ConvShape(14, 14, 32, 14, 14, 8, 3, 3, 1, 1, 1, 1, 32)):  # 73 lanes
+    found = conv_tiled.grad_variants(sixteen, optin)
+    assert found and not any(isinstance(v, conv_tiled.GradWarpVariant) for v in found)
+    assert conv_tiled.grad_subs(sixteen, found) == 64
+    wider = conv_tiled.ConvShape(14, 14, 16, 14, 14, 24, 3, 3, 1, 1, 1, 1, 32)   # 24 slices
+    assert not conv_tiled.grad_pays(wider, conv_tiled.grad_variants(wider, optin))
+    for shape in (conv_tiled.ConvShape(14, 14, 24, 14, 14, 24, 3, 3, 1, 1, 1, 1, 32),  # 54 groups
+                  conv_tiled.ConvShape(14, 14, 12, 14, 14, 28, 3, 3, 1, 1, 1, 1, 32)):  # 28 slices
         assert not any(isinstance(v, conv_tiled.GradWarpVariant)
                        for v in conv_tiled.grad_variants(shape, optin))
 

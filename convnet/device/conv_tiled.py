@@ -28,15 +28,17 @@ GRAD_THREADS = 1024             # threads of a conv_grad block
 GRAD_TAPROW_FLOATS = 80         # accumulators of a conv_grad thread that takes a filter row
 # conv_grad_warp: (output rows a band, warps a block) of its variants; the partial sums per chunk
 # of cases of a layer that has it (4 cases each, so that the warps are many); the most columns
-# (4 accumulators each) a lane keeps, by the warps a partial takes (at most 2)
+# (4 accumulators each) a lane keeps
 WARP_GRAD_BANDS = ((2, 4), (4, 2), (4, 4))
 WARP_GRAD_WIDE = (1, 2)         # the one taken where none of those fits (layers of long rows)
-# conv_grad's float32 variants beat the tensor cores through windows this wide (grad_pays)
+# conv_grad's float32 variants beat the tensor cores at layers this narrow, and through windows
+# this wide (grad_pays)
+NARROW_SLICES = 16
 WIDE_TAPS = 25
 WIDE_POSITIONS = 256
 WIDE_SLICES = 48
 WARP_GRAD_SUBS = 64
-WARP_GRAD_COLUMNS = {1: 24, 2: 16}     # by the warps of a partial: two copy every band twice
+WARP_GRAD_COLUMNS = 24
 SMEM_SHARE = 114 * 1024         # at most this much when opted in: two blocks per multiprocessor
                                 # (of Hopper's 228 KB)
 MAX_THREADS = 256               # threads of a conv_fwd block
@@ -419,10 +421,10 @@ class GradVariant:
 
 @dataclass(frozen=True)
 class GradWarpVariant:
-    """conv_grad_warp: a partial sum a warp (or two), its lanes each 4 prior slices of a tap and
-    one lane the bias row; `rows` output rows of a case in a warp's shared memory at a time (two
-    such bands: the next one copied while one is summed), `warps` warps a block. Its sums are
-    conv_grad's, in conv_grad's order."""
+    """conv_grad_warp: a warp a partial sum, its lanes each 4 prior slices of a tap and one lane
+    the bias row, for layers whose window has fewer than 32 such groups; `rows` output rows of a
+    case in a warp's shared memory at a time (two such bands: the next one copied while one is
+    summed), `warps` partials a block. Its sums are conv_grad's, in conv_grad's order."""
     rows: int
     warps: int
     stages = 2                      # bands of a warp in shared memory at once
@@ -430,13 +432,8 @@ class GradWarpVariant:
     def threads(self, shape):
         return 32 * self.warps
 
-    @staticmethod
-    def groups(shape):
-        """Warps a partial: one lane for every 4 prior slices of each tap, and the bias row."""
-        return _ceil(shape.FV * shape.FH * shape.pd4 // 4 + 1, 32)
-
     def grid(self, shape, n_partials):
-        return _ceil(n_partials * self.groups(shape), self.warps), 1, 1
+        return _ceil(n_partials, self.warps), 1, 1
 
     def smem(self, shape):
         prior_rows = (self.rows - 1) * shape.SV + shape.FV
@@ -448,21 +445,31 @@ class GradWarpVariant:
         return f"w{self.warps}_b{self.rows}"
 
     def fits(self, shape, smem_limit):
-        return (shape.jd4 <= WARP_GRAD_COLUMNS.get(self.groups(shape), 0)
+        return (_window_groups(shape) < 32 and shape.jd4 <= WARP_GRAD_COLUMNS
                 and self.rows <= shape.H and self.smem(shape) <= smem_limit)
+
+
+def _window_groups(shape):
+    """Groups of 4 prior slices in a layer's window: its weight rows, 4 at a time."""
+    return shape.FV * shape.FH * shape.pd4 // 4
 
 
 def grad_pays(shape, variants):
     """Whether conv_grad's variants (these) beat the tensor cores at a layer's weight gradient,
-    by what the suite measured (NOTES.md, "A warp a partial sum"): where conv_grad_warp fits
-    (narrow layers), and through windows of WIDE_TAPS taps or more over WIDE_POSITIONS positions
-    of at most WIDE_SLICES slices, where a thread's window column serves a filter row of taps
-    (the CIFAR-sized net's padded 5 x 5 layer: 2.09 -> 1.80 ms; LeNet's 8 x 8 positions, 50
-    slices, stayed level or behind)."""
+    by what was measured (NOTES.md, "A warp a partial sum"): where conv_grad_warp fits, and for
+    other narrow layers (windows of fewer than 64 groups of 4 prior slices, at most
+    NARROW_SLICES slices: 16 slices on 16 through 3 x 3, 1.87 -> 1.54 ms), and through windows of
+    WIDE_TAPS taps or more over WIDE_POSITIONS positions of at most WIDE_SLICES slices, where a
+    thread's window column serves a filter row of taps (the CIFAR-sized net's padded 5 x 5
+    layer: 2.09 -> 1.80 ms; LeNet's 8 x 8 positions, 50 slices, stayed level or behind)."""
+    if not variants:
+        return False
     if any(isinstance(v, GradWarpVariant) for v in variants):
         return True
-    return (bool(variants) and shape.FV * shape.FH >= WIDE_TAPS
-            and shape.H * shape.W >= WIDE_POSITIONS and shape.D <= WIDE_SLICES)
+    if _window_groups(shape) < 64 and shape.jd4 <= NARROW_SLICES:
+        return True
+    return (shape.FV * shape.FH >= WIDE_TAPS and shape.H * shape.W >= WIDE_POSITIONS
+            and shape.D <= WIDE_SLICES)
 
 
 def grad_subs(shape, variants):
@@ -537,8 +544,7 @@ class ConvTiled:
     def _grad_kernel(self, tile, v):
         name = self.function(tile, "grad")
         if isinstance(v, GradWarpVariant):
-            line = f"CONV_GRAD_WARP({name}, {v.rows}, {v.warps}, {v.groups(self.shape)})"
-            return name, line, CONV_GRAD_WARP
+            return name, f"CONV_GRAD_WARP({name}, {v.rows}, {v.warps})", CONV_GRAD_WARP
         return name, f"CONV_GRAD({name}, {v.tn}, {int(v.taprow)}, {v.rows}, {v.stages})", CONV_GRAD
 
     def build_request(self):

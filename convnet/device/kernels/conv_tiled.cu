@@ -823,16 +823,17 @@ __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, in
 
 // ------------------------------------------------------------------ weight gradient, a warp each
 // conv_grad's partial sums, in conv_grad's order (cases ascending, then positions ascending, one
-// fmaf chain a weight), for layers narrow enough that G warps keep every weight of the launch:
-// item t < ITEMS is 4 prior slices (t % SG) of one tap (t / SG) for every column (NCP: the
-// launch's columns padded to 4), item ITEMS the bias row (its window reads 1, 0, 0, 0: fmaf(1, d,
-// acc) is acc + d, as conv_grad adds it); warp g of a partial's G takes PER items from g * PER,
-// a lane each, the lanes past the last item the first one again for nothing, so that no warp
-// diverges. Each warp (blockIdx.x * WARPS + its warp: partial / G, part % G) copies a band of RB
-// output rows of one case at a time (the prior rows the band's windows cover, with their
-// padding, and the band's deltas) into its own part of shared memory, the next band in flight
-// while one is summed, and needs no block-wide synchronisation. So the warps are as many as the
-// partials, where conv_grad's threads of one partial would be fewer than a warp.
+// fmaf chain a weight), for layers narrow enough that one warp keeps every weight of the launch:
+// lane t < ITEMS takes 4 prior slices (t % SG) of one tap (t / SG) for every column (NCP: the
+// launch's columns padded to 4), lane ITEMS the bias row (its window reads 1, 0, 0, 0: fmaf(1, d,
+// acc) is acc + d, as conv_grad adds it), the lanes past it the first item again for nothing, so
+// that the warp never diverges. A warp is one partial (blockIdx.x * WARPS + its warp): it copies
+// a band of RB output rows of one case at a time (the prior rows the band's windows cover, with
+// their padding, and the band's deltas) into its own part of shared memory, the next band in
+// flight while one is summed, and needs no block-wide synchronisation. So the warps are as many
+// as the partials, where conv_grad's threads of one partial would be fewer than a warp. (Two
+// warps a partial, each with its own copy, for windows of up to 63 such groups, lost to
+// conv_grad's other variants: NOTES.md, "A warp a partial sum".)
 template <int RB>
 struct ConvGradWarpTile {
     static constexpr int SG = ct::PD4 / 4;                  // groups of 4 prior slices
@@ -895,7 +896,7 @@ __device__ __forceinline__ void ct_load_band(float* Xs, const float* __restrict_
     }
 }
 
-template <int RB, int WARPS, int G>
+template <int RB, int WARPS>
 __device__ __forceinline__ void conv_grad_warp_body(const float* __restrict__ src, int lda,
                                                     const float* __restrict__ delta, int ldd,
                                                     int n_lo, int n_hi, int n_cases, int chunk,
@@ -904,12 +905,10 @@ __device__ __forceinline__ void conv_grad_warp_body(const float* __restrict__ sr
     using namespace ct;
     using T = ConvGradWarpTile<RB>;
     constexpr int NCP = T::NCP, SG = T::SG;
-    constexpr int PER = (T::ITEMS + G) / G;                 // items of a warp (the bias one too)
-    static_assert(CT_PD % 4 == 0 && PER <= 32, "a lane for each 4 prior slices of a tap, and one "
-                  "for the bias");
+    static_assert(CT_PD % 4 == 0 && T::ITEMS < 32, "a lane for each 4 prior slices of a tap, and "
+                  "one for the bias");
     const int lane = threadIdx.x % 32;
-    const int wz = blockIdx.x * WARPS + threadIdx.x / 32;
-    const int z = wz / G;
+    const int z = blockIdx.x * WARPS + threadIdx.x / 32;
     if (z >= (n_cases + chunk - 1) / chunk * subs) return;
     const int ch = z / subs;
     const int lo = ch * chunk + (z - ch * subs) * (chunk / subs);
@@ -917,9 +916,8 @@ __device__ __forceinline__ void conv_grad_warp_body(const float* __restrict__ sr
     const int NL = n_hi - n_lo;
     float* Xs0 = ct_smem + (threadIdx.x / 32) * 2 * T::STAGE;
 
-    const int own = (wz - z * G) * PER + lane;              // this lane's item
-    const bool bias = own == T::ITEMS && lane < PER;
-    const int item = own < T::ITEMS && lane < PER ? own : 0;
+    const bool bias = lane == T::ITEMS;
+    const int item = lane < T::ITEMS ? lane : 0;
     const int tap = item / SG;
     const int s4 = (item - tap * SG) * 4;
     const int fr = tap / CT_FH;
@@ -977,7 +975,7 @@ __device__ __forceinline__ void conv_grad_warp_body(const float* __restrict__ sr
 #pragma unroll
         for (int j = 0; j < NCP; ++j)
             if (j < NL) out[(i64)K * NL + j] = acc[0][j];
-    } else if (own < T::ITEMS && lane < PER) {
+    } else if (lane < T::ITEMS) {
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -986,16 +984,16 @@ __device__ __forceinline__ void conv_grad_warp_body(const float* __restrict__ sr
     }
 }
 
-// RB output rows a band, WARPS warps a block, G warps a partial; blockDim.x = 32 * WARPS,
-// gridDim.x = ceil(chunks * subs * G / WARPS), dynamic shared memory 4 * WARPS * 2 *
-// ConvGradWarpTile<RB>::STAGE bytes; the arguments are conv_grad's.
-#define CONV_GRAD_WARP(NAME, RB, WARPS, G)                                                        \
+// RB output rows a band, WARPS partials a block; blockDim.x = 32 * WARPS, gridDim.x =
+// ceil(chunks * subs / WARPS), dynamic shared memory 4 * WARPS * 2 * ConvGradWarpTile<RB>::STAGE
+// bytes; the arguments are conv_grad's.
+#define CONV_GRAD_WARP(NAME, RB, WARPS)                                                           \
     extern "C" __global__ void __launch_bounds__(32 * WARPS)                                      \
     NAME(const float* __restrict__ src, int lda, const float* __restrict__ delta, int ldd,        \
          int n_lo, int n_hi, int n_cases, int chunk, int subs, float* __restrict__ part)          \
     {                                                                                             \
-        conv_grad_warp_body<RB, WARPS, G>(src, lda, delta, ldd, n_lo, n_hi, n_cases, chunk, subs, \
-                                          part);                                                  \
+        conv_grad_warp_body<RB, WARPS>(src, lda, delta, ldd, n_lo, n_hi, n_cases, chunk, subs,    \
+                                       part);                                                     \
     }
 
 #ifndef SPECIALIZED     // the runtime defines it when it appends the variants conv_tiled.py launches

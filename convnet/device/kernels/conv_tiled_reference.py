@@ -118,13 +118,12 @@ class ConvTiledReference(PoolReference):
     # a case at a time, warps a block), for windows of fewer than 32 groups of 4 prior slices
     def conv_grad_warp(self, d, variant, grid, block, shared, src, lda, delta, ldd, n_lo, n_hi,
                        n_cases, chunk, subs, part):
-        rows, warps, groups = variant
+        rows, warps = variant
         PD, H, W, D, fv, fh = (d[k] for k in ("PD", "H", "W", "D", "FV", "FH"))
         jd4 = -(-D // 4) * 4
-        assert PD % 4 == 0 and chunk % subs == 0 and jd4 <= {1: 24, 2: 16}[groups]
-        assert -(-(fv * fh * PD // 4 + 1) // 32) == groups        # warps a partial
+        assert PD % 4 == 0 and chunk % subs == 0 and fv * fh * PD // 4 < 32 and jd4 <= 24
         nz = -(-n_cases // chunk) * subs
-        assert grid == (-(-nz * groups // warps), 1, 1) and block[0] == 32 * warps and rows <= H
+        assert grid == (-(-nz // warps), 1, 1) and block[0] == 32 * warps and rows <= H
         cin = (W - 1) * d["SH"] + fh
         row = cin * PD + (4 if (cin * PD // 4) % 2 == 0 else 0)
         stage = -(-(((rows - 1) * d["SV"] + fv) * row + rows * W * jd4) // 4) * 4
