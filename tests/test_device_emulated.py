@@ -926,11 +926,12 @@ def test_conv_grad_warp_serves_narrow_layers():
     assert [v.suffix for v in found] == ["w4_b2", "w2_b4", "w4_b4"]
     assert conv_tiled.grad_subs(vgg, found) == conv_tiled.WARP_GRAD_SUBS == 64
     lenet = conv_tiled.ConvShape(12, 12, 20, 8, 8, 50, 5, 5, 0, 0, 1, 1, 0)
-    assert conv_tiled.grad_subs(lenet, conv_tiled.grad_variants(lenet, optin)) == conv_tiled.GRAD_SUBS
+    lenet_variants = conv_tiled.grad_variants(lenet, optin)
+    assert conv_tiled.grad_subs(lenet, lenet_variants) == conv_tiled.GRAD_SUBS
     # a padded 5 x 5 window over 16 x 16 positions of 48 slices: conv_grad's own variants pay
     cifar = conv_tiled.ConvShape(16, 16, 24, 16, 16, 48, 5, 5, 2, 2, 1, 1, 64)
     assert conv_tiled.grad_pays(cifar, conv_tiled.grad_variants(cifar, optin))
-    assert not conv_tiled.grad_pays(lenet, conv_tiled.grad_variants(lenet, optin))
+    assert not conv_tiled.grad_pays(lenet, lenet_variants)
     long_rows = conv_tiled.ConvShape(100, 100, 12, 100, 100, 12, 3, 3, 1, 1, 1, 1, 32)
     assert [v.suffix for v in conv_tiled.grad_variants(long_rows, optin)] == ["w2_b1"]
     # 36 groups: no warp variant, but conv_grad's others pay there (16 slices at most)

@@ -121,10 +121,6 @@ class ConvShape:
         cs = self.column_floats(spread)
         return cin * cs + (4 if (cin * cs // 4) % 2 == 0 else 0)
 
-    @property
-    def row_floats(self):
-        return self.row_floats_of()
-
     def case_floats_of(self, spread=False):
         return ((self.H - 1) * self.SV + self.FV) * self.row_floats_of(spread)
 
@@ -437,7 +433,7 @@ class GradWarpVariant:
 
     def smem(self, shape):
         prior_rows = (self.rows - 1) * shape.SV + shape.FV
-        stage = _ceil(prior_rows * shape.row_floats + self.rows * shape.W * shape.jd4, 4) * 4
+        stage = _ceil(prior_rows * shape.row_floats_of() + self.rows * shape.W * shape.jd4, 4) * 4
         return 4 * self.warps * 2 * stage
 
     @property

@@ -414,10 +414,9 @@ def _split_gradients(arch, options, first_own, tiled):
     TF32 variants, or with tf32 their one-product twins): of the layers with weights whose
     gradient is not the first layer's own kernel's (first_own), every one unless
     options.tensor_cores is False, and by the rule (None) not those where conv_grad's float32
-    variants are faster (float32_grad_pays). Once the loaders counted their stages (NOTES.md, "Rules measured
-    again"), split TF32 led conv_grad's other float32 variants at every weight gradient of the
-    suite, the strided and 5 x 5 windows that had kept them included (strided-rgb's 3 x 3 layer
-    of stride 2: 0.46 against 0.37 ms; lenet-60k's 5 x 5 layer 5.15 against 4.81)."""
+    variants are faster (float32_grad_pays). Elsewhere split TF32 leads them (NOTES.md, "Rules
+    measured again", "A warp a partial sum": strided-rgb's 3 x 3 layer of stride 2, 0.46
+    against 0.37 ms; lenet-60k's 5 x 5 layer, 5.15 against 4.81)."""
     if options.tensor_cores is False:
         return frozenset()
     return frozenset(layer.index for layer in arch.all_layers
