@@ -17,7 +17,10 @@ runtime compiles and caches the modules.
 """
 
 import dataclasses
+import functools
 from dataclasses import dataclass
+
+import numpy as np
 
 from .kernel_args import CONV_BWD, CONV_FWD, CONV_FWD_POOL, CONV_GRAD, CONV_GRAD_WARP
 
@@ -31,14 +34,12 @@ GRAD_TAPROW_FLOATS = 80         # accumulators of a conv_grad thread that takes 
 # (4 accumulators each) a lane keeps
 WARP_GRAD_BANDS = ((2, 4), (4, 2), (4, 4))
 WARP_GRAD_WIDE = (1, 2)         # the one taken where none of those fits (layers of long rows)
+WARP_GRAD_SUBS = 64
+WARP_GRAD_COLUMNS = 24
 # conv_grad's float32 variants beat the tensor cores at layers this narrow, and through windows
 # this wide (grad_pays)
 NARROW_SLICES = 16
-WIDE_TAPS = 25
-WIDE_POSITIONS = 256
-WIDE_SLICES = 48
-WARP_GRAD_SUBS = 64
-WARP_GRAD_COLUMNS = 24
+WIDE_TAPS, WIDE_POSITIONS, WIDE_SLICES = 25, 256, 48
 SMEM_SHARE = 114 * 1024         # at most this much when opted in: two blocks per multiprocessor
                                 # (of Hopper's 228 KB)
 MAX_THREADS = 256               # threads of a conv_fwd block
@@ -115,18 +116,15 @@ class ConvShape:
         for a spread variant an odd number of 16-byte units)."""
         return self.pd4 + 4 if spread and self.pd4 // 4 % 2 == 0 else self.pd4
 
-    def row_floats_of(self, spread=False):
+    def row_floats(self, spread=False):
         """Floats of one prior row of a case's shared copy (ct::Copy<spread>::ROW)."""
         cin = (self.W - 1) * self.SH + self.FH
         cs = self.column_floats(spread)
         return cin * cs + (4 if (cin * cs // 4) % 2 == 0 else 0)
 
-    def case_floats_of(self, spread=False):
-        return ((self.H - 1) * self.SV + self.FV) * self.row_floats_of(spread)
-
-    @property
-    def case_floats(self):
-        return self.case_floats_of()
+    def case_floats(self, spread=False):
+        """Floats of one case's shared copy (ct::Copy<spread>::CASE)."""
+        return ((self.H - 1) * self.SV + self.FV) * self.row_floats(spread)
 
     @property
     def staged_floats(self):
@@ -168,7 +166,7 @@ class ForwardVariant:
 
     def smem(self, shape):
         staged = shape.staged_floats if self.spread else shape.out_floats
-        xs = _ceil(self.cases * max(shape.case_floats_of(self.spread), staged), 4) * 4
+        xs = _ceil(self.cases * max(shape.case_floats(self.spread), staged), 4) * 4
         return 4 * (xs + 2 * self.tps * shape.pd4 * self.ncol(shape) * self.tn)
 
     @property
@@ -180,27 +178,7 @@ class ForwardVariant:
         """Shared-memory wavefronts of a warp's 16-byte load of its windows, averaged over the
         block's warps and a thread's positions (4 without bank conflicts): quarter warps, 8
         groups of 4 banks, distinct addresses in one group taking a wavefront each."""
-        rows, tr = self.cases * shape.H * shape.W, _ceil(self.cases * shape.H * shape.W, self.tm)
-        total = count = 0
-        for first in range(0, self.threads(shape), 32):
-            for i in range(self.tm):
-                positions = [t % tr + i * tr if self.spread else t % tr * self.tm + i
-                             for t in range(first, min(first + 32, self.threads(shape)))]
-                offsets = [self._window_offset(shape, g if g < rows else 0) for g in positions]
-                for q in range(0, len(offsets), 8):
-                    groups = {}
-                    for a in set(offsets[q:q + 8]):
-                        groups.setdefault(a // 4 % 8, set()).add(a)
-                    total += max(len(g) for g in groups.values())
-                    count += 1
-        return 4 * total / count
-
-    def _window_offset(self, shape, g):
-        """Where the window of the block's position g starts in its shared copy (aoff)."""
-        hw = shape.H * shape.W
-        return ((g // hw) * shape.case_floats_of(self.spread)
-                + (g % hw // shape.W) * shape.SV * shape.row_floats_of(self.spread)
-                + (g % shape.W) * shape.SH * shape.column_floats(self.spread))
+        return _wavefronts(self.cases, self.tm, self.ncol(shape), self.spread, shape)
 
     def fits(self, shape, smem_limit=SMEM_BYTES):
         return (self.ncol(shape) * self.tn <= shape.LDW and self.smem(shape) <= smem_limit
@@ -324,19 +302,39 @@ def forward_variants(shape, smem_limit=SMEM_BYTES):
     return out + _spread_variants(shape, out, smem_limit)
 
 
+@functools.lru_cache(maxsize=None)
+def _wavefronts(cases, tm, ncol, spread, shape):
+    """ForwardVariant.wavefronts, counted once for all variants of the same threads and layout
+    (every plan asks again, and a filter row a stage changes neither)."""
+    rows = cases * shape.H * shape.W
+    tr = _ceil(rows, tm)
+    t = np.arange(tr * ncol)
+    i = np.arange(tm)[:, None]
+    g = t % tr + i * tr if spread else t % tr * tm + i       # each thread's positions
+    g = np.where(g < rows, g, 0)
+    start = ((g // (shape.H * shape.W)) * shape.case_floats(spread)
+             + (g // shape.W % shape.H) * shape.SV * shape.row_floats(spread)
+             + (g % shape.W) * shape.SH * shape.column_floats(spread))   # aoff
+    # quarter warps of 8 lanes (the last one padded with its last lane: no new address), their
+    # addresses sorted; the distinct ones in the busiest group of 4 banks are its wavefronts
+    start = np.pad(start, ((0, 0), (0, -len(t) % 8)), mode="edge")
+    quarters = np.sort(start.reshape(tm, -1, 8), axis=2)
+    new = np.ones(quarters.shape, bool)
+    new[..., 1:] = quarters[..., 1:] != quarters[..., :-1]
+    group = quarters // 4 % 8
+    busiest = np.max([(new & (group == k)).sum(axis=2) for k in range(8)], axis=0)
+    return 4 * int(busiest.sum()) / busiest.size
+
+
 def _spread_variants(shape, variants, smem_limit):
     """The spread twins (a thread's positions TR apart) of the variants whose window loads have
     bank conflicts: over SPREAD_WAVEFRONTS wavefronts a warp's load where 4 would do, and more
     than the twin's (the CIFAR-sized net's 16 x 16 x 48 layer, 4 consecutive positions a thread
     on 24 slices: 16)."""
-    out = []
-    for v in variants:
-        twin = dataclasses.replace(v, spread=True)
-        limit = min(smem_limit, SMEM_SHARE)
-        if (v.wavefronts(shape) > SPREAD_WAVEFRONTS and twin.fits(shape, limit)
-                and twin.wavefronts(shape) < v.wavefronts(shape)):
-            out.append(twin)
-    return out
+    pairs = ((v, dataclasses.replace(v, spread=True)) for v in variants)
+    return [twin for v, twin in pairs
+            if SPREAD_WAVEFRONTS < v.wavefronts(shape) > twin.wavefronts(shape)
+            and twin.fits(shape, min(smem_limit, SMEM_SHARE))]
 
 
 def _whole_warp_variants(shape, taken, smem_limit):
@@ -400,7 +398,7 @@ class GradVariant:
         return _ceil(shape.FV, self.rows), n_partials, 1
 
     def smem(self, shape):
-        stage = shape.case_floats + shape.H * shape.W * self.ncolg(shape) * self.tn
+        stage = shape.case_floats() + shape.H * shape.W * self.ncolg(shape) * self.tn
         return 4 * self.stages * (_ceil(stage, 4) * 4)
 
     @property
@@ -433,7 +431,7 @@ class GradWarpVariant:
 
     def smem(self, shape):
         prior_rows = (self.rows - 1) * shape.SV + shape.FV
-        stage = _ceil(prior_rows * shape.row_floats_of() + self.rows * shape.W * shape.jd4, 4) * 4
+        stage = _ceil(prior_rows * shape.row_floats() + self.rows * shape.W * shape.jd4, 4) * 4
         return 4 * self.warps * 2 * stage
 
     @property
