@@ -100,7 +100,8 @@ def test_specialized_kernels_compile(lines, rows, cols, bands, tmp_path):
     opt in to 227 KB of shared memory, so every variant): without warnings, no register spills,
     and every variant conv_tiled.py would launch is there."""
     from convnet.architecture import Architecture
-    from convnet.device.conv_tiled import SOURCE, ConvTiled
+    from convnet.device.conv_tiled import SOURCE
+    from convnet.device.conv_tiled_launch import ConvTiled
     from convnet.device.kernel_plan import tiled_variants
     from convnet.device.layout import pad32
     arch = Architecture.from_lines(lines, rows, cols, bands, 3)

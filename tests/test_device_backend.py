@@ -724,12 +724,18 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
     odd = (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 22 1 1 1 1 1 1",
             "POOLED MAX LAYER 2 2 2 2", "CONVOLUTIONAL LAYER 43 1 1 1 1 1 1",
             "FULLY CONNECTED LAYER 5"], 8, 8, 1, 3)
-    specs = [LENET_SHAPES] + TILED_ARCHS[1:] + [odd]
+    # and a delta whose case takes 52,752 bytes of shared memory (28 x 28 x 16, opted in), its
+    # rows of 28 columns also in 4 runs of their own threads
+    opted = (["CONVOLUTIONAL LAYER 16 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 16 1 1 1 1 1 1",
+              "FULLY CONNECTED LAYER 3"], 28, 28, 1, 3)
+    specs = [LENET_SHAPES] + TILED_ARCHS[1:] + [odd, opted]
     for lines, rows, cols, bands, ncls in specs:
         arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(lines, rows, cols, bands, ncls)
         variants = sorted({t for ct in _backend(arch, options=FLOAT32).conv_tiled.values()
                            for t in [*ct.fwd, *ct.bwd, *ct.grad]})
         assert variants, lines
+        if (lines, rows, cols) == opted[:3]:
+            assert {"tiled_c1", "tiled_c1_p4"} <= set(variants)
         runs = {}
         # and the direct kernel of a conv_small layer after the first (the odd net's second)
         small = [tuning.DIRECT] if any(i > 0 for i in _backend(arch).conv_small) else []
@@ -750,6 +756,8 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
         # the one-stage conv_grad net (TILED_ARCHS[5]) sums 600 taps over 256 positions for each
         # case: on an H100 its float32 gradient is 1.7e-5 from the float64 model's
         wide = 2e-5 if lines == TILED_ARCHS[5][0] else 1e-5
+        # the 28 x 28 x 16 net's gradient (12,544 inputs to its output layer): 2.0e-5 on an H200
+        wide = 4e-5 if (lines, rows, cols) == opted[:3] else wide
         assert abs(first[0] - crit_ref) <= 1e-6 * crit_ref and _rel(first[1], grad_ref) <= wide
         for key, run in runs.items():
             assert run[0] == first[0] and np.array_equal(run[1], first[1]), (lines, key)

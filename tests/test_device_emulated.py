@@ -1046,6 +1046,18 @@ def test_tiled_variants_follow_the_limits():
     assert [DeltaVariant(c).minb(lenet) for c in (2, 3)] == [5, 2]
     deep = ConvShape(8, 8, 160, 8, 8, 16, 3, 3, 1, 1, 1, 1, 32)      # 40 slice groups: 64 threads a row
     assert DeltaVariant(1, True).threads(deep) == 64 * 8
+    # rows wider than 16 columns: each variant again with its columns in 4 runs of their own
+    # threads (7 columns of 28, 6 of 21 with the last run 3); a case's copy over 48 KB (28 x 28
+    # x 16: 52,752 bytes) gives variants only where the device lets a block opt in
+    wide12 = ConvShape(28, 28, 12, 28, 28, 12, 3, 3, 1, 1, 1, 1, 112)
+    assert [v.suffix for v in delta_variants(wide12, True)] == ["c1", "c1_p4"]
+    quarter = DeltaVariant(1, parts=4)
+    assert quarter.threads(wide12) == 4 * 3 * 28 and quarter.columns(wide12) == 7
+    assert quarter.minb(wide12) == 1 and DeltaVariant(1).minb(wide12) == 3
+    assert quarter.columns(ConvShape(5, 21, 12, 5, 21, 8, 3, 3, 1, 1, 1, 1, 112)) == 6
+    wide16 = ConvShape(28, 28, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1, 160)
+    assert delta_variants(wide16, True) == [] and DeltaVariant(1).smem(wide16) == 52752
+    assert [v.suffix for v in delta_variants(wide16, True, optin)] == ["c2", "c1", "c1_p4"]
 
 
 def test_whole_column_gradient_shapes():

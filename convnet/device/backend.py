@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import ConvnetError
 from ..params import DeviceParams
 from . import collect
-from .conv_tiled import ConvTiled
+from .conv_tiled_launch import ConvTiled
 from .evaluator import DeviceEvaluator, UploadSplit
 from .handback import HandBack
 from .hostcopy import copy_into

@@ -10,10 +10,8 @@ where a variant fits (it adds in its own order, cases then positions), else gemm
 variants include conv_grad_warp (a warp a partial sum, for narrow layers), which adds in the same
 order.
 
-The module of a layer shape is built the first time one of its kernels is launched (a layer the
-tuner never times, because its launches are small, costs no compilation). This module knows
-which shapes and tile variants fit (shared memory, threads) and how each kernel is started; the
-runtime compiles and caches the modules.
+This module knows which shapes and tile variants fit (shared memory, threads);
+conv_tiled_launch.py how each kernel is built and started.
 """
 
 import dataclasses
@@ -22,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernel_args import CONV_BWD, CONV_FWD, CONV_FWD_POOL, CONV_GRAD, CONV_GRAD_WARP
 
 SOURCE = "conv_tiled.cu"
 SMEM_BYTES = 48 * 1024          # shared memory of a block that needs no opt-in
@@ -67,6 +64,9 @@ DELTA_REGISTERS = 96
 DELTA_NARROW_ROW = 16
 DELTA_ROW_EXTRA = 48
 DELTA_MAX_ROW = 32
+# conv_bwd: a wide row's columns in this many runs, each its own threads (vgg-mnist's 28 x 28 x 12
+# delta 1.24-1.28 -> 1.19-1.22 ms on an H200; halves lost there and on LeNet's rows of 12)
+DELTA_PARTS = 4
 
 
 def _ceil(a, b):
@@ -195,17 +195,22 @@ def _lanes_padded(lanes):
 
 @dataclass(frozen=True)
 class DeltaVariant:
-    """CASES cases per block; a thread owns one prior row of one case and 4 prior slices. PAD:
-    the threads of a prior row are padded to whole warps (or a power of two), so a warp's threads
-    share their prior row and take the same taps; TPS taps per stage of weights (1 or a filter
-    row)."""
+    """CASES cases per block; a thread owns one prior row of one case (or with PARTS one of that
+    many runs of its columns) and 4 prior slices. PAD: the threads of a prior row are padded to
+    whole warps (or a power of two), so a warp's threads share their prior row and take the same
+    taps; TPS taps per stage of weights (1 or a filter row)."""
     cases: int
     pad: bool = False
     tps: int = 1
+    parts: int = 1
 
     def threads(self, shape):
         lanes = shape.PD // 4 * self.cases
-        return (_lanes_padded(lanes) if self.pad else lanes) * shape.PH
+        return (_lanes_padded(lanes) if self.pad else lanes) * self.parts * shape.PH
+
+    def columns(self, shape):
+        """The prior columns a thread owns (4 sums each)."""
+        return _ceil(shape.PW, self.parts)
 
     def smem(self, shape):
         return 4 * (self.cases * shape.delta_case_floats(self.cases, self.pad)
@@ -213,7 +218,8 @@ class DeltaVariant:
 
     @property
     def suffix(self):
-        return f"c{self.cases}" + ("_w" if self.pad else "") + (f"_t{self.tps}" if self.tps > 1 else "")
+        return (f"c{self.cases}" + ("_w" if self.pad else "") + (f"_t{self.tps}" if self.tps > 1 else "")
+                + (f"_p{self.parts}" if self.parts > 1 else ""))
 
     def fits(self, shape, smem_limit=SMEM_BYTES):
         return self.smem(shape) <= smem_limit and 32 <= self.threads(shape) <= DELTA_THREADS
@@ -223,8 +229,8 @@ class DeltaVariant:
         DELTA_REGISTERS per thread, or for a prior row wider than DELTA_NARROW_ROW its 4
         accumulators a column and DELTA_ROW_EXTRA (ptxas budgets blocks rounded up to 128
         threads)."""
-        per_thread = (DELTA_REGISTERS if shape.PW <= DELTA_NARROW_ROW
-                      else 4 * shape.PW + DELTA_ROW_EXTRA)
+        cols = self.columns(shape)
+        per_thread = DELTA_REGISTERS if cols <= DELTA_NARROW_ROW else 4 * cols + DELTA_ROW_EXTRA
         return max(1, REGISTERS // (_ceil(self.threads(shape), 128) * 128 * per_thread))
 
 
@@ -239,6 +245,8 @@ def delta_variants(shape, has_delta, smem_limit=SMEM_BYTES):
             or shape.PW > DELTA_MAX_ROW):
         return []
     fitting = [c for c in range(1, 9) if DeltaVariant(c).fits(shape)]
+    if not fitting and smem_limit > SMEM_BYTES:     # a case's copy over 48 KB: opted in
+        fitting = [c for c in range(1, 9) if DeltaVariant(c).fits(shape, min(smem_limit, SMEM_SHARE))]
     out = [DeltaVariant(c) for c in fitting[::-1][:2]]
     if smem_limit > SMEM_BYTES:
         ncol = shape.PD // 4
@@ -248,7 +256,16 @@ def delta_variants(shape, has_delta, smem_limit=SMEM_BYTES):
                 v = DeltaVariant(cases, True, tps)
                 if v.fits(shape, min(smem_limit, SMEM_SHARE)) and v not in out:
                     out.append(v)
-    return out
+    return out + _parted_twins(out, shape, min(smem_limit, SMEM_SHARE))
+
+
+def _parted_twins(variants, shape, smem_limit):
+    """Twins of the delta variants with a prior row's columns in DELTA_PARTS runs of their own
+    threads, where a row is wider than DELTA_NARROW_ROW (and the twin fits)."""
+    if shape.PW <= DELTA_NARROW_ROW:
+        return []
+    twins = [dataclasses.replace(v, parts=DELTA_PARTS) for v in variants]
+    return [v for v in twins if v.fits(shape, smem_limit)]
 
 
 def forward_variants(shape, smem_limit=SMEM_BYTES):
@@ -494,103 +511,3 @@ def grad_variants(shape, smem_limit=SMEM_BYTES):
         return found + warps
     single = (dataclasses.replace(v, stages=1) for v in candidates)
     return [v for v in dict.fromkeys(single) if v.fits(shape, limit)] + warps
-
-
-class ConvTiled:
-    """The tiled kernels of one convolutional layer: candidate names for the tuner and launches.
-    fwd and bwd map a candidate name to its variant (activation, delta backpropagation)."""
-
-    def __init__(self, rt, variants):
-        """variants: the layer's kernel_plan.TiledVariants (which fit this device)."""
-        self.rt = rt
-        self.shape = variants.shape
-        # (wv, wh): the layer is followed by max pooling whose windows tile it, and each forward
-        # variant is also built with that pooling in its epilogue (kernel "fwd_pool")
-        self.pool = variants.pool
-        self.fwd = dict(variants.fwd)
-        self.bwd = dict(variants.bwd)
-        self.grad = dict(variants.grad)
-        self._built = False
-
-    def variants(self, kernel):
-        """The variants of one of the layer's kernels: "fwd", "fwd_pool", "bwd" or "grad"."""
-        return {"fwd": self.fwd, "fwd_pool": self.fwd if self.pool else {}, "bwd": self.bwd,
-                "grad": self.grad}[kernel]
-
-    def function(self, tile, kernel="fwd"):
-        v = self.variants(kernel)[tile]
-        # the pooling window is compiled in too, so it is part of the name
-        window = f"_w{self.pool[0]}x{self.pool[1]}" if kernel == "fwd_pool" else ""
-        return f"conv_{kernel}_{self.shape.tag}{window}_{v.suffix}"
-
-    def kernels(self):
-        """(function name, instantiation line, KernelParams) of every variant."""
-        out = [(self.function(t), f"CONV_FWD({self.function(t)}, {v.cases}, {v.tm}, {v.tn}, "
-                f"{v.minb}, {v.tps}, {int(v.spread)})", CONV_FWD) for t, v in self.fwd.items()]
-        out += [(self.function(t, "fwd_pool"), f"CONV_FWD_POOL({self.function(t, 'fwd_pool')}, "
-                 f"{v.cases}, {v.tm}, {v.tn}, {v.minb}, {v.tps}, {int(v.spread)}, {self.pool[0]}, "
-                 f"{self.pool[1]})", CONV_FWD_POOL) for t, v in self.variants("fwd_pool").items()]
-        out += [(self.function(t, "bwd"), f"CONV_BWD({self.function(t, 'bwd')}, {v.cases}, "
-                 f"{int(v.pad)}, {v.tps}, {v.minb(self.shape)})", CONV_BWD) for t, v in self.bwd.items()]
-        out += [self._grad_kernel(t, v) for t, v in self.grad.items()]
-        return out
-
-    def _grad_kernel(self, tile, v):
-        name = self.function(tile, "grad")
-        if isinstance(v, GradWarpVariant):
-            return name, f"CONV_GRAD_WARP({name}, {v.rows}, {v.warps})", CONV_GRAD_WARP
-        return name, f"CONV_GRAD({name}, {v.tn}, {int(v.taprow)}, {v.rows}, {v.stages})", CONV_GRAD
-
-    def build_request(self):
-        """(kernel file, defines, kernels): what Runtime.specialize builds for this layer."""
-        return SOURCE, self.shape.defines(), self.kernels()
-
-    def _build(self):
-        if not self._built:
-            self.rt.specialize(SOURCE, self.shape.defines(), self.kernels())
-            for kernel in ("fwd", "fwd_pool", "bwd", "grad"):
-                for tile, v in self.variants(kernel).items():
-                    if v.smem(self.shape) > SMEM_BYTES:
-                        self.rt.allow_shared(self.function(tile, kernel), v.smem(self.shape))
-            self._built = True
-
-    def forward(self, tile, *, src, lda, weights, M, out, ldo):
-        """out = tanh(the layer's activation) for M cases, with forward variant `tile`."""
-        self._build()
-        v = self.fwd[tile]
-        self.rt.launch(self.function(tile), (_ceil(M, v.cases), 1, 1), (v.threads(self.shape), 1, 1),
-                       *CONV_FWD.pack(src=src, lda=lda, weights=weights, M=M, out=out, ldo=ldo),
-                       shared=v.smem(self.shape))
-
-    def forward_pool(self, tile, *, src, lda, weights, M, pout, ldp, pids):
-        """The max-pooling layer after this one (pout, pids: its activation and winners, ldp a
-        case) for M cases, with forward variant `tile` and the pooling in its epilogue."""
-        self._build()
-        v = self.fwd[tile]
-        self.rt.launch(self.function(tile, "fwd_pool"), (_ceil(M, v.cases), 1, 1),
-                       (v.threads(self.shape), 1, 1),
-                       *CONV_FWD_POOL.pack(src=src, lda=lda, weights=weights, M=M, pout=pout, ldp=ldp,
-                                           pids=pids),
-                       shared=v.smem(self.shape))
-
-    def delta(self, tile, *, delta, ldd, weights, M, out, ldo, prior, epi):
-        """out = epi(the prior layer's delta) for M cases, with delta variant `tile`
-        (weights: this layer's backward layout)."""
-        self._build()
-        v = self.bwd[tile]
-        self.rt.launch(self.function(tile, "bwd"), (_ceil(M, v.cases), 1, 1),
-                       (v.threads(self.shape), 1, 1),
-                       *CONV_BWD.pack(delta=delta, ldd=ldd, weights=weights, M=M, out=out, ldo=ldo,
-                                      prior=prior, epi=epi),
-                       shared=v.smem(self.shape))
-
-    def gradient(self, tile, *, src, lda, delta, ldd, n_lo, n_hi, n_cases, chunk, subs, part):
-        """The weight gradient's partial sums (subs per chunk of cases) of the slices
-        [n_lo, n_hi) into part, with gradient variant `tile`."""
-        self._build()
-        v = self.grad[tile]
-        grid = v.grid(self.shape, _ceil(n_cases, chunk) * subs)
-        self.rt.launch(self.function(tile, "grad"), grid, (v.threads(self.shape), 1, 1),
-                       *CONV_GRAD.pack(src=src, lda=lda, delta=delta, ldd=ldd, n_lo=n_lo, n_hi=n_hi,
-                                       n_cases=n_cases, chunk=chunk, subs=subs, part=part),
-                       shared=v.smem(self.shape))

@@ -423,7 +423,8 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
 // which is gemm_nn's order for the delta (plan.py: _backprop_pairs, then the slices), then the
 // epilogue (times 1 - a^2 of the prior activation, or nothing) as gemm_nn writes it.
 // A block takes CASES cases and copies their deltas into shared memory once (slices padded to a
-// multiple of 4 with zeros). A thread owns one prior row r of one case, every column of it, and 4
+// multiple of 4 with zeros). A thread owns one prior row r of one case, every column of it (or
+// with PARTS > 1 one of PARTS runs of its columns: fewer sums a thread, more threads), and 4
 // prior slices: for each filter tap (row fr descending, column fc descending, so oh and ow
 // ascend) the tap's weights are in shared memory (copied while the previous tap is multiplied),
 // the row oh = r + pad - fr is either inside the layer for the whole thread or not at all, and
@@ -441,7 +442,7 @@ constexpr int JD4 = (CT_D + 3) / 4 * 4;             // this layer's slices, padd
 constexpr int DROW = (CT_W * JD4 / 4 + (9 - (CT_W * JD4 / 4) % 8) % 8) * 4;
 }  // namespace ctb
 
-template <int CASES, int PAD, int TPS>
+template <int CASES, int PAD, int TPS, int PARTS>
 struct ConvBwdTile {
     static constexpr int NCOL = CT_PD / 4;                  // threads across the prior slices
     static constexpr int LANES = NCOL * CASES;              // threads of one prior row
@@ -450,7 +451,9 @@ struct ConvBwdTile {
     static constexpr int LP = !PAD ? LANES
                               : LANES > 16 ? (LANES + 31) / 32 * 32
                               : LANES > 8 ? 16 : LANES > 4 ? 8 : LANES > 2 ? 4 : LANES;
-    static constexpr int NT = LP * CT_PH;
+    // a prior row's columns in PARTS runs of CW, each its own LP threads
+    static constexpr int CW = (CT_PW + PARTS - 1) / PARTS;
+    static constexpr int NT = LP * PARTS * CT_PH;
     // a case's copy: a number of 16-byte units that is CASES modulo 8 (PAD: 1 modulo 8), so the
     // (case, row) pairs of a quarter warp fall in different bank groups
     static constexpr int U = CT_H * ctb::DROW / 4;
@@ -484,15 +487,29 @@ __device__ __forceinline__ void ctb_load_taps(float* Bs, const float* __restrict
     }
 }
 
-template <int CASES, int PAD, int TPS>
+// One delta column's 4 slices times 4 slices of weights (b), into a prior column's 4 sums.
+__device__ __forceinline__ void ctb_fma_column(float (&acc)[4], const float* a4, const float4 (&b)[4])
+{
+    const float4 a = *reinterpret_cast<const float4*>(a4);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const float x = ct_lane(a, q);
+        acc[0] = fmaf(x, b[q].x, acc[0]);
+        acc[1] = fmaf(x, b[q].y, acc[1]);
+        acc[2] = fmaf(x, b[q].z, acc[2]);
+        acc[3] = fmaf(x, b[q].w, acc[3]);
+    }
+}
+
+template <int CASES, int PAD, int TPS, int PARTS>
 __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, int ldd,
                                               const float* __restrict__ Wb, int M,
                                               float* __restrict__ out, int ldo,
                                               const float* __restrict__ prior, int epi)
 {
     using namespace ctb;
-    using T = ConvBwdTile<CASES, PAD, TPS>;
-    constexpr int NT = T::NT, NCOL = T::NCOL, DCASE = T::DCASE, TAP = T::TAP;
+    using T = ConvBwdTile<CASES, PAD, TPS, PARTS>;
+    constexpr int NT = T::NT, NCOL = T::NCOL, DCASE = T::DCASE, TAP = T::TAP, CW = T::CW;
     static_assert(CT_SV == 1 && CT_SH == 1 && CT_PD % 4 == 0, "delta shape");
     static_assert(TPS == 1 || TPS == CT_FH, "a stage is one tap or one filter row");
     float* Ds = ct_smem;
@@ -503,7 +520,10 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
     const bool active = lane < T::LANES;   // PAD: the lanes past LANES only help with the copies
     const int tn = lane % NCOL;
     const int cs = active ? lane / NCOL : 0;
-    const int r = tid / T::LP;
+    // the runs of columns outermost, so a warp's threads share one (and which delta columns
+    // reach it at each tap)
+    const int r = PARTS == 1 ? tid / T::LP : tid / T::LP % CT_PH;
+    const int c0 = PARTS == 1 ? 0 : tid / (T::LP * CT_PH) * CW;    // the thread's first column
     const int m0 = blockIdx.x * CASES;
 
     for (int u = tid; u < CASES * ct::HW * JD4; u += NT) {
@@ -523,9 +543,9 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
     ctb_load_taps<NT>(Bs, Wb, ct::TAPS - TPS, TPS);
     ct_cp_commit();
 
-    float acc[CT_PW][4];
+    float acc[CW][4];
 #pragma unroll
-    for (int c = 0; c < CT_PW; ++c)
+    for (int c = 0; c < CW; ++c)
 #pragma unroll
         for (int n = 0; n < 4; ++n) acc[c][n] = 0.f;
     ct_cp_wait_all();
@@ -557,18 +577,19 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
 #pragma unroll
                     for (int q = 0; q < 4; ++q)
                         b[q] = *reinterpret_cast<const float4*>(bs + (4 * s4 + q) * CT_PD);
+                    if (PARTS == 1) {
 #pragma unroll
-                    for (int ow = 0; ow < CT_W; ++ow) {
-                        const int c = ow - CT_PZ + fc;              // known at compile time
-                        if (c < 0 || c >= CT_PW) continue;
-                        const float4 a = *reinterpret_cast<const float4*>(ds + ow * JD4 + 4 * s4);
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) {
-                            const float x = ct_lane(a, q);
-                            acc[c][0] = fmaf(x, b[q].x, acc[c][0]);
-                            acc[c][1] = fmaf(x, b[q].y, acc[c][1]);
-                            acc[c][2] = fmaf(x, b[q].z, acc[c][2]);
-                            acc[c][3] = fmaf(x, b[q].w, acc[c][3]);
+                        for (int ow = 0; ow < CT_W; ++ow) {
+                            const int c = ow - CT_PZ + fc;          // known at compile time
+                            if (c < 0 || c >= CT_PW) continue;
+                            ctb_fma_column(acc[c], ds + ow * JD4 + 4 * s4, b);
+                        }
+                    } else {                // the thread's columns: which ow reaches each is not
+#pragma unroll                              // known at compile time, but the same for a warp
+                        for (int j = 0; j < CW; ++j) {
+                            const int ow = c0 + j + CT_PZ - fc;
+                            if (ow < 0 || ow >= CT_W || c0 + j >= CT_PW) continue;
+                            ctb_fma_column(acc[j], ds + ow * JD4 + 4 * s4, b);
                         }
                     }
                 }
@@ -586,11 +607,12 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
 
     if (!active || m0 + cs >= M) return;
 #pragma unroll
-    for (int c = 0; c < CT_PW; ++c) {
+    for (int j = 0; j < CW; ++j) {
+        if (c0 + j >= CT_PW) break;
 #pragma unroll
         for (int n = 0; n < 4; ++n) {
-            const i64 o = (i64)(m0 + cs) * ldo + (r * CT_PW + c) * CT_PD + tn * 4 + n;
-            float v = acc[c][n];
+            const i64 o = (i64)(m0 + cs) * ldo + (r * CT_PW + c0 + j) * CT_PD + tn * 4 + n;
+            float v = acc[j][n];
             if (epi == EPI_DERIV) {
                 const float p = prior[o];
                 v *= 1.f - p * p;
@@ -601,15 +623,16 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
 }
 
 // CASES cases per block; PAD: a prior row's threads padded to whole warps (or a power of two);
-// TPS: taps per stage of weights (1 or a filter row). blockDim.x = ConvBwdTile<...>::NT,
+// TPS: taps per stage of weights (1 or a filter row); PARTS: runs of a prior row's columns, each
+// taken by its own threads (1 or more: the same sums). blockDim.x = ConvBwdTile<...>::NT,
 // gridDim.x = ceil(M / CASES), dynamic shared memory ConvBwdTile<...>::SMEM bytes. MINB: blocks
 // per multiprocessor the register allocation must allow.
-#define CONV_BWD(NAME, CASES, PAD, TPS, MINB)                                                     \
-    extern "C" __global__ void __launch_bounds__(ConvBwdTile<CASES, PAD, TPS>::NT, MINB)          \
+#define CONV_BWD(NAME, CASES, PAD, TPS, MINB, PARTS)                                              \
+    extern "C" __global__ void __launch_bounds__(ConvBwdTile<CASES, PAD, TPS, PARTS>::NT, MINB)   \
     NAME(const float* __restrict__ delta, int ldd, const float* __restrict__ weights, int M,      \
          float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi)              \
     {                                                                                             \
-        conv_bwd_body<CASES, PAD, TPS>(delta, ldd, weights, M, out, ldo, prior, epi);             \
+        conv_bwd_body<CASES, PAD, TPS, PARTS>(delta, ldd, weights, M, out, ldo, prior, epi);      \
     }
 
 // ------------------------------------------------------------------ weight gradient
@@ -1006,10 +1029,12 @@ CONV_FWD(conv_fwd_c2_m8_n4_b4_t5, 2, 8, 4, 4, 5, 0)
 CONV_FWD(conv_fwd_c2_m8_n4_b4_sp, 2, 8, 4, 4, 1, 1)
 CONV_FWD_POOL(conv_fwd_pool_w2x2_c2_m8_n8_b4, 2, 8, 8, 4, 1, 0, 2, 2)
 CONV_FWD_POOL(conv_fwd_pool_w2x2_c2_m8_n8_b4_sp, 2, 8, 8, 4, 1, 1, 2, 2)
-CONV_BWD(conv_bwd_c2, 2, 0, 1, 5)
-CONV_BWD(conv_bwd_c3, 3, 0, 1, 2)
-CONV_BWD(conv_bwd_c6_w, 6, 1, 1, 1)
-CONV_BWD(conv_bwd_c3_w_t5, 3, 1, 5, 2)
+CONV_BWD(conv_bwd_c2, 2, 0, 1, 5, 1)
+CONV_BWD(conv_bwd_c3, 3, 0, 1, 2, 1)
+CONV_BWD(conv_bwd_c6_w, 6, 1, 1, 1, 1)
+CONV_BWD(conv_bwd_c3_w_t5, 3, 1, 5, 2, 1)
+CONV_BWD(conv_bwd_c3_p2, 3, 0, 1, 2, 2)
+CONV_BWD(conv_bwd_c3_w_t5_p2, 3, 1, 5, 2, 2)
 CONV_GRAD(conv_grad_n4, 4, 0, 1, 2)
 CONV_GRAD(conv_grad_n4_r, 4, 1, 1, 2)
 CONV_GRAD(conv_grad_n2_r, 2, 1, 1, 2)

@@ -62,13 +62,14 @@ class ConvTiledReference(PoolReference):
                           wv, wh, 1, pout, pids, M)
 
     def conv_bwd(self, d, variant, grid, block, shared, delta, ldd, Wb, M, out, ldo, prior, epi):
-        cases, pad, tps, minb = variant
+        cases, pad, tps, minb, parts = variant
         PH, PW, PD, H, W, D = (d[k] for k in ("PH", "PW", "PD", "H", "W", "D"))
         assert d["SV"] == d["SH"] == 1 and PD % 4 == 0 and tps in (1, d["FH"]) and minb >= 1
         lanes = PD // 4 * cases
         if pad:         # a prior row's threads: a power of two up to 16, then whole warps
             lanes = -(-lanes // 32) * 32 if lanes > 16 else 1 << (lanes - 1).bit_length()
-        assert block[0] == lanes * PH <= 512 and grid[0] == -(-M // cases)
+        assert 1 <= parts <= PW     # each run of a row's columns its own threads
+        assert block[0] == lanes * parts * PH <= 512 and grid[0] == -(-M // cases)
         jd4 = -(-D // 4) * 4
         u = W * jd4 // 4
         u = H * (u + (9 - u % 8) % 8)
