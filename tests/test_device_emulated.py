@@ -486,10 +486,12 @@ def test_emulated_fixed_first_layer_variants(fake_runtime):
 
 # conv_grad_pooled: first layers whose max pooling tiles them (lines, rows, cols, bands, classes)
 POOLED_GRAD_ARCHS = [
-    # 32 slices of 5 x 5 x 2 weights: 1632 (weight row, slice) pairs, two blocks across them
+    # 32 slices of 5 x 5 x 4 weights: 4 runs of 5 weight rows a filter row, 672 (run, slice)
+    # pairs, two blocks across them
     (["CONVOLUTIONAL LAYER 32 2 2 1 1 1 1", "POOLED MAX LAYER 2 2 2 2", "FULLY CONNECTED LAYER 6"],
-     12, 12, 2, 3),
-    # strides of 2, 3 x 3 pooling windows, padding on the columns only, then another CONV layer
+     12, 12, 4, 3),
+    # strides of 2, 3 x 3 pooling windows, padding on the columns only, then another CONV layer;
+    # filter rows of 3 weight rows (a run shorter than 5)
     (["CONVOLUTIONAL LAYER 6 1 1 0 1 2 2", "POOLED MAX LAYER 3 3 3 3",
       "CONVOLUTIONAL LAYER 4 1 1 1 1 1 1"], 13, 11, 1, 4),
 ]

@@ -36,6 +36,7 @@ POOL_CASES_PER_THREAD = 8
 POOLED_GRAD_PER_Q = 6
 POOLED_GRAD_PER_X = 4
 POOLED_GRAD_THREADS = 576       # at most, so that two blocks fit a multiprocessor's registers
+POOLED_GRAD_TAPS = 5            # the weight rows of a thread's run of a filter row
 POOLED_GRAD_SUBS = 32           # conv_grad_pooled: partial sums per chunk of cases (each 8 cases)
 ELEMENTWISE_THREADS = 256
 
@@ -138,14 +139,20 @@ def pooled_grad_row_stride(row, rows, taps):
     return min(range(row, row + 32), key=lambda s: (worst(s), s))
 
 
+def pooled_grad_items(filter_rows, row_taps):
+    """conv_grad_pooled's threads of one slice: runs of a filter row's row_taps weight rows, and
+    the bias row."""
+    return filter_rows * -(-row_taps // POOLED_GRAD_TAPS) + 1
+
+
 def conv_grad_pooled_shape(layer, pool_layer, n_cols):
     """(threads per block, blocks across the weights, shared-memory bytes, row stride) of
     conv_grad_pooled for n_cols slices, or None where it cannot take the layer: a thread per
-    (weight row, slice), at most POOLED_GRAD_THREADS to a block, each thread copying at most
-    POOLED_GRAD_PER_Q of a case's pooled neurons and POOLED_GRAD_PER_X of its prior activations
-    (extra threads only copy)."""
+    slice and run of POOLED_GRAD_TAPS weight rows of a filter row (or the bias row), at most
+    POOLED_GRAD_THREADS to a block, each thread copying at most POOLED_GRAD_PER_Q of a case's
+    pooled neurons and POOLED_GRAD_PER_X of its prior activations (extra threads only copy)."""
     s = layer.spec
-    items = (s.filter_v * s.filter_h * layer.prior_depth + 1) * n_cols
+    items = pooled_grad_items(s.filter_v, s.filter_h * layer.prior_depth) * n_cols
     blocks = -(-items // POOLED_GRAD_THREADS)
     per_block = -(-items // blocks)
     rin, cin = _covered(layer)

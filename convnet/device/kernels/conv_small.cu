@@ -462,16 +462,20 @@ __device__ __forceinline__ void conv_small_pool_fixed_body(
 //     part[(z * R + k) * NL + c] = sum over its cases ascending, then pooled neurons q ascending,
 //                                  of x(case, window(winner(q, c)) + k) * delta1(q, c)
 // in its own order (not gemm_tn's), depending only on the architecture and the number of cases.
-// A thread keeps one (k, c); a block copies one case at a time into shared memory: the prior
+// A thread keeps the sums of a run of up to POOLED_GRAD_TAPS consecutive weight rows of one filter
+// row (or the bias row) for one column c, so each winner's offset and delta it reads from shared
+// memory serves that many taps; a block copies one case at a time into shared memory: the prior
 // activations with their zero padding (rows RS floats apart, RS >= the row's length chosen by the
 // host so that a window's taps fall in distinct banks), and per pooled neuron and column the
 // winner's window offset with its delta. The next case's global values are loaded into registers
 // while the block multiplies the current one, so the loads' latency hides behind the arithmetic.
-// Threads beyond the (k, c) pairs only help with the copies; each thread copies at most
+// Threads beyond the items only help with the copies; each thread copies at most
 // POOLED_GRAD_PER_Q pooled neurons and POOLED_GRAD_PER_X prior activations per case (the host
 // sizes the block for that; more would not fit the registers).
 #define POOLED_GRAD_PER_Q 6
 #define POOLED_GRAD_PER_X 4
+// A thread's run of a filter row's weight rows (a 5-wide window on one band: a whole filter row)
+#define POOLED_GRAD_TAPS 5
 // At most this many threads to a block, so that two blocks fit a multiprocessor's registers.
 #define POOLED_GRAD_THREADS 576
 
@@ -521,6 +525,28 @@ __device__ __forceinline__ void cgp_load(const CgpShape& S, int m, const float* 
     }
 }
 
+// One case's terms of a run of a filter row's taps (window places xs[0], xs[1], ...): every
+// pooled neuron q ascending, each tap's sum its own chain. T taps unrolled, or (T = 1) nk taps
+// in a loop for a filter row's last, shorter run.
+template <int T>
+static __device__ __forceinline__ void cgp_run(float (&acc)[POOLED_GRAD_TAPS], const float2* gs,
+                                               int NL, int Q, const float* xs, int nk = T)
+{
+#pragma unroll 2
+    for (int q = 0; q < Q; ++q) {
+        const float2 e = gs[q * NL];
+        const float* x = xs + __float_as_int(e.x);
+        if (T > 1) {
+#pragma unroll
+            for (int t = 0; t < T; ++t) acc[t] = fmaf(x[t], e.y, acc[t]);
+        } else {
+#pragma unroll
+            for (int t = 0; t < POOLED_GRAD_TAPS; ++t)
+                if (t < nk) acc[t] = fmaf(x[t], e.y, acc[t]);
+        }
+    }
+}
+
 static __device__ __forceinline__ void conv_grad_pooled_body(
     const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv, int fh,
     int pv, int ph, int sv, int sh, int RS, const float* __restrict__ delta,
@@ -544,19 +570,22 @@ static __device__ __forceinline__ void conv_grad_pooled_body(
     float* Xs = pooled_smem;                            // [prior row][RS]
     float2* Gs = reinterpret_cast<float2*>(pooled_smem + (RIN * RS + 1) / 2 * 2);  // [q][column]
     int* offs = reinterpret_cast<int*>(Gs + S.QN);      // a position's window start in Xs
-    const int K = fv * fh * PD;                         // the bias row
+    const int L = fh * PD;                              // weight rows of a filter row
+    const int K = fv * L;                               // the bias row
     const int R = K + 1;
-    const int per_block = (R * NL + gridDim.x - 1) / gridDim.x;    // (k, c) pairs of a block
+    const int GR = (L + POOLED_GRAD_TAPS - 1) / POOLED_GRAD_TAPS;  // runs of a filter row
+    const int IC = fv * GR + 1;                         // items of a column, the bias last
+    const int per_block = (IC * NL + gridDim.x - 1) / gridDim.x;   // items of a block
     const int item = blockIdx.x * per_block + threadIdx.x;
-    const bool live = threadIdx.x < per_block && item < R * NL;
-    const int c = live ? item / R : 0;
-    const int k = live ? item - c * R : 0;
-    int koff = 0;                                       // the weight row's place in a window
-    if (k < K) {
-        const int fr = k / (fh * PD);
-        const int rest = k - fr * fh * PD;              // fc * PD + prior slice
-        koff = fr * RS + rest;
-    }
+    const bool live = threadIdx.x < per_block && item < IC * NL;
+    const int c = live ? item / IC : 0;
+    const int g = live ? item - c * IC : 0;
+    const bool bias = g == IC - 1;
+    const int fr = g / GR;
+    const int j0 = (g - fr * GR) * POOLED_GRAD_TAPS;    // the run's first fc * PD + prior slice
+    const int k0 = bias ? K : fr * L + j0;              // its first weight row
+    const int nk = bias ? 1 : min(POOLED_GRAD_TAPS, L - j0);
+    const int koff = fr * RS + j0;                      // its first tap's place in a window
     for (int p = threadIdx.x; p < H * W; p += blockDim.x) {
         const int r = p / W;
         offs[p] = r * sv * RS + (p - r * W) * sh * PD;
@@ -571,7 +600,9 @@ static __device__ __forceinline__ void conv_grad_pooled_body(
     int gi[POOLED_GRAD_PER_Q];
     if (lo < hi) cgp_load(S, lo, src, lda, delta, ids, pooled, gd, ga, gi, xv);
     __syncthreads();                                    // offs
-    float acc = 0.f;
+    float acc[POOLED_GRAD_TAPS];
+#pragma unroll
+    for (int t = 0; t < POOLED_GRAD_TAPS; ++t) acc[t] = 0.f;
     for (int m = lo; m < hi; ++m) {
 #pragma unroll
         for (int e = 0; e < POOLED_GRAD_PER_Q; ++e) {
@@ -595,19 +626,20 @@ static __device__ __forceinline__ void conv_grad_pooled_body(
         if (m + 1 < hi) cgp_load(S, m + 1, src, lda, delta, ids, pooled, gd, ga, gi, xv);
         if (live) {
             const float2* gs = Gs + c;
-            if (k == K) {
-                for (int q = 0; q < Q; ++q) acc += gs[q * NL].y;
+            if (bias) {
+                for (int q = 0; q < Q; ++q) acc[0] += gs[q * NL].y;
+            } else if (nk == POOLED_GRAD_TAPS) {
+                cgp_run<POOLED_GRAD_TAPS>(acc, gs, NL, Q, Xs + koff);
             } else {
-#pragma unroll 4
-                for (int q = 0; q < Q; ++q) {
-                    const float2 e = gs[q * NL];
-                    acc = fmaf(Xs[__float_as_int(e.x) + koff], e.y, acc);
-                }
+                cgp_run<1>(acc, gs, NL, Q, Xs + koff, nk);
             }
         }
         __syncthreads();
     }
-    if (live) part[((i64)z * R + k) * NL + c] = acc;
+    if (!live) return;
+#pragma unroll
+    for (int t = 0; t < POOLED_GRAD_TAPS; ++t)
+        if (t < nk) part[((i64)z * R + k0 + t) * NL + c] = acc[t];
 }
 
 // An instantiation line like the other kernels' (no kernel of this file at column 0), so the

@@ -85,10 +85,11 @@ class ConvSmallReference(PoolReference):
         NL = n_hi - n_lo
         K = fv * fh * PD
         assert 0 < NL and n_hi <= N and chunk % subs == 0
-        per_block = -(-(K + 1) * NL // grid[0])
+        items = launches.pooled_grad_items(fv, fh * PD) * NL
+        per_block = -(-items // grid[0])
         assert grid[1] == -(-n_cases // chunk) * subs and block[0] >= per_block
         assert block[0] % 32 == 0 and block[0] <= launches.POOLED_GRAD_THREADS
-        assert (grid[0] - 1) * per_block < (K + 1) * NL
+        assert (grid[0] - 1) * per_block < items
         rin, cin = (H - 1) * sv + fv, (W - 1) * sh + fh
         Q = H2 * W2
         # each thread copies at most this many pooled neurons and prior activations
