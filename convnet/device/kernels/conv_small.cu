@@ -532,7 +532,7 @@ template <int T>
 static __device__ __forceinline__ void cgp_run(float (&acc)[POOLED_GRAD_TAPS], const float2* gs,
                                                int NL, int Q, const float* xs, int nk = T)
 {
-#pragma unroll 2
+#pragma unroll 8
     for (int q = 0; q < Q; ++q) {
         const float2 e = gs[q * NL];
         const float* x = xs + __float_as_int(e.x);
