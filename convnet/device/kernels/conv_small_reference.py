@@ -20,20 +20,9 @@ class ConvSmallReference(PoolReference):
         Bm = np.stack([Bm[k * ldw:k * ldw + N] for k in range(K)])
         nb = total // (H * W)
         x = self.f32(src, (nb - 1) * lda + PH * PW * PD).astype(np.float64)
-        o = self.f32(out, total * N)
-        for cs in range(nb):
-            img = x[cs * lda:cs * lda + PH * PW * PD].reshape(PH, PW, PD)
-            for oh in range(H):
-                for ow in range(W):
-                    acc = Bm[K - 1].copy()
-                    for fr in range(fv):
-                        for fc in range(fh):
-                            r, c = oh * sv - pv + fr, ow * sh - ph + fc
-                            if 0 <= r < PH and 0 <= c < PW:
-                                k0 = (fr * fh + fc) * PD
-                                acc += img[r, c] @ Bm[k0:k0 + PD]
-                    p = (cs * H + oh) * W + ow
-                    o[p * N:(p + 1) * N] = np.tanh(acc)
+        images = np.stack([x[cs * lda:cs * lda + PH * PW * PD] for cs in range(nb)])
+        win = _all_windows(images, (PH, PW, PD, H, W, fv, fh, pv, ph, sv, sh))
+        self.f32(out, total * N)[:] = np.tanh(Bm[K - 1] + win @ Bm[:K - 1]).ravel()
 
     def conv_small_pool(self, width, grid, block, shared, src, lda, PH, PW, PD, H, W, fv, fh, pv,
                         ph, sv, sh, Wf, ldw, N, H2, W2, wv2, wh2, pout, pids, total, is_max=1):
@@ -167,6 +156,17 @@ def _windows(image, shape):
     pad[pv:pv + PH, ph:ph + PW] = image.reshape(PH, PW, PD)
     return np.stack([pad[r * sv:r * sv + fv, c * sh:c * sh + fh].ravel()
                      for r in range(H) for c in range(W)])
+
+
+def _all_windows(images, shape):
+    """(cases, positions, taps x prior slices): _windows of every case at once."""
+    PH, PW, PD, H, W, fv, fh, pv, ph, sv, sh = shape
+    rin, cin = (H - 1) * sv + fv, (W - 1) * sh + fh
+    pad = np.zeros((len(images), max(rin, PH + pv), max(cin, PW + ph), PD))
+    pad[:, pv:pv + PH, ph:ph + PW] = images.reshape(-1, PH, PW, PD)
+    view = np.lib.stride_tricks.sliding_window_view(pad, (fv, fh), axis=(1, 2))
+    view = view[:, :rin - fv + 1:sv, :cin - fh + 1:sh]          # (cases, H, W, PD, fv, fh)
+    return view.transpose(0, 1, 2, 4, 5, 3).reshape(len(images), H * W, fv * fh * PD)
 
 
 def _partials(out, chunk, subs, n_cases, one_case):
