@@ -488,7 +488,8 @@ __device__ __forceinline__ void ctb_load_taps(float* Bs, const float* __restrict
 }
 
 // One delta column's 4 slices times 4 slices of weights (b), into a prior column's 4 sums.
-__device__ __forceinline__ void ctb_fma_column(float (&acc)[4], const float* a4, const float4 (&b)[4])
+__device__ __forceinline__ void ctb_fma_column(float (&acc)[4], const float* a4,
+                                               const float4 (&b)[4])
 {
     const float4 a = *reinterpret_cast<const float4*>(a4);
 #pragma unroll
@@ -521,7 +522,7 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
     const int tn = lane % NCOL;
     const int cs = active ? lane / NCOL : 0;
     // the runs of columns outermost, so a warp's threads share one (and which delta columns
-    // reach it at each tap)
+    // reach it at each tap) but where a run's LP x CT_PH threads are not whole warps
     const int r = PARTS == 1 ? tid / T::LP : tid / T::LP % CT_PH;
     const int c0 = PARTS == 1 ? 0 : tid / (T::LP * CT_PH) * CW;    // the thread's first column
     const int m0 = blockIdx.x * CASES;
@@ -585,7 +586,7 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
                             ctb_fma_column(acc[c], ds + ow * JD4 + 4 * s4, b);
                         }
                     } else {                // the thread's columns: which ow reaches each is not
-#pragma unroll                              // known at compile time, but the same for a warp
+#pragma unroll                              // known at compile time (mostly the same for a warp)
                         for (int j = 0; j < CW; ++j) {
                             const int ow = c0 + j + CT_PZ - fc;
                             if (ow < 0 || ow >= CT_W || c0 + j >= CT_PW) continue;
