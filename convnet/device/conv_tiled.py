@@ -218,7 +218,8 @@ class DeltaVariant:
 
     @property
     def suffix(self):
-        return (f"c{self.cases}" + ("_w" if self.pad else "") + (f"_t{self.tps}" if self.tps > 1 else "")
+        return (f"c{self.cases}" + ("_w" if self.pad else "")
+                + (f"_t{self.tps}" if self.tps > 1 else "")
                 + (f"_p{self.parts}" if self.parts > 1 else ""))
 
     def fits(self, shape, smem_limit=SMEM_BYTES):
@@ -244,9 +245,10 @@ def delta_variants(shape, has_delta, smem_limit=SMEM_BYTES):
     if (not has_delta or shape.SV != 1 or shape.SH != 1 or shape.PD % 4
             or shape.PW > DELTA_MAX_ROW):
         return []
-    fitting = [c for c in range(1, 9) if DeltaVariant(c).fits(shape)]
-    if not fitting and smem_limit > SMEM_BYTES:     # a case's copy over 48 KB: opted in
-        fitting = [c for c in range(1, 9) if DeltaVariant(c).fits(shape, min(smem_limit, SMEM_SHARE))]
+    share = min(smem_limit, SMEM_SHARE)
+    # within 48 KB, else (a case's copy over 48 KB) opted in
+    fitting = ([c for c in range(1, 9) if DeltaVariant(c).fits(shape)]
+               or [c for c in range(1, 9) if DeltaVariant(c).fits(shape, share)])
     out = [DeltaVariant(c) for c in fitting[::-1][:2]]
     if smem_limit > SMEM_BYTES:
         ncol = shape.PD // 4
@@ -254,9 +256,9 @@ def delta_variants(shape, has_delta, smem_limit=SMEM_BYTES):
             cases = max(1, lanes // ncol)
             for tps in (1, shape.FH):
                 v = DeltaVariant(cases, True, tps)
-                if v.fits(shape, min(smem_limit, SMEM_SHARE)) and v not in out:
+                if v.fits(shape, share) and v not in out:
                     out.append(v)
-    return out + _parted_twins(out, shape, min(smem_limit, SMEM_SHARE))
+    return out + _parted_twins(out, shape, share)
 
 
 def _parted_twins(variants, shape, smem_limit):

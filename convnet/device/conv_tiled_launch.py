@@ -7,10 +7,6 @@ from .conv_tiled import SMEM_BYTES, SOURCE, GradWarpVariant
 from .kernel_args import CONV_BWD, CONV_FWD, CONV_FWD_POOL, CONV_GRAD, CONV_GRAD_WARP
 
 
-def _ceil(a, b):
-    return -(-a // b)
-
-
 class ConvTiled:
     """The tiled kernels of one convolutional layer: candidate names for the tuner and launches.
     fwd and bwd map a candidate name to its variant (activation, delta backpropagation)."""
@@ -74,7 +70,7 @@ class ConvTiled:
         """out = tanh(the layer's activation) for M cases, with forward variant `tile`."""
         self._build()
         v = self.fwd[tile]
-        self.rt.launch(self.function(tile), (_ceil(M, v.cases), 1, 1), (v.threads(self.shape), 1, 1),
+        self.rt.launch(self.function(tile), (-(-M // v.cases), 1, 1), (v.threads(self.shape), 1, 1),
                        *CONV_FWD.pack(src=src, lda=lda, weights=weights, M=M, out=out, ldo=ldo),
                        shared=v.smem(self.shape))
 
@@ -83,7 +79,7 @@ class ConvTiled:
         case) for M cases, with forward variant `tile` and the pooling in its epilogue."""
         self._build()
         v = self.fwd[tile]
-        self.rt.launch(self.function(tile, "fwd_pool"), (_ceil(M, v.cases), 1, 1),
+        self.rt.launch(self.function(tile, "fwd_pool"), (-(-M // v.cases), 1, 1),
                        (v.threads(self.shape), 1, 1),
                        *CONV_FWD_POOL.pack(src=src, lda=lda, weights=weights, M=M, pout=pout, ldp=ldp,
                                            pids=pids),
@@ -94,7 +90,7 @@ class ConvTiled:
         (weights: this layer's backward layout)."""
         self._build()
         v = self.bwd[tile]
-        self.rt.launch(self.function(tile, "bwd"), (_ceil(M, v.cases), 1, 1),
+        self.rt.launch(self.function(tile, "bwd"), (-(-M // v.cases), 1, 1),
                        (v.threads(self.shape), 1, 1),
                        *CONV_BWD.pack(delta=delta, ldd=ldd, weights=weights, M=M, out=out, ldo=ldo,
                                       prior=prior, epi=epi),
@@ -105,7 +101,7 @@ class ConvTiled:
         [n_lo, n_hi) into part, with gradient variant `tile`."""
         self._build()
         v = self.grad[tile]
-        grid = v.grid(self.shape, _ceil(n_cases, chunk) * subs)
+        grid = v.grid(self.shape, -(-n_cases // chunk) * subs)
         self.rt.launch(self.function(tile, "grad"), grid, (v.threads(self.shape), 1, 1),
                        *CONV_GRAD.pack(src=src, lda=lda, delta=delta, ldd=ldd, n_lo=n_lo, n_hi=n_hi,
                                        n_cases=n_cases, chunk=chunk, subs=subs, part=part),

@@ -203,7 +203,8 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
             tiled=None, pool=None, split=False, tf32=False, direct=None):
     """A gather product out = epi(A B) for M rows (cases), the groups of a layer's table.
     tiled: for a convolutional layer's activation (b_ld > 0) or delta backpropagation (b_ld 0),
-    its conv_tiled_launch.ConvTiled, whose variants are candidates beside the gather tiles (same bits).
+    its conv_tiled_launch.ConvTiled, whose variants are candidates beside the gather tiles (same
+    bits).
     pool: (pooling layer, its activation, its winners) of the max pooling after a convolutional
     layer whose tiled variants compute it in their epilogue (tiled.pool); the gather tiles are
     then followed by pool_forward, and each candidate is timed with its pooling.

@@ -526,19 +526,20 @@ __device__ __forceinline__ void cgp_load(const CgpShape& S, int m, const float* 
 }
 
 // One case's terms of a run of a filter row's taps (window places xs[0], xs[1], ...): every
-// pooled neuron q ascending, each tap's sum its own chain. T taps unrolled, or (T = 1) nk taps
-// in a loop for a filter row's last, shorter run.
-template <int T>
+// pooled neuron q ascending, each tap's sum its own chain. FULL: POOLED_GRAD_TAPS taps, else the
+// first nk (a filter row's last, shorter run).
+template <bool FULL>
 static __device__ __forceinline__ void cgp_run(float (&acc)[POOLED_GRAD_TAPS], const float2* gs,
-                                               int NL, int Q, const float* xs, int nk = T)
+                                               int NL, int Q, const float* xs,
+                                               int nk = POOLED_GRAD_TAPS)
 {
 #pragma unroll 8
     for (int q = 0; q < Q; ++q) {
         const float2 e = gs[q * NL];
         const float* x = xs + __float_as_int(e.x);
-        if (T > 1) {
+        if (FULL) {
 #pragma unroll
-            for (int t = 0; t < T; ++t) acc[t] = fmaf(x[t], e.y, acc[t]);
+            for (int t = 0; t < POOLED_GRAD_TAPS; ++t) acc[t] = fmaf(x[t], e.y, acc[t]);
         } else {
 #pragma unroll
             for (int t = 0; t < POOLED_GRAD_TAPS; ++t)
@@ -629,9 +630,9 @@ static __device__ __forceinline__ void conv_grad_pooled_body(
             if (bias) {
                 for (int q = 0; q < Q; ++q) acc[0] += gs[q * NL].y;
             } else if (nk == POOLED_GRAD_TAPS) {
-                cgp_run<POOLED_GRAD_TAPS>(acc, gs, NL, Q, Xs + koff);
+                cgp_run<true>(acc, gs, NL, Q, Xs + koff);
             } else {
-                cgp_run<1>(acc, gs, NL, Q, Xs + koff, nk);
+                cgp_run<false>(acc, gs, NL, Q, Xs + koff, nk);
             }
         }
         __syncthreads();

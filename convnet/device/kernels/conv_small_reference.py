@@ -150,12 +150,7 @@ class ConvSmallReference(PoolReference):
 def _windows(image, shape):
     """(positions, taps x prior slices): every window of one case's prior activations (float64,
     row-major), zero where it reaches into the padding."""
-    PH, PW, PD, H, W, fv, fh, pv, ph, sv, sh = shape
-    rin, cin = (H - 1) * sv + fv, (W - 1) * sh + fh
-    pad = np.zeros((max(rin, PH + pv), max(cin, PW + ph), PD))
-    pad[pv:pv + PH, ph:ph + PW] = image.reshape(PH, PW, PD)
-    return np.stack([pad[r * sv:r * sv + fv, c * sh:c * sh + fh].ravel()
-                     for r in range(H) for c in range(W)])
+    return _all_windows(image[None], shape)[0]
 
 
 def _all_windows(images, shape):
