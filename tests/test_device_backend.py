@@ -734,7 +734,8 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
         variants = sorted({t for ct in _backend(arch, options=FLOAT32).conv_tiled.values()
                            for t in [*ct.fwd, *ct.bwd, *ct.grad]})
         assert variants, lines
-        if (lines, rows, cols) == opted[:3]:
+        is_opted = (lines, rows, cols) == opted[:3]
+        if is_opted:
             assert {"tiled_c1", "tiled_c1_p4"} <= set(variants)
         runs = {}
         # and the direct kernel of a conv_small layer after the first (the odd net's second)
@@ -757,7 +758,7 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
         # case: on an H100 its float32 gradient is 1.7e-5 from the float64 model's
         wide = 2e-5 if lines == TILED_ARCHS[5][0] else 1e-5
         # the 28 x 28 x 16 net's gradient (12,544 inputs to its output layer): 2.0e-5 on an H200
-        wide = 4e-5 if (lines, rows, cols) == opted[:3] else wide
+        wide = 4e-5 if is_opted else wide
         assert abs(first[0] - crit_ref) <= 1e-6 * crit_ref and _rel(first[1], grad_ref) <= wide
         for key, run in runs.items():
             assert run[0] == first[0] and np.array_equal(run[1], first[1]), (lines, key)
