@@ -715,10 +715,13 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
     activations and delta backpropagations (and conv_grad's variants against each other, where
     conv_grad takes a layer's weight gradient): the same criterion,
     gradient, outputs and activations, bit for bit, on LeNet's shapes and on padded, strided,
-    odd-depth layers (and the float64 model within the usual tolerances)."""
-    from convnet.device import tuning
+    odd-depth layers (and the float64 model within the usual tolerances). The device is said to
+    have 5 multiprocessors, so that each block of a delta variant that takes group after group of
+    cases (AHEAD) takes many."""
+    from convnet.device import runtime, tuning
     from test_device_emulated import TILED_ARCHS
     gather = tuning.nn_candidates
+    monkeypatch.setattr(runtime.Runtime.get(), "multiprocessors", 5)
     # and tiles of whole warps whose slices leave 2 (22 slices: 6 a thread) and 3 (43: 11) over
     # the groups of 4 (ct_slice), the first followed by pooling in its epilogue
     odd = (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 22 1 1 1 1 1 1",

@@ -191,6 +191,7 @@ class FakeRuntime:
         self.specialized.update(specializations(defines, kernels))
 
     shared_optin = 227 * 1024     # Hopper's
+    multiprocessors = 3           # few, so that a block of an AHEAD delta takes several groups
 
     def allow_shared(self, name, nbytes):
         assert name in self.specialized and 48 * 1024 < nbytes <= self.shared_optin
@@ -1041,8 +1042,17 @@ def test_tiled_variants_follow_the_limits():
     assert [(v.cases, v.tm, v.tn) for v in staged] == [(v.cases, v.tm, v.tn) for v in wide if v.tps == 1]
     assert sorted(wide[:len(wide) // 2], key=str) == sorted(got + whole, key=str)
     assert ForwardVariant(2, 8, 4, 1, 5).smem(lenet) == 33920 + 4 * 2 * 4 * 20 * 52
-    assert [(v.cases, v.pad, v.tps) for v in delta_variants(lenet, True, optin)] == [
-        (3, False, 1), (2, False, 1), (6, True, 1), (3, True, 1), (3, True, 5)]
+    assert [(v.cases, v.pad, v.tps, v.ahead) for v in delta_variants(lenet, True, optin)] == [
+        (3, False, 1, False), (2, False, 1, False), (6, True, 1, False), (3, True, 1, False),
+        (3, True, 5, False), (6, True, 1, True)]
+    # the one variant of one block a multiprocessor (its registers), a tap a stage, again taking
+    # group after group of 6 cases with two copies of them: a block a multiprocessor
+    ahead = DeltaVariant(6, True, ahead=True)
+    assert DeltaVariant(6, True).minb(lenet) == 1 and ahead.minb(lenet) == 1
+    assert ahead.smem(lenet) == 4 * (2 * 6 * 3364 + 2 * 52 * 20) > 114 * 1024
+    assert ahead.blocks(lenet, 10000, 132) == 132 and ahead.blocks(lenet, 500, 132) == 84
+    assert DeltaVariant(6, True).blocks(lenet, 10000, 132) == 1667
+    assert not any(v.ahead for v in delta_variants(lenet, True))     # no opt-in, no room
     assert DeltaVariant(6, True).threads(lenet) == 12 * 32 and DeltaVariant(3, True).threads(lenet) == 12 * 16
     assert DeltaVariant(6, True, 5).smem(lenet) > 114 * 1024         # one block per multiprocessor
     assert [DeltaVariant(c).minb(lenet) for c in (2, 3)] == [5, 2]
@@ -1059,7 +1069,7 @@ def test_tiled_variants_follow_the_limits():
     assert quarter.columns(ConvShape(5, 21, 12, 5, 21, 8, 3, 3, 1, 1, 1, 1, 112)) == 6
     wide16 = ConvShape(28, 28, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1, 160)
     assert delta_variants(wide16, True) == [] and DeltaVariant(1).smem(wide16) == 52752
-    assert [v.suffix for v in delta_variants(wide16, True, optin)] == ["c2", "c1", "c1_p4"]
+    assert [v.suffix for v in delta_variants(wide16, True, optin)] == ["c2", "c1", "c1_p4", "c2_a"]
 
 
 def test_whole_column_gradient_shapes():

@@ -198,11 +198,13 @@ class DeltaVariant:
     """CASES cases per block; a thread owns one prior row of one case (or with PARTS one of that
     many runs of its columns) and 4 prior slices. PAD: the threads of a prior row are padded to
     whole warps (or a power of two), so a warp's threads share their prior row and take the same
-    taps; TPS taps per stage of weights (1 or a filter row)."""
+    taps; TPS taps per stage of weights (1 or a filter row). AHEAD: one block a multiprocessor
+    takes CASES cases after another, each one's deltas copied while the one before is summed."""
     cases: int
     pad: bool = False
     tps: int = 1
     parts: int = 1
+    ahead: bool = False
 
     def threads(self, shape):
         lanes = shape.PD // 4 * self.cases
@@ -213,14 +215,21 @@ class DeltaVariant:
         return _ceil(shape.PW, self.parts)
 
     def smem(self, shape):
-        return 4 * (self.cases * shape.delta_case_floats(self.cases, self.pad)
+        copies = 2 if self.ahead else 1
+        return 4 * (copies * self.cases * shape.delta_case_floats(self.cases, self.pad)
                     + 2 * self.tps * shape.jd4 * shape.PD)
+
+    def blocks(self, shape, M, multiprocessors):
+        """The blocks of a launch for M cases: a block a CASES cases, or AHEAD one a
+        multiprocessor (at most one a CASES cases)."""
+        groups = _ceil(M, self.cases)
+        return min(groups, multiprocessors) if self.ahead else groups
 
     @property
     def suffix(self):
         return (f"c{self.cases}" + ("_w" if self.pad else "")
                 + (f"_t{self.tps}" if self.tps > 1 else "")
-                + (f"_p{self.parts}" if self.parts > 1 else ""))
+                + (f"_p{self.parts}" if self.parts > 1 else "") + ("_a" if self.ahead else ""))
 
     def fits(self, shape, smem_limit=SMEM_BYTES):
         return self.smem(shape) <= smem_limit and 32 <= self.threads(shape) <= DELTA_THREADS
@@ -229,7 +238,9 @@ class DeltaVariant:
         """Blocks per multiprocessor the register allocation must allow: those of
         DELTA_REGISTERS per thread, or for a prior row wider than DELTA_NARROW_ROW its 4
         accumulators a column and DELTA_ROW_EXTRA (ptxas budgets blocks rounded up to 128
-        threads)."""
+        threads); AHEAD: one, its shared memory being over SMEM_SHARE."""
+        if self.ahead:
+            return 1
         cols = self.columns(shape)
         per_thread = DELTA_REGISTERS if cols <= DELTA_NARROW_ROW else 4 * cols + DELTA_ROW_EXTRA
         return max(1, REGISTERS // (_ceil(self.threads(shape), 128) * 128 * per_thread))
@@ -258,7 +269,8 @@ def delta_variants(shape, has_delta, smem_limit=SMEM_BYTES):
                 v = DeltaVariant(cases, True, tps)
                 if v.fits(shape, share) and v not in out:
                     out.append(v)
-    return out + _parted_twins(out, shape, share)
+    out += _parted_twins(out, shape, share)
+    return out + _ahead_twins(out, shape, smem_limit)
 
 
 def _parted_twins(variants, shape, smem_limit):
@@ -268,6 +280,18 @@ def _parted_twins(variants, shape, smem_limit):
         return []
     twins = [dataclasses.replace(v, parts=DELTA_PARTS) for v in variants]
     return [v for v in twins if v.fits(shape, smem_limit)]
+
+
+def _ahead_twins(variants, shape, smem_limit):
+    """Twins of the delta variants that run one block a multiprocessor (its registers or shared
+    memory allow no second), a tap a stage, taking group after group of cases, each group's
+    deltas copied while the one before is summed: there a block's copy is otherwise waited for
+    with nothing else to run. Where both copies fit the shared memory a block may opt in to
+    (smem_limit); they then take over SMEM_SHARE, one block a multiprocessor."""
+    alone = [v for v in variants
+             if v.tps == 1 and (v.minb(shape) == 1 or v.smem(shape) > SMEM_SHARE)]
+    twins = [dataclasses.replace(v, ahead=True) for v in alone]
+    return [v for v in twins if v.fits(shape, smem_limit) and v.smem(shape) > SMEM_SHARE]
 
 
 def forward_variants(shape, smem_limit=SMEM_BYTES):

@@ -143,6 +143,8 @@ class Runtime:
         # the most shared memory one block may have once its kernel opts in (Volta and later)
         self.shared_optin = self.device.get_attribute(
             cuda.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        self.multiprocessors = self.device.get_attribute(
+            cuda.device_attribute.MULTIPROCESSOR_COUNT)
         major, minor = self.device.compute_capability()
         self.arch = f"sm_{major}{minor}"
         self.cache = KernelCache()

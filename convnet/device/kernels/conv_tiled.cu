@@ -442,7 +442,7 @@ constexpr int JD4 = (CT_D + 3) / 4 * 4;             // this layer's slices, padd
 constexpr int DROW = (CT_W * JD4 / 4 + (9 - (CT_W * JD4 / 4) % 8) % 8) * 4;
 }  // namespace ctb
 
-template <int CASES, int PAD, int TPS, int PARTS>
+template <int CASES, int PAD, int TPS, int PARTS, int AHEAD = 0>
 struct ConvBwdTile {
     static constexpr int NCOL = CT_PD / 4;                  // threads across the prior slices
     static constexpr int LANES = NCOL * CASES;              // threads of one prior row
@@ -459,7 +459,7 @@ struct ConvBwdTile {
     static constexpr int U = CT_H * ctb::DROW / 4;
     static constexpr int DCASE = (U + (((PAD ? 1 : CASES % 8)) - U % 8 + 8) % 8) * 4;
     static constexpr int TAP = ctb::JD4 * CT_PD;            // floats of one tap's weights
-    static constexpr int SMEM = 4 * (CASES * DCASE + 2 * TPS * TAP);   // bytes
+    static constexpr int SMEM = 4 * ((AHEAD ? 2 : 1) * CASES * DCASE + 2 * TPS * TAP);   // bytes
 };
 
 // The backward weights of taps [tap, tap + taps) ([tap][slice][prior slice]), each JD4 rows of
@@ -502,32 +502,14 @@ __device__ __forceinline__ void ctb_fma_column(float (&acc)[4], const float* a4,
     }
 }
 
-template <int CASES, int PAD, int TPS, int PARTS>
-__device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, int ldd,
-                                              const float* __restrict__ Wb, int M,
-                                              float* __restrict__ out, int ldo,
-                                              const float* __restrict__ prior, int epi)
+// Units [lo, hi) (a unit a float) of the copy of cases m0 .. m0 + CASES - 1's deltas into Ds
+// (zeros past M and past CT_D): loads and stores, or with ASYNC cp.async copies the caller waits for.
+template <int CASES, int NT, int DCASE, bool ASYNC>
+__device__ __forceinline__ void ctb_copy_deltas(float* Ds, const float* __restrict__ delta,
+                                                int ldd, int m0, int M, int lo, int hi)
 {
     using namespace ctb;
-    using T = ConvBwdTile<CASES, PAD, TPS, PARTS>;
-    constexpr int NT = T::NT, NCOL = T::NCOL, DCASE = T::DCASE, TAP = T::TAP, CW = T::CW;
-    static_assert(CT_SV == 1 && CT_SH == 1 && CT_PD % 4 == 0, "delta shape");
-    static_assert(TPS == 1 || TPS == CT_FH, "a stage is one tap or one filter row");
-    float* Ds = ct_smem;
-    float* Bs = ct_smem + CASES * DCASE;    // two stages of TPS taps' weights
-
-    const int tid = threadIdx.x;
-    const int lane = tid % T::LP;
-    const bool active = lane < T::LANES;   // PAD: the lanes past LANES only help with the copies
-    const int tn = lane % NCOL;
-    const int cs = active ? lane / NCOL : 0;
-    // the runs of columns outermost, so a warp's threads share one (and which delta columns
-    // reach it at each tap) but where a run's LP x CT_PH threads are not whole warps
-    const int r = PARTS == 1 ? tid / T::LP : tid / T::LP % CT_PH;
-    const int c0 = PARTS == 1 ? 0 : tid / (T::LP * CT_PH) * CW;    // the thread's first column
-    const int m0 = blockIdx.x * CASES;
-
-    for (int u = tid; u < CASES * ct::HW * JD4; u += NT) {
+    for (int u = lo + threadIdx.x; u < hi; u += NT) {
         const int c = u / (ct::HW * JD4);
         const int v = u - c * (ct::HW * JD4);
         const int p = v / JD4;
@@ -535,84 +517,28 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
         const int oh = p / CT_W;
         const int ow = p - oh * CT_W;
         float* d = Ds + c * DCASE + oh * DROW + ow * JD4 + j;
-        if (m0 + c < M && j < CT_D)
-            *d = delta[(i64)(m0 + c) * ldd + p * CT_D + j];
+        const bool ok = m0 + c < M && j < CT_D;
+        const float* g = delta + (ok ? (i64)(m0 + c) * ldd + p * CT_D + j : 0);
+        if (ASYNC)
+            ct_cp_async4(d, g, ok);
         else
-            *d = 0.f;
+            *d = ok ? *g : 0.f;
     }
-    // taps are taken in descending order; a stage of a filter row holds its taps ascending
-    ctb_load_taps<NT>(Bs, Wb, ct::TAPS - TPS, TPS);
-    ct_cp_commit();
+}
 
-    float acc[CW][4];
-#pragma unroll
-    for (int c = 0; c < CW; ++c)
-#pragma unroll
-        for (int n = 0; n < 4; ++n) acc[c][n] = 0.f;
-    ct_cp_wait_all();
-    __syncthreads();
-
-    int t = 0;                                              // taps done
-    for (int fr = CT_FV - 1; fr >= 0; --fr) {
-        const int oh = r + CT_PV - fr;
-        const bool row_in = active && oh >= 0 && oh < CT_H;
-        const float* ds = Ds + cs * DCASE + oh * DROW;
-        const int row_stage = CT_FV - 1 - fr;
-        if (TPS > 1 && fr > 0) {                            // the next filter row's taps
-            ctb_load_taps<NT>(Bs + ((row_stage + 1) & 1) * TPS * TAP, Wb, (fr - 1) * CT_FH, CT_FH);
-            ct_cp_commit();
-        }
-#pragma unroll
-        for (int k = 0; k < CT_FH; ++k, ++t) {
-            const int fc = CT_FH - 1 - k;
-            if (TPS == 1 && t + 1 < ct::TAPS) {
-                ctb_load_taps<NT>(Bs + ((t + 1) & 1) * TAP, Wb, ct::TAPS - 2 - t, 1);
-                ct_cp_commit();
-            }
-            const float* bs = (TPS == 1 ? Bs + (t & 1) * TAP
-                                        : Bs + (row_stage & 1) * TPS * TAP + fc * TAP) + tn * 4;
-            if (row_in) {
-#pragma unroll 1
-                for (int s4 = 0; s4 < JD4 / 4; ++s4) {
-                    float4 b[4];
-#pragma unroll
-                    for (int q = 0; q < 4; ++q)
-                        b[q] = *reinterpret_cast<const float4*>(bs + (4 * s4 + q) * CT_PD);
-                    if (PARTS == 1) {
-#pragma unroll
-                        for (int ow = 0; ow < CT_W; ++ow) {
-                            const int c = ow - CT_PZ + fc;          // known at compile time
-                            if (c < 0 || c >= CT_PW) continue;
-                            ctb_fma_column(acc[c], ds + ow * JD4 + 4 * s4, b);
-                        }
-                    } else {                // the thread's columns: which ow reaches each is not
-#pragma unroll                              // known at compile time (mostly the same for a warp)
-                        for (int j = 0; j < CW; ++j) {
-                            const int ow = c0 + j + CT_PZ - fc;
-                            if (ow < 0 || ow >= CT_W || c0 + j >= CT_PW) continue;
-                            ctb_fma_column(acc[j], ds + ow * JD4 + 4 * s4, b);
-                        }
-                    }
-                }
-            }
-            if (TPS == 1) {
-                ct_cp_wait_all();
-                __syncthreads();
-            }
-        }
-        if (TPS > 1) {
-            ct_cp_wait_all();
-            __syncthreads();
-        }
-    }
-
-    if (!active || m0 + cs >= M) return;
+// A thread's sums of one prior row r of case cs (4 prior slices tn, its columns from c0) into
+// out, times the activation's derivative at prior where epi says so.
+template <int CW>
+__device__ __forceinline__ void ctb_store(const float (&acc)[CW][4], float* __restrict__ out,
+                                          int ldo, const float* __restrict__ prior, int epi,
+                                          int m, int r, int c0, int tn)
+{
 #pragma unroll
     for (int j = 0; j < CW; ++j) {
         if (c0 + j >= CT_PW) break;
 #pragma unroll
         for (int n = 0; n < 4; ++n) {
-            const i64 o = (i64)(m0 + cs) * ldo + (r * CT_PW + c0 + j) * CT_PD + tn * 4 + n;
+            const i64 o = (i64)m * ldo + (r * CT_PW + c0 + j) * CT_PD + tn * 4 + n;
             float v = acc[j][n];
             if (epi == EPI_DERIV) {
                 const float p = prior[o];
@@ -623,17 +549,140 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
     }
 }
 
+template <int CASES, int PAD, int TPS, int PARTS, int AHEAD>
+__device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, int ldd,
+                                              const float* __restrict__ Wb, int M,
+                                              float* __restrict__ out, int ldo,
+                                              const float* __restrict__ prior, int epi)
+{
+    using namespace ctb;
+    using T = ConvBwdTile<CASES, PAD, TPS, PARTS, AHEAD>;
+    constexpr int NT = T::NT, NCOL = T::NCOL, DCASE = T::DCASE, TAP = T::TAP, CW = T::CW;
+    constexpr int UNITS = CASES * ct::HW * JD4;             // floats of a block's copy
+    constexpr int SLICES = TPS == 1 ? ct::TAPS : CT_FV;     // stages of weights a pass
+    static_assert(CT_SV == 1 && CT_SH == 1 && CT_PD % 4 == 0, "delta shape");
+    static_assert(TPS == 1 || TPS == CT_FH, "a stage is one tap or one filter row");
+    float* Bs = ct_smem + (AHEAD ? 2 : 1) * CASES * DCASE;   // two stages of TPS taps' weights
+
+    const int tid = threadIdx.x;
+    const int lane = tid % T::LP;
+    const bool active = lane < T::LANES;   // PAD: the lanes past LANES only help with the copies
+    const int tn = lane % NCOL;
+    const int cs = active ? lane / NCOL : 0;
+    // the runs of columns outermost, so a warp's threads share one (and which delta columns
+    // reach it at each tap) but where a run's LP x CT_PH threads are not whole warps
+    const int r = PARTS == 1 ? tid / T::LP : tid / T::LP % CT_PH;
+    const int c0 = PARTS == 1 ? 0 : tid / (T::LP * CT_PH) * CW;    // the thread's first column
+    int m0 = blockIdx.x * CASES;
+
+    ctb_copy_deltas<CASES, NT, DCASE, false>(ct_smem, delta, ldd, m0, M, 0, UNITS);
+    // taps are taken in descending order; a stage of a filter row holds its taps ascending
+    ctb_load_taps<NT>(Bs, Wb, ct::TAPS - TPS, TPS);
+    ct_cp_commit();
+    ct_cp_wait_all();
+    __syncthreads();
+
+    int stage = 0;                          // stages of weights taken, over every pass
+    for (int pass = 0;; ++pass) {
+        // AHEAD: the block's next cases' deltas are copied a slice a stage while these are summed
+        const float* Ds = ct_smem + (AHEAD ? (pass & 1) * CASES * DCASE : 0);
+        float* Dn = ct_smem + ((pass + 1) & 1) * CASES * DCASE;
+        const int m_next = m0 + gridDim.x * CASES;
+        const bool more = AHEAD && m_next < M;
+        float acc[CW][4];
+#pragma unroll
+        for (int c = 0; c < CW; ++c)
+#pragma unroll
+            for (int n = 0; n < 4; ++n) acc[c][n] = 0.f;
+
+        int t = 0;                                          // taps done this pass
+        for (int fr = CT_FV - 1; fr >= 0; --fr) {
+            const int oh = r + CT_PV - fr;
+            const bool row_in = active && oh >= 0 && oh < CT_H;
+            const float* ds = Ds + cs * DCASE + oh * DROW;
+            const int row_stage = CT_FV - 1 - fr;
+            if (TPS > 1 && (fr > 0 || more)) {        // the next filter row's taps (next pass's)
+                ctb_load_taps<NT>(Bs + ((stage + 1) & 1) * TPS * TAP, Wb,
+                                  (fr > 0 ? fr - 1 : CT_FV - 1) * CT_FH, CT_FH);
+                if (more)
+                    ctb_copy_deltas<CASES, NT, DCASE, true>(Dn, delta, ldd, m_next, M,
+                                                            row_stage * UNITS / SLICES,
+                                                            (row_stage + 1) * UNITS / SLICES);
+                ct_cp_commit();
+            }
+#pragma unroll
+            for (int k = 0; k < CT_FH; ++k, ++t) {
+                const int fc = CT_FH - 1 - k;
+                if (TPS == 1 && (t + 1 < ct::TAPS || more)) {
+                    ctb_load_taps<NT>(Bs + ((stage + 1) & 1) * TAP, Wb,
+                                      t + 1 < ct::TAPS ? ct::TAPS - 2 - t : ct::TAPS - 1, 1);
+                    if (more)
+                        ctb_copy_deltas<CASES, NT, DCASE, true>(Dn, delta, ldd, m_next, M,
+                                                                t * UNITS / SLICES,
+                                                                (t + 1) * UNITS / SLICES);
+                    ct_cp_commit();
+                }
+                const float* bs = (TPS == 1 ? Bs + (stage & 1) * TAP
+                                            : Bs + (stage & 1) * TPS * TAP + fc * TAP) + tn * 4;
+                if (row_in) {
+#pragma unroll 1
+                    for (int s4 = 0; s4 < JD4 / 4; ++s4) {
+                        float4 b[4];
+#pragma unroll
+                        for (int q = 0; q < 4; ++q)
+                            b[q] = *reinterpret_cast<const float4*>(bs + (4 * s4 + q) * CT_PD);
+                        if (PARTS == 1) {
+#pragma unroll
+                            for (int ow = 0; ow < CT_W; ++ow) {
+                                const int c = ow - CT_PZ + fc;      // known at compile time
+                                if (c < 0 || c >= CT_PW) continue;
+                                ctb_fma_column(acc[c], ds + ow * JD4 + 4 * s4, b);
+                            }
+                        } else {            // the thread's columns: which ow reaches each is not
+#pragma unroll                              // known at compile time (mostly the same for a warp)
+                            for (int j = 0; j < CW; ++j) {
+                                const int ow = c0 + j + CT_PZ - fc;
+                                if (ow < 0 || ow >= CT_W || c0 + j >= CT_PW) continue;
+                                ctb_fma_column(acc[j], ds + ow * JD4 + 4 * s4, b);
+                            }
+                        }
+                    }
+                }
+                if (TPS == 1) {
+                    ct_cp_wait_all();
+                    __syncthreads();
+                    ++stage;
+                }
+            }
+            if (TPS > 1) {
+                ct_cp_wait_all();
+                __syncthreads();
+                ++stage;
+            }
+        }
+        if (active && m0 + cs < M)
+            ctb_store<CW>(acc, out, ldo, prior, epi, m0 + cs, r, c0, tn);
+        if (!more)
+            return;
+        m0 = m_next;
+    }
+}
+
 // CASES cases per block; PAD: a prior row's threads padded to whole warps (or a power of two);
 // TPS: taps per stage of weights (1 or a filter row); PARTS: runs of a prior row's columns, each
-// taken by its own threads (1 or more: the same sums). blockDim.x = ConvBwdTile<...>::NT,
-// gridDim.x = ceil(M / CASES), dynamic shared memory ConvBwdTile<...>::SMEM bytes. MINB: blocks
-// per multiprocessor the register allocation must allow.
-#define CONV_BWD(NAME, CASES, PAD, TPS, MINB, PARTS)                                              \
-    extern "C" __global__ void __launch_bounds__(ConvBwdTile<CASES, PAD, TPS, PARTS>::NT, MINB)   \
+// taken by its own threads (1 or more: the same sums); AHEAD: a block takes cases m0, m0 +
+// gridDim.x * CASES, ... in turn, each one's deltas copied while the one before is summed.
+// blockDim.x = ConvBwdTile<...>::NT, gridDim.x = ceil(M / CASES) (AHEAD: any fewer), dynamic
+// shared memory ConvBwdTile<...>::SMEM bytes. MINB: blocks per multiprocessor the register
+// allocation must allow.
+#define CONV_BWD(NAME, CASES, PAD, TPS, MINB, PARTS, AHEAD)                                       \
+    extern "C" __global__ void                                                                    \
+    __launch_bounds__(ConvBwdTile<CASES, PAD, TPS, PARTS, AHEAD>::NT, MINB)                       \
     NAME(const float* __restrict__ delta, int ldd, const float* __restrict__ weights, int M,      \
          float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi)              \
     {                                                                                             \
-        conv_bwd_body<CASES, PAD, TPS, PARTS>(delta, ldd, weights, M, out, ldo, prior, epi);      \
+        conv_bwd_body<CASES, PAD, TPS, PARTS, AHEAD>(delta, ldd, weights, M, out, ldo, prior,     \
+                                                     epi);                                        \
     }
 
 // ------------------------------------------------------------------ weight gradient
@@ -1030,12 +1079,13 @@ CONV_FWD(conv_fwd_c2_m8_n4_b4_t5, 2, 8, 4, 4, 5, 0)
 CONV_FWD(conv_fwd_c2_m8_n4_b4_sp, 2, 8, 4, 4, 1, 1)
 CONV_FWD_POOL(conv_fwd_pool_w2x2_c2_m8_n8_b4, 2, 8, 8, 4, 1, 0, 2, 2)
 CONV_FWD_POOL(conv_fwd_pool_w2x2_c2_m8_n8_b4_sp, 2, 8, 8, 4, 1, 1, 2, 2)
-CONV_BWD(conv_bwd_c2, 2, 0, 1, 5, 1)
-CONV_BWD(conv_bwd_c3, 3, 0, 1, 2, 1)
-CONV_BWD(conv_bwd_c6_w, 6, 1, 1, 1, 1)
-CONV_BWD(conv_bwd_c3_w_t5, 3, 1, 5, 2, 1)
-CONV_BWD(conv_bwd_c3_p2, 3, 0, 1, 2, 2)
-CONV_BWD(conv_bwd_c3_w_t5_p2, 3, 1, 5, 2, 2)
+CONV_BWD(conv_bwd_c2, 2, 0, 1, 5, 1, 0)
+CONV_BWD(conv_bwd_c3, 3, 0, 1, 2, 1, 0)
+CONV_BWD(conv_bwd_c6_w, 6, 1, 1, 1, 1, 0)
+CONV_BWD(conv_bwd_c3_w_t5, 3, 1, 5, 2, 1, 0)
+CONV_BWD(conv_bwd_c3_p2, 3, 0, 1, 2, 2, 0)
+CONV_BWD(conv_bwd_c3_w_t5_p2, 3, 1, 5, 2, 2, 0)
+CONV_BWD(conv_bwd_c6_w_a, 6, 1, 1, 1, 1, 1)
 CONV_GRAD(conv_grad_n4, 4, 0, 1, 2)
 CONV_GRAD(conv_grad_n4_r, 4, 1, 1, 2)
 CONV_GRAD(conv_grad_n2_r, 2, 1, 1, 2)

@@ -62,19 +62,21 @@ class ConvTiledReference(PoolReference):
                           wv, wh, 1, pout, pids, M)
 
     def conv_bwd(self, d, variant, grid, block, shared, delta, ldd, Wb, M, out, ldo, prior, epi):
-        cases, pad, tps, minb, parts = variant
+        cases, pad, tps, minb, parts, ahead = variant
         PH, PW, PD, H, W, D = (d[k] for k in ("PH", "PW", "PD", "H", "W", "D"))
         assert d["SV"] == d["SH"] == 1 and PD % 4 == 0 and tps in (1, d["FH"]) and minb >= 1
         lanes = PD // 4 * cases
         if pad:         # a prior row's threads: a power of two up to 16, then whole warps
             lanes = -(-lanes // 32) * 32 if lanes > 16 else 1 << (lanes - 1).bit_length()
         assert 1 <= parts <= PW     # each run of a row's columns its own threads
-        assert block[0] == lanes * parts * PH <= 512 and grid[0] == -(-M // cases)
+        groups = -(-M // cases)     # ahead: a block takes every grid[0]-th group of cases
+        assert block[0] == lanes * parts * PH <= 512 and ahead in (0, 1)
+        assert grid[0] == groups or ahead and 1 <= grid[0] < groups
         jd4 = -(-D // 4) * 4
         u = W * jd4 // 4
         u = H * (u + (9 - u % 8) % 8)
         dcase = 4 * (u + (((1 if pad else cases % 8)) - u % 8 + 8) % 8)
-        assert shared == 4 * (cases * dcase + 2 * tps * jd4 * PD)
+        assert shared == 4 * ((1 + ahead) * cases * dcase + 2 * tps * jd4 * PD)
         taps = d["FV"] * d["FH"]
         Wt = self.f32(Wb, taps * D * PD).reshape(taps, D, PD).astype(np.float64)
         dl = self.f32(delta, (M - 1) * ldd + H * W * D).astype(np.float64)
