@@ -548,6 +548,37 @@ static __device__ __forceinline__ void cgp_run(float (&acc)[POOLED_GRAD_TAPS], c
     }
 }
 
+// The partial sums of a thread's run of taps (acc) into out (a tap's NL apart): with QP parts
+// of the pooled neurons, part 0's thread adds the other parts' sums in order (handed over in
+// red, shared memory the block no longer reads), so the bits depend on QP alone.
+static __device__ __forceinline__ void cgp_store(const float (&acc)[POOLED_GRAD_TAPS], float* red,
+                                                 int QP, int qpart, int slot, int per_block,
+                                                 bool live, int nk, float* out, int NL)
+{
+    float sum[POOLED_GRAD_TAPS];
+#pragma unroll
+    for (int t = 0; t < POOLED_GRAD_TAPS; ++t) sum[t] = acc[t];
+    if (QP > 1) {
+        if (live && qpart > 0) {
+#pragma unroll
+            for (int t = 0; t < POOLED_GRAD_TAPS; ++t)
+                red[(qpart * POOLED_GRAD_TAPS + t) * per_block + slot] = acc[t];
+        }
+        __syncthreads();
+        if (live && qpart == 0) {
+            for (int p = 1; p < QP; ++p) {
+#pragma unroll
+                for (int t = 0; t < POOLED_GRAD_TAPS; ++t)
+                    sum[t] += red[(p * POOLED_GRAD_TAPS + t) * per_block + slot];
+            }
+        }
+    }
+    if (!live || qpart > 0) return;
+#pragma unroll
+    for (int t = 0; t < POOLED_GRAD_TAPS; ++t)
+        if (t < nk) out[t * NL] = sum[t];
+}
+
 static __device__ __forceinline__ void conv_grad_pooled_body(
     const float* __restrict__ src, int lda, int PH, int PW, int PD, int H, int W, int fv, int fh,
     int pv, int ph, int sv, int sh, int RS, const float* __restrict__ delta,
@@ -577,8 +608,16 @@ static __device__ __forceinline__ void conv_grad_pooled_body(
     const int GR = (L + POOLED_GRAD_TAPS - 1) / POOLED_GRAD_TAPS;  // runs of a filter row
     const int IC = fv * GR + 1;                         // items of a column, the bias last
     const int per_block = (IC * NL + gridDim.x - 1) / gridDim.x;   // items of a block
-    const int item = blockIdx.x * per_block + threadIdx.x;
-    const bool live = threadIdx.x < per_block && item < IC * NL;
+    // the block's threads past its items take parts of the pooled neurons: QP parts (as many as
+    // the threads and, for their sums' hand-over at the end, the shared memory allow)
+    const int smem_floats = (RIN * RS + 1) / 2 * 2 + 2 * S.QN + H * W;
+    const int QP = max(1, min(min((int)blockDim.x / per_block, Q),
+                              smem_floats / (POOLED_GRAD_TAPS * per_block)));
+    const int qpart = threadIdx.x / per_block;
+    const int item = blockIdx.x * per_block + threadIdx.x % per_block;
+    const bool live = qpart < QP && item < IC * NL;
+    const int q_lo = qpart * Q / QP;                    // the thread's pooled neurons
+    const int q_n = (qpart + 1) * Q / QP - q_lo;
     const int c = live ? item / IC : 0;
     const int g = live ? item - c * IC : 0;
     const bool bias = g == IC - 1;
@@ -626,21 +665,19 @@ static __device__ __forceinline__ void conv_grad_pooled_body(
         __syncthreads();
         if (m + 1 < hi) cgp_load(S, m + 1, src, lda, delta, ids, pooled, gd, ga, gi, xv);
         if (live) {
-            const float2* gs = Gs + c;
+            const float2* gs = Gs + q_lo * NL + c;
             if (bias) {
-                for (int q = 0; q < Q; ++q) acc[0] += gs[q * NL].y;
+                for (int q = 0; q < q_n; ++q) acc[0] += gs[q * NL].y;
             } else if (nk == POOLED_GRAD_TAPS) {
-                cgp_run<true>(acc, gs, NL, Q, Xs + koff);
+                cgp_run<true>(acc, gs, NL, q_n, Xs + koff);
             } else {
-                cgp_run<false>(acc, gs, NL, Q, Xs + koff, nk);
+                cgp_run<false>(acc, gs, NL, q_n, Xs + koff, nk);
             }
         }
         __syncthreads();
     }
-    if (!live) return;
-#pragma unroll
-    for (int t = 0; t < POOLED_GRAD_TAPS; ++t)
-        if (t < nk) part[((i64)z * R + k0 + t) * NL + c] = acc[t];
+    cgp_store(acc, pooled_smem, QP, qpart, threadIdx.x % per_block, per_block, live, nk,
+              part + ((i64)z * R + k0) * NL + c, NL);
 }
 
 // An instantiation line like the other kernels' (no kernel of this file at column 0), so the
