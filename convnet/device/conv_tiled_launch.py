@@ -42,7 +42,8 @@ class ConvTiled:
                  f"{v.cases}, {v.tm}, {v.tn}, {v.minb}, {v.tps}, {int(v.spread)}, {self.pool[0]}, "
                  f"{self.pool[1]})", CONV_FWD_POOL) for t, v in self.variants("fwd_pool").items()]
         out += [(self.function(t, "bwd"), f"CONV_BWD({self.function(t, 'bwd')}, {v.cases}, "
-                 f"{int(v.pad)}, {v.tps}, {v.minb(self.shape)}, {v.parts}, {int(v.ahead)})", CONV_BWD)
+                 f"{int(v.pad)}, {v.tps}, {v.minb(self.shape)}, {v.parts}, {int(v.ahead)})",
+                 CONV_BWD)
                 for t, v in self.bwd.items()]
         out += [self._grad_kernel(t, v) for t, v in self.grad.items()]
         return out

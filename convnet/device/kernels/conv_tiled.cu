@@ -434,7 +434,10 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
 // (PAD; then a warp's threads share their row and so whether a tap row applies, where without it
 // a warp spans several rows and the threads of the rows outside wait), and whether a stage of
 // weights holds one tap or a whole filter row (TPS; five times fewer block-wide syncs, five
-// times the shared memory). The order of additions is the same in every variant.
+// times the shared memory). AHEAD: a block of one a multiprocessor takes group after group of
+// CASES cases, copying the next group's deltas (a slice with each stage's weights) into a second
+// copy while it sums this group's, so the copy is not waited for with nothing else to run. The
+// order of additions is the same in every variant.
 namespace ctb {
 constexpr int JD4 = (CT_D + 3) / 4 * 4;             // this layer's slices, padded to 4
 // a row of the shared copy: a number of 16-byte units that is 1 modulo 8 (neighbouring rows in
@@ -503,7 +506,8 @@ __device__ __forceinline__ void ctb_fma_column(float (&acc)[4], const float* a4,
 }
 
 // Units [lo, hi) (a unit a float) of the copy of cases m0 .. m0 + CASES - 1's deltas into Ds
-// (zeros past M and past CT_D): loads and stores, or with ASYNC cp.async copies the caller waits for.
+// (zeros past M and past CT_D): loads and stores, or with ASYNC cp.async copies (the caller
+// waits for them).
 template <int CASES, int NT, int DCASE, bool ASYNC>
 __device__ __forceinline__ void ctb_copy_deltas(float* Ds, const float* __restrict__ delta,
                                                 int ldd, int m0, int M, int lo, int hi)
