@@ -1050,8 +1050,8 @@ def test_tiled_variants_follow_the_limits():
     ahead = DeltaVariant(6, True, ahead=True)
     assert DeltaVariant(6, True).minb(lenet) == 1 and ahead.minb(lenet) == 1
     assert ahead.smem(lenet) == 4 * (2 * 6 * 3364 + 2 * 52 * 20) > 114 * 1024
-    assert ahead.blocks(lenet, 10000, 132) == 132 and ahead.blocks(lenet, 500, 132) == 84
-    assert DeltaVariant(6, True).blocks(lenet, 10000, 132) == 1667
+    assert ahead.blocks(10000, 132) == 132 and ahead.blocks(500, 132) == 84
+    assert DeltaVariant(6, True).blocks(10000, 132) == 1667
     assert not any(v.ahead for v in delta_variants(lenet, True))     # no opt-in, no room
     assert DeltaVariant(6, True).threads(lenet) == 12 * 32 and DeltaVariant(3, True).threads(lenet) == 12 * 16
     assert DeltaVariant(6, True, 5).smem(lenet) > 114 * 1024         # one block per multiprocessor

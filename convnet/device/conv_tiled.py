@@ -198,8 +198,9 @@ class DeltaVariant:
     """CASES cases per block; a thread owns one prior row of one case (or with PARTS one of that
     many runs of its columns) and 4 prior slices. PAD: the threads of a prior row are padded to
     whole warps (or a power of two), so a warp's threads share their prior row and take the same
-    taps; TPS taps per stage of weights (1 or a filter row). AHEAD: one block a multiprocessor
-    takes CASES cases after another, each one's deltas copied while the one before is summed."""
+    taps; TPS taps per stage of weights (1 or a filter row). AHEAD (TPS 1): one block a
+    multiprocessor takes CASES cases after another, each one's deltas copied while the one before
+    is summed."""
     cases: int
     pad: bool = False
     tps: int = 1
@@ -219,7 +220,7 @@ class DeltaVariant:
         return 4 * (copies * self.cases * shape.delta_case_floats(self.cases, self.pad)
                     + 2 * self.tps * shape.jd4 * shape.PD)
 
-    def blocks(self, shape, M, multiprocessors):
+    def blocks(self, M, multiprocessors):
         """The blocks of a launch for M cases: a block a CASES cases, or AHEAD one a
         multiprocessor (at most one a CASES cases)."""
         groups = _ceil(M, self.cases)

@@ -92,7 +92,7 @@ class ConvTiled:
         self._build()
         v = self.bwd[tile]
         self.rt.launch(self.function(tile, "bwd"),
-                       (v.blocks(self.shape, M, self.rt.multiprocessors), 1, 1),
+                       (v.blocks(M, self.rt.multiprocessors), 1, 1),
                        (v.threads(self.shape), 1, 1),
                        *CONV_BWD.pack(delta=delta, ldd=ldd, weights=weights, M=M, out=out, ldo=ldo,
                                       prior=prior, epi=epi),

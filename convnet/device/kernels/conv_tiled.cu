@@ -434,10 +434,10 @@ __device__ __forceinline__ void conv_fwd_body(const float* __restrict__ src, int
 // (PAD; then a warp's threads share their row and so whether a tap row applies, where without it
 // a warp spans several rows and the threads of the rows outside wait), and whether a stage of
 // weights holds one tap or a whole filter row (TPS; five times fewer block-wide syncs, five
-// times the shared memory). AHEAD: a block of one a multiprocessor takes group after group of
-// CASES cases, copying the next group's deltas (a slice with each stage's weights) into a second
-// copy while it sums this group's, so the copy is not waited for with nothing else to run. The
-// order of additions is the same in every variant.
+// times the shared memory). AHEAD (a tap a stage): a block of one a multiprocessor takes group
+// after group of CASES cases, copying the next group's deltas (a slice with each tap's weights)
+// into a second copy while it sums this group's, so the copy is not waited for with nothing else
+// to run. The order of additions is the same in every variant.
 namespace ctb {
 constexpr int JD4 = (CT_D + 3) / 4 * 4;             // this layer's slices, padded to 4
 // a row of the shared copy: a number of 16-byte units that is 1 modulo 8 (neighbouring rows in
@@ -574,9 +574,9 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
     using T = ConvBwdTile<CASES, PAD, TPS, PARTS, AHEAD>;
     constexpr int NT = T::NT, NCOL = T::NCOL, DCASE = T::DCASE, TAP = T::TAP, CW = T::CW;
     constexpr int UNITS = CASES * ct::HW * JD4;             // floats of a block's copy
-    constexpr int SLICES = TPS == 1 ? ct::TAPS : CT_FV;     // stages of weights a pass
     static_assert(CT_SV == 1 && CT_SH == 1 && CT_PD % 4 == 0, "delta shape");
     static_assert(TPS == 1 || TPS == CT_FH, "a stage is one tap or one filter row");
+    static_assert(!AHEAD || TPS == 1, "the next cases' copy goes a slice a tap");
     float* Bs = ct_smem + (AHEAD ? 2 : 1) * CASES * DCASE;   // two stages of TPS taps' weights
 
     const int tid = threadIdx.x;
@@ -615,14 +615,8 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
             const int oh = r + CT_PV - fr;
             const bool row_in = active && oh >= 0 && oh < CT_H;
             const float* ds = Ds + cs * DCASE + oh * DROW;
-            const int row_stage = CT_FV - 1 - fr;
-            if (TPS > 1 && (fr > 0 || more)) {        // the next filter row's taps (next pass's)
-                ctb_load_taps<NT>(Bs + ((stage + 1) & 1) * TPS * TAP, Wb,
-                                  (fr > 0 ? fr - 1 : CT_FV - 1) * CT_FH, CT_FH);
-                if (more)
-                    ctb_copy_deltas<CASES, NT, DCASE, true>(Dn, delta, ldd, m_next, M,
-                                                            row_stage * UNITS / SLICES,
-                                                            (row_stage + 1) * UNITS / SLICES);
+            if (TPS > 1 && fr > 0) {                        // the next filter row's taps
+                ctb_load_taps<NT>(Bs + ((stage + 1) & 1) * TPS * TAP, Wb, (fr - 1) * CT_FH, CT_FH);
                 ct_cp_commit();
             }
 #pragma unroll
@@ -633,8 +627,8 @@ __device__ __forceinline__ void conv_bwd_body(const float* __restrict__ delta, i
                                       t + 1 < ct::TAPS ? ct::TAPS - 2 - t : ct::TAPS - 1, 1);
                     if (more)
                         ctb_copy_deltas<CASES, NT, DCASE, true>(Dn, delta, ldd, m_next, M,
-                                                                t * UNITS / SLICES,
-                                                                (t + 1) * UNITS / SLICES);
+                                                                t * UNITS / ct::TAPS,
+                                                                (t + 1) * UNITS / ct::TAPS);
                     ct_cp_commit();
                 }
                 const float* bs = (TPS == 1 ? Bs + (stage & 1) * TAP
