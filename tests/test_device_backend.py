@@ -303,8 +303,42 @@ def test_graph_replay_gives_the_same_bits(params):
     assert acts0 == acts1
 
 
-@pytest.mark.parametrize("params", [DeviceParams(), DeviceParams(max_batch=256)])
-def test_split_upload_gives_the_same_bits(params):
+def test_weights_rounded_by_the_host_are_the_device_rounding():
+    """Without a penalty the host rounds the weights to float32 as it stages them: the device
+    weights are those of the device's own rounding, to the bit (subnormals, underflow, ties,
+    overflow), and so are the criterion and the gradient."""
+    arch = Architecture.from_lines(["LOCAL LAYER 3 1 1 1 1 1 1", "FULLY CONNECTED LAYER 5"],
+                                   6, 6, 2, 3)
+    rng = np.random.default_rng(4)
+    x, c = rng.random((50, 2, 6, 6)), rng.integers(0, 3, 50)
+    be = _backend(arch)
+    n = arch.n_weights
+    edge = rng.standard_normal(n) * 2.0 ** rng.integers(-160, 140, n)
+    edge[:6] = [1e-40, -1e-46, 1 + 2.0 ** -24, 1 + 3 * 2.0 ** -24, -5e38, 2.0 ** -149 * 0.75]
+    device_w32 = []
+    for rounded in (False, True):
+        with be.rt.active():
+            be.stage_weights(edge, rounded=rounded)
+            be.queue_upload(rounded=rounded)
+            be.rt.stream.synchronize()
+            w32 = np.empty(n, np.float32)
+            be.rt.cuda.memcpy_dtoh(w32, be.d_w32)
+        device_w32.append(w32.view(np.uint32))
+    assert np.array_equal(*device_w32)
+    ev = be.evaluator(x, c, 0.0)
+    w = rng.normal(0, 0.3, n)
+    by_host = ev.gradient(w)
+    be.stage_weights(w)                 # float64, staged by the caller: rounded on the device
+    ev.queue_gradient(None)()
+    by_device = ev.finish_gradient()
+    assert by_host[0] == by_device[0] and np.array_equal(by_host[1], by_device[1])
+    assert by_host[0] == ev.criterion(w)
+
+
+@pytest.mark.parametrize("params, wpen", [(DeviceParams(), 0.01),
+                                          (DeviceParams(max_batch=256), 0.01),
+                                          (DeviceParams(max_batch=256), 0.0)])
+def test_split_upload_gives_the_same_bits(params, wpen):
     """Host weights sent in two parts, the second on its own stream behind LeNet's first
     layers: the same bits as one upload, for changing weights, eager and replayed as graphs,
     and no evaluation reads a weight of the earlier one."""
@@ -320,7 +354,7 @@ def test_split_upload_gives_the_same_bits(params):
     for split in (False, True):
         be = _backend(arch, params, DeviceOptions(split_upload=split))
         assert (be.upload_split is not None) == split
-        ev = be.evaluator(x, c, 0.01)
+        ev = be.evaluator(x, c, wpen)
         runs.append([(ev.gradient(ws[i % 3]), ev.criterion(ws[(i + 1) % 3])) for i in range(6)])
     assert ev.graphs
     for ((c0, g0), k0), ((c1, g1), k1) in zip(*runs):

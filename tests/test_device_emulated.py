@@ -279,7 +279,10 @@ def test_emulated_backend_matches_reference(fake_runtime, reference_case):
                 assert np.array_equal(a[c], z[key])
 
 
-def test_weights_sent_as_float64_and_rounded_on_the_device(fake_runtime):
+def test_weights_rounded_by_the_host_without_a_penalty(fake_runtime):
+    """Without a penalty the host rounds the weights to float32 as it stages them and the device
+    takes them as they come (no line_point); with one, they go as float64 and the device rounds
+    them and sums the penalty. The device weights are the same either way."""
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 2 1 1 1 1 1 1"], 5, 5, 1, 3)
     be = dbe.DeviceBackend(arch)
     rng = np.random.default_rng(1)
@@ -287,18 +290,27 @@ def test_weights_sent_as_float64_and_rounded_on_the_device(fake_runtime):
     c = rng.integers(0, 3, 7)
     ev = be.evaluator(x, c)
     w = rng.normal(0, 0.3, arch.n_weights)
+    k = len(fake_runtime.launches)
     c1 = ev.criterion(w)
     c2, g2 = ev.gradient(w)
+    assert "line_point" not in fake_runtime.launches[k:]
     ev.outputs(w.copy())
     assert be.weight_uploads == 3 and c1 == c2       # every evaluation sends its weights
-    assert np.array_equal(be.h_w64, w)               # float64, as given: the device rounds them
-    assert np.array_equal(fake_runtime.mem.view(be.d_w32, np.float32, w.size), w.astype(np.float32))
     w[3] = np.nextafter(w[3], 10.0)       # below float32 resolution: the device weights are the same
     assert np.array_equal(ev.gradient(w)[1], g2)
+    w[:3] = [1e-40, -1e-46, 1 + 2.0 ** -24]      # a float32 subnormal, an underflow, a tie
+    ev.gradient(w)
+    assert np.array_equal(be.h_w32, w.astype(np.float32))
+    assert np.array_equal(fake_runtime.mem.view(be.d_w32, np.float32, w.size), w.astype(np.float32))
     with pytest.raises(ConvnetError):
         ev.criterion(w[:-1])
-    # the penalty summed on the device: the host's value to rounding
+    # with a penalty: float64 as given, rounded and summed on the device (the host's value to
+    # rounding), the same device weights
+    w = rng.normal(0, 0.3, arch.n_weights)
+    k = len(fake_runtime.launches)
     c_pen = be.evaluator(x, c, 0.4).criterion(w)
+    assert "line_point" in fake_runtime.launches[k:] and np.array_equal(be.h_w64, w)
+    assert np.array_equal(fake_runtime.mem.view(be.d_w32, np.float32, w.size), w.astype(np.float32))
     assert (c_pen - ev.criterion(w)) == pytest.approx(WeightPenalty(arch, 0.4).value(w), rel=1e-10)
 
 
@@ -679,12 +691,13 @@ SPLIT_ARCH = (["CONVOLUTIONAL LAYER 4 1 1 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("max_batch", [None, 128])
-def test_emulated_split_upload_gives_the_same_bits(fake_runtime, max_batch):
+@pytest.mark.parametrize("max_batch, wpen", [(None, 0.01), (128, 0.01), (128, 0.0)])
+def test_emulated_split_upload_gives_the_same_bits(fake_runtime, max_batch, wpen):
     """Host weights sent in two parts (the second on its own stream, behind the first batch's
     first layers) give the criterion, the penalty and the gradient of one upload, bit for bit,
-    eager and replayed as graphs; the second part's copy, rounding and scatter run on the
-    upload stream, and the main stream waits for it before anything reads those weights."""
+    eager and replayed as graphs; the second part's copy, rounding (by the host without a
+    penalty) and scatter run on the upload stream, and the main stream waits for it before
+    anything reads those weights."""
     lines, rows, cols, bands, ncls = SPLIT_ARCH
     arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
     rng = np.random.default_rng(8)
@@ -697,7 +710,7 @@ def test_emulated_split_upload_gives_the_same_bits(fake_runtime, max_batch):
     for split in (False, True):
         be = dbe.DeviceBackend(arch, params, DeviceOptions(split_upload=split))
         assert (be.upload_split is not None) == split
-        ev = be.evaluator(x, c, 0.01)
+        ev = be.evaluator(x, c, wpen)
         out = []
         for i in range(4):
             w = ws[i % 3]
@@ -718,12 +731,13 @@ def test_emulated_split_upload_gives_the_same_bits(fake_runtime, max_batch):
     assert be.tail_sent in fake_runtime.stream.waits
     names, streams = fake_runtime.launches[k:], fake_runtime.launch_streams[k:]
     on_side = [i for i, st in enumerate(streams) if st is side]
-    assert [names[i] for i in on_side] == ["line_point", "weights_scatter"]
-    assert names[:2] == ["line_point", "weights_scatter"] and streams[0] is fake_runtime.stream
-    head = names[2:on_side[0]]
+    upload = ["line_point", "weights_scatter"] if wpen else ["weights_scatter"]
+    assert [names[i] for i in on_side] == upload
+    assert names[:len(upload)] == upload and streams[0] is fake_runtime.stream
+    head = names[len(upload):on_side[0]]
     assert head and not any(nm.startswith(("gemm", "softmax")) for nm in head)
-    assert all(st is fake_runtime.stream for st in streams[on_side[1] + 1:])
-    assert "vec_finish" in names[on_side[1] + 1:]
+    assert all(st is fake_runtime.stream for st in streams[on_side[-1] + 1:])
+    assert ("vec_finish" in names[on_side[-1] + 1:]) == bool(wpen)
     assert fake_runtime.graph_launches > 0
 
 

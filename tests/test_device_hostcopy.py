@@ -3,6 +3,7 @@ into slices on several threads give exactly the plain copy, at every length and 
 
 import os
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -20,6 +21,24 @@ def test_copies_equal_the_plain_copy(n, monkeypatch):
     out = hostcopy.copied(src)
     assert out is not src and not np.shares_memory(out, src)
     assert out.dtype == src.dtype and np.array_equal(out, src)
+
+
+@pytest.mark.parametrize("n", [1, 7, 786_435, 1_067_789])
+def test_copies_rounded_to_float32_equal_numpy_rounding(n, monkeypatch):
+    """A float64 source into a float32 buffer (the weights a device takes rounded): numpy's
+    rounding to nearest, subnormals kept, past the range infinite, on any slices, quietly."""
+    monkeypatch.setattr(hostcopy, "copy_threads", lambda: 4)
+    rng = np.random.default_rng(n)
+    src = rng.standard_normal(n) * 2.0 ** rng.integers(-150, 130, n)
+    src[: min(n, 4)] = [1e-40, -1e-46, 1 + 2.0 ** -24, -5e38][: min(n, 4)]
+    expected = np.empty(n, np.float32)
+    with np.errstate(over="ignore"):
+        expected[:] = src
+    dst = np.full(n, np.nan, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hostcopy.copy_into(dst, src)
+    assert np.array_equal(dst, expected)
 
 
 def test_large_copies_use_other_threads_and_small_ones_do_not(monkeypatch):

@@ -164,6 +164,7 @@ class DeviceBackend:
         rt.cuda.memset_d32(self.d_wfwd, 0, lay.n_fwd)
         rt.cuda.memset_d32(self.d_wbwd, 0, max(lay.n_bwd, 1))
         self.h_w64 = rt.cuda.pagelocked_empty(self.n_weights, np.float64)
+        self.h_w32 = rt.cuda.pagelocked_empty(self.n_weights, np.float32)
         # the page-locked buffers of gradients handed to the callers of every evaluator here
         # (the gradient, then the scalars fetched with it)
         self.handback = HandBack(lambda size: rt.cuda.pagelocked_empty(size, np.float64),
@@ -225,14 +226,16 @@ class DeviceBackend:
         self.stage_weights(weights)
         self.queue_upload()
 
-    def stage_weights(self, weights, lo=0, hi=None):
+    def stage_weights(self, weights, lo=0, hi=None, rounded=False):
         """Copy the weights (float64, the book's host order; those in lo:hi) into the page-locked
-        staging buffer for queue_upload.
+        staging buffer for queue_upload: as they are, or with `rounded` already rounded to
+        float32 (numpy rounds to nearest as the device's __double2float_rn does: the same
+        bits), half the bytes to write and to send, where no penalty needs them in float64.
 
-        The device computes in float32, but the rounding and the penalty's sum happen there
-        (queue_upload): the host makes one copy (in threads when large: hostcopy.py) and no
-        compiled pass, so a GPU run never starts the compiler. weights None: the caller staged
-        them already (one buffer for several devices: share_staging); only counted."""
+        Otherwise the device rounds them and sums their penalty (queue_upload). Either way the
+        host makes one copy (in threads when large: hostcopy.py) and no compiled pass, so a GPU
+        run never starts the compiler. weights None: the caller staged them already (one buffer
+        for several devices: share_staging); only counted."""
         if weights is None:
             self.weight_uploads += lo == 0
             return
@@ -240,23 +243,27 @@ class DeviceBackend:
         if w.shape != (self.n_weights,):
             raise ConvnetError(f"this model has {self.n_weights} weights; got an array of shape {w.shape}")
         hi = self.n_weights if hi is None else hi
-        copy_into(self.h_w64[lo:hi], w[lo:hi])
+        copy_into((self.h_w32 if rounded else self.h_w64)[lo:hi], w[lo:hi])
         if lo == 0:
             self.weight_uploads += 1
 
-    def queue_upload(self, pen_out=NULL, lo=0, hi=None, mark=True):
+    def queue_upload(self, pen_out=NULL, lo=0, hi=None, mark=True, rounded=False):
         """Send the staged weights (those in lo:hi, lo a multiple of LINE_BLOCK), round them to
-        float32 and scatter them into the device layouts (asynchronous, on rt.stream); pen_out, a
-        device double, receives the sum of the penalised weights' squares (line_point's blocks of
-        LINE_BLOCK, then the blocks in order) when given: only with every weight sent."""
+        float32 (unless staged `rounded`) and scatter them into the device layouts (asynchronous,
+        on rt.stream); pen_out, a device double, receives the sum of the penalised weights'
+        squares (line_point's blocks of LINE_BLOCK, then the blocks in order) when given: only
+        with every weight sent as float64."""
         rt = self.rt
         hi = self.n_weights if hi is None else hi
-        assert lo % LINE_BLOCK == 0 and (lo == 0 and hi == self.n_weights or not int(pen_out))
-        n = hi - lo
-        rt.cuda.memcpy_htod_async(int(self.d_w64) + 8 * lo, self.h_w64[lo:hi], rt.stream)
-        line_point(rt, x=ptr(self.d_w64, lo, 8), d=ptr(self.d_w64, lo, 8), t=NULL, n=n,
-                   mask=ptr(self.d_mask, lo, 1), w32=ptr(self.d_w32, lo),
-                   pen_part=ptr(self.d_pen_part, lo // LINE_BLOCK, 8))
+        whole = lo == 0 and hi == self.n_weights
+        assert lo % LINE_BLOCK == 0 and (whole and not rounded or not int(pen_out))
+        if rounded:
+            rt.cuda.memcpy_htod_async(int(self.d_w32) + 4 * lo, self.h_w32[lo:hi], rt.stream)
+        else:
+            rt.cuda.memcpy_htod_async(int(self.d_w64) + 8 * lo, self.h_w64[lo:hi], rt.stream)
+            line_point(rt, x=ptr(self.d_w64, lo, 8), d=ptr(self.d_w64, lo, 8), t=NULL, n=hi - lo,
+                       mask=ptr(self.d_mask, lo, 1), w32=ptr(self.d_w32, lo),
+                       pen_part=ptr(self.d_pen_part, lo // LINE_BLOCK, 8))
         self.queue_scatter(lo, hi, mark)
         self.queue_penalty(pen_out)
 

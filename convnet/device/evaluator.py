@@ -22,6 +22,7 @@ from .tuning import Tuner
 from .workspace import Workspace, allocation_lines
 
 HOST_WEIGHTS = "host weights"    # _run's weights: sent from the host (DeviceBackend.stage_weights)
+ROUNDED = "rounded"              # ... rounded to float32 by the host (no penalty to sum)
 # the parts of an evaluation whose host weights go up in two parts (_run_host)
 HEAD = "head"                    # the first batch's layers before the split layer
 TAIL = "tail"                    # the weights after the split, on the upload stream
@@ -275,34 +276,40 @@ class DeviceEvaluator(Evaluator):
         part, the device sends it and starts on the HEAD launches; meanwhile the host stages the
         rest, and a second stream sends, rounds and scatters it; the REST launches wait for that
         stream. So the host's copy and the transfer of the larger part are hidden behind the
-        first layers. The same kernels add in the same order: the results are the same bits."""
+        first layers. The same kernels add in the same order: the results are the same bits.
+        Without a penalty the host rounds the weights to float32 as it stages them (rounded)."""
         b = self.backend
         rt = b.rt
         lo, n = self.head_weights(), b.n_weights
+        rounded = weights is not None and not self.wpen
+        if rounded:
+            evaluation, pen_out = (evaluation, ROUNDED), NULL
         if lo == n:
-            b.stage_weights(weights)
-            self._run(evaluation, HOST_WEIGHTS, queue_launches, pen_out)
+            b.stage_weights(weights, rounded=rounded)
+            self._run(evaluation, HOST_WEIGHTS, queue_launches, pen_out, rounded)
             return lambda: None
-        b.stage_weights(weights, 0, lo)
+        b.stage_weights(weights, 0, lo, rounded)
         b.before_tail.record(rt.stream)     # earlier evaluations' reads of these weights are done
-        self._queue((evaluation, HEAD), lambda: (b.queue_upload(NULL, 0, lo), queue_launches(HEAD)))
+        self._queue((evaluation, HEAD),
+                    lambda: (b.queue_upload(NULL, 0, lo, rounded=rounded), queue_launches(HEAD)))
 
         def rest():
             with rt.active():
-                b.stage_weights(weights, lo, n)
+                b.stage_weights(weights, lo, n, rounded)
                 side = b.upload_stream
                 side.wait_for_event(b.before_tail)
                 # no timing marks on that stream: CUDA.LOG's table follows the main stream,
                 # where the tail costs only what the REST launches wait for it
                 with rt.on_stream(side):
-                    self._queue((evaluation, TAIL), lambda: b.queue_upload(NULL, lo, n, mark=False))
+                    self._queue((evaluation, TAIL),
+                                lambda: b.queue_upload(NULL, lo, n, False, rounded))
                 b.tail_sent.record(side)
                 rt.stream.wait_for_event(b.tail_sent)
                 self._queue((evaluation, REST),
                             lambda: (b.queue_penalty(pen_out), queue_launches(REST)))
         return rest
 
-    def _run(self, evaluation, upload, queue_launches, pen_out=NULL):
+    def _run(self, evaluation, upload, queue_launches, pen_out=NULL, rounded=False):
         """Queue one evaluation: the weights (upload: HOST_WEIGHTS for the staged ones, whose
         penalty sum goes to pen_out, or LINE_POINT to form a line search's trial point here) and
         the launches."""
@@ -312,7 +319,7 @@ class DeviceEvaluator(Evaluator):
             if upload == LINE_POINT:
                 self.line_state.queue_point()
             else:
-                b.queue_upload(pen_out)
+                b.queue_upload(pen_out, rounded=rounded)
             queue_launches()
 
         self._queue((evaluation, upload), record)
