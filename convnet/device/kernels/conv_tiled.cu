@@ -724,6 +724,14 @@ struct ConvGradTile {
     // bias row), or with TAPROW 4 prior slices of every tap of a filter row
     static constexpr int GROUPS = TAPROW ? FRB * SG : CT_FH * SG + 1;
     static constexpr int NT = GROUPS * NCOLG;
+    // TAPROW: output columns whose deltas a thread holds at once, so that they and the sums fit
+    // TAPROW_REGS (all of a row where they do; else the row in equal runs, each run's window
+    // columns loaded again where runs meet)
+    static constexpr int TAPROW_REGS = 112;
+    static constexpr int HELD = (TAPROW_REGS - (CT_FH * 4 + 1) * TN) / TN;
+    static constexpr int RUNS = HELD >= CT_W ? 1 : (CT_W + (HELD > 0 ? HELD : 1) - 1) /
+                                                       (HELD > 0 ? HELD : 1);
+    static constexpr int CW = (CT_W + RUNS - 1) / RUNS;
     static constexpr int DS = ct::HW * NCP;                 // floats of a case's delta copy
     static constexpr int STAGE = (ct::CASE + DS + 3) / 4 * 4;  // (each stage 16-byte aligned)
     // bytes: two cases in turn (the next one loads while this one is summed), or with one
@@ -731,6 +739,47 @@ struct ConvGradTile {
     static constexpr int SMEM = 4 * STAGES * STAGE;
     static_assert(STAGES == 1 || STAGES == 2, "one or two stages");
 };
+
+// TAPROW: the sums of every tap of a filter row over output columns ow0 ... ow0 + CW - 1 of one
+// output row (xs: the row's window, ds: its deltas). A window column, loaded once, serves each
+// tap whose window reaches it; positions still ascend for every weight, run after run.
+template <int TN, int FT, int CW>
+__device__ __forceinline__ void conv_grad_taprow_run(float (&acc)[FT][4][TN], float (&accb)[TN],
+                                                     const float* xs, const float* ds, int ow0,
+                                                     bool bias_row)
+{
+    using namespace ct;
+    constexpr int NCP = (CT_D + TN - 1) / TN * TN;
+    float b[CW][TN];
+#pragma unroll
+    for (int w = 0; w < CW; ++w)
+        if (ow0 + w < CT_W) load_frag<TN>(b[w], ds + (ow0 + w) * NCP);
+    if (bias_row) {                                     // positions ascending, as every weight
+#pragma unroll
+        for (int w = 0; w < CW; ++w)
+#pragma unroll
+            for (int j = 0; j < TN; ++j)
+                if (ow0 + w < CT_W) accb[j] += b[w][j];
+    }
+    const int last = min(CIN, (ow0 + CW - 1) * CT_SH + CT_FH);
+#pragma unroll
+    for (int col = ow0 * CT_SH; col < last; ++col) {
+        const float4 a = *reinterpret_cast<const float4*>(xs + col * PD4);
+#pragma unroll
+        for (int t = 0; t < FT; ++t) {
+            const int ow = (col - t) / CT_SH;           // known at compile time
+            if (col < t || (col - t) % CT_SH || ow >= CT_W || ow < ow0 || ow >= ow0 + CW)
+                continue;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float x = ct_lane(a, i);
+#pragma unroll
+                for (int j = 0; j < TN; ++j)
+                    acc[t][i][j] = fmaf(x, b[ow - ow0][j], acc[t][i][j]);
+            }
+        }
+    }
+}
 
 template <int TN, int TAPROW, int FRB, int STAGES>
 __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, int lda,
@@ -821,37 +870,12 @@ __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, in
                 }
             }
         } else if (TAPROW && live) {
-            // every tap of the filter row: a window column, loaded once, serves each tap whose
-            // window reaches it (positions still ascend for every weight)
 #pragma unroll 1
-            for (int oh = 0; oh < CT_H; ++oh) {
-                const float* xs = Xs + aoff + oh * CT_SV * ROW;
-                const float* ds = Ds + oh * CT_W * NCP;
-                float b[CT_W][TN];
+            for (int oh = 0; oh < CT_H; ++oh)
 #pragma unroll
-                for (int ow = 0; ow < CT_W; ++ow) load_frag<TN>(b[ow], ds + ow * NCP);
-                if (bias_row) {                             // positions ascending, as every weight
-#pragma unroll
-                    for (int ow = 0; ow < CT_W; ++ow)
-#pragma unroll
-                        for (int j = 0; j < TN; ++j) accb[j] += b[ow][j];
-                }
-#pragma unroll
-                for (int col = 0; col < CIN; ++col) {
-                    const float4 a = *reinterpret_cast<const float4*>(xs + col * PD4);
-#pragma unroll
-                    for (int t = 0; t < FT; ++t) {
-                        const int ow = (col - t) / CT_SH;           // known at compile time
-                        if (col < t || (col - t) % CT_SH || ow >= CT_W) continue;
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) {
-                            const float x = ct_lane(a, i);
-#pragma unroll
-                            for (int j = 0; j < TN; ++j) acc[t][i][j] = fmaf(x, b[ow][j], acc[t][i][j]);
-                        }
-                    }
-                }
-            }
+                for (int ow0 = 0; ow0 < CT_W; ow0 += T::CW)
+                    conv_grad_taprow_run<TN, FT, T::CW>(acc, accb, Xs + aoff + oh * CT_SV * ROW,
+                                                        Ds + oh * CT_W * NCP, ow0, bias_row);
         } else if (bias && blockIdx.x == CT_FV - 1) {
 #pragma unroll 4
             for (int p = 0; p < HW; ++p) {
