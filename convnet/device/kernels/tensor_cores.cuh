@@ -175,7 +175,8 @@ __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4
 // capped, none spills); for warps of 32 x 64, which keep twice the sums, those 168 allow.
 __host__ __device__ constexpr int split_min_blocks(int threads, int wm, int wn)
 {
-    return wm * wn > 32 * 32 ? 65536 / (168 * threads) : (65536 + 128 * threads - 1) / (128 * threads);
+    return wm * wn > 32 * 32 ? 65536 / (168 * threads)
+                             : (65536 + 128 * threads - 1) / (128 * threads);
 }
 
 template <int BM, int BN, int WM, int WN, int STAGES, int PASSES>
@@ -300,8 +301,8 @@ __device__ __forceinline__ void gemm_tn_split_body(
 }
 
 #define GEMM_TN_SPLIT(NAME, BM, BN, WM, WN, STAGES, PASSES)                                      \
-    extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN),                      \
-                                                 split_min_blocks(32 * (BM / WM) * (BN / WN), WM, WN)) \
+    extern "C" __global__ void __launch_bounds__(                                                \
+        32 * (BM / WM) * (BN / WN), split_min_blocks(32 * (BM / WM) * (BN / WN), WM, WN))        \
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
          const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,      \
          int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,      \
@@ -450,8 +451,8 @@ __device__ __forceinline__ void gemm_nn_quad_split_body(
 // BODY: gemm_nn_split_body, gemm_nn_dense_split_body (dense rows only) or
 // gemm_nn_quad_split_body
 #define GEMM_NN_SPLIT(NAME, BODY, BM, BN, WM, WN, STAGES, PASSES)                                \
-    extern "C" __global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN),                      \
-                                                 split_min_blocks(32 * (BM / WM) * (BN / WN), WM, WN)) \
+    extern "C" __global__ void __launch_bounds__(                                                \
+        32 * (BM / WM) * (BN / WN), split_min_blocks(32 * (BM / WM) * (BN / WN), WM, WN))        \
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
          const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,      \
          float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)      \
