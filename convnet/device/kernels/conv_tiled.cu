@@ -728,9 +728,9 @@ struct ConvGradTile {
     // TAPROW_REGS (all of a row where they do; else the row in equal runs, each run's window
     // columns loaded again where runs meet)
     static constexpr int TAPROW_REGS = 112;
-    static constexpr int HELD = (TAPROW_REGS - (CT_FH * 4 + 1) * TN) / TN;
-    static constexpr int RUNS = HELD >= CT_W ? 1 : (CT_W + (HELD > 0 ? HELD : 1) - 1) /
-                                                       (HELD > 0 ? HELD : 1);
+    static constexpr int FREE = (TAPROW_REGS - (CT_FH * 4 + 1) * TN) / TN;
+    static constexpr int HELD = FREE > 0 ? FREE : 1;
+    static constexpr int RUNS = (CT_W + HELD - 1) / HELD;
     static constexpr int CW = (CT_W + RUNS - 1) / RUNS;
     static constexpr int DS = ct::HW * NCP;                 // floats of a case's delta copy
     static constexpr int STAGE = (ct::CASE + DS + 3) / 4 * 4;  // (each stage 16-byte aligned)
@@ -743,13 +743,12 @@ struct ConvGradTile {
 // TAPROW: the sums of every tap of a filter row over output columns ow0 ... ow0 + CW - 1 of one
 // output row (xs: the row's window, ds: its deltas). A window column, loaded once, serves each
 // tap whose window reaches it; positions still ascend for every weight, run after run.
-template <int TN, int FT, int CW>
+template <int TN, int FT, int CW, int NCP>
 __device__ __forceinline__ void conv_grad_taprow_run(float (&acc)[FT][4][TN], float (&accb)[TN],
                                                      const float* xs, const float* ds, int ow0,
                                                      bool bias_row)
 {
     using namespace ct;
-    constexpr int NCP = (CT_D + TN - 1) / TN * TN;
     float b[CW][TN];
 #pragma unroll
     for (int w = 0; w < CW; ++w)
@@ -874,8 +873,9 @@ __device__ __forceinline__ void conv_grad_body(const float* __restrict__ src, in
             for (int oh = 0; oh < CT_H; ++oh)
 #pragma unroll
                 for (int ow0 = 0; ow0 < CT_W; ow0 += T::CW)
-                    conv_grad_taprow_run<TN, FT, T::CW>(acc, accb, Xs + aoff + oh * CT_SV * ROW,
-                                                        Ds + oh * CT_W * NCP, ow0, bias_row);
+                    conv_grad_taprow_run<TN, FT, T::CW, NCP>(acc, accb,
+                                                             Xs + aoff + oh * CT_SV * ROW,
+                                                             Ds + oh * CT_W * NCP, ow0, bias_row);
         } else if (bias && blockIdx.x == CT_FV - 1) {
 #pragma unroll 4
             for (int p = 0; p < HW; ++p) {
