@@ -98,7 +98,10 @@ NN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
             "tcq128x32_w32x32_s3": (128, 32, 128), "tcq64x32_w32x16_s4": (64, 32, 128),
             "tcq128x16_w32x16_s4": (128, 16, 128), "tcq64x16_w16x16_s4": (64, 16, 128),
             # 24 columns (as TN_SPLIT's; the 48-column ones and 64 x 24 lost everywhere)
-            "tcq128x24_w32x24_s3": (128, 24, 128)}
+            "tcq128x24_w32x24_s3": (128, 24, 128),
+            # copy stages of 32 k, two stages of a copy (gemm_nn_quad32_split_body)
+            "tcq128x24_w32x24_k32_s2": (128, 24, 128), "tcq128x32_w32x32_k32_s2": (128, 32, 128),
+            "tcq64x64_w32x32_k32_s2": (64, 64, 128)}
 NN_SPLIT_DENSE = [t for t in NN_SPLIT if t.startswith("tcd")]
 
 
@@ -123,12 +126,12 @@ def nn_split_candidates(M, N, dense=False):
     dense rows (launches.dense_allowed)."""
     if N > 32:
         gather = ["tc128x64_w32x32_s3", "tc64x64_w32x32_s3", "tcq128x64_w32x32_s3",
-                  "tcq64x64_w32x32_s3"]
+                  "tcq64x64_w32x32_s3", "tcq64x64_w32x32_k32_s2"]
         return NN_SPLIT_DENSE + gather if dense else gather
     if N > 16:
         tiles = ["tc128x32_w32x32_s3", "tc64x32_w32x16_s4", "tcq128x32_w32x32_s3",
-                 "tcq64x32_w32x16_s4"]
-        return tiles + (["tcq128x24_w32x24_s3"] if N <= 24 else [])
+                 "tcq64x32_w32x16_s4", "tcq128x32_w32x32_k32_s2"]
+        return tiles + (["tcq128x24_w32x24_s3", "tcq128x24_w32x24_k32_s2"] if N <= 24 else [])
     return ["tc128x16_w32x16_s4", "tc64x16_w16x16_s4", "tcq128x16_w32x16_s4",
             "tcq64x16_w16x16_s4"]
 

@@ -35,3 +35,7 @@ GEMM_NN_SPLIT(gemm_nn_tfq64x32_w32x16_s4, gemm_nn_quad_split_body, 64, 32, 32, 1
 GEMM_NN_SPLIT(gemm_nn_tfq128x16_w32x16_s4, gemm_nn_quad_split_body, 128, 16, 32, 16, 4, 1)
 GEMM_NN_SPLIT(gemm_nn_tfq64x16_w16x16_s4, gemm_nn_quad_split_body, 64, 16, 16, 16, 4, 1)
 GEMM_NN_SPLIT(gemm_nn_tfq128x24_w32x24_s3, gemm_nn_quad_split_body, 128, 24, 32, 24, 3, 1)
+// copy stages of 32 k (two sums of 16 each)
+GEMM_NN_SPLIT(gemm_nn_tfq128x24_w32x24_k32_s2, gemm_nn_quad32_split_body, 128, 24, 32, 24, 2, 1)
+GEMM_NN_SPLIT(gemm_nn_tfq128x32_w32x32_k32_s2, gemm_nn_quad32_split_body, 128, 32, 32, 32, 2, 1)
+GEMM_NN_SPLIT(gemm_nn_tfq64x64_w32x32_k32_s2, gemm_nn_quad32_split_body, 64, 64, 32, 32, 2, 1)

@@ -127,10 +127,28 @@ __device__ __forceinline__ void store_nn_fragments(const float (&acc)[MT][NT8][4
     });
 }
 
+// The raw bits of a warp's m16n8k8 A fragment at rows row0.. and k k0.. of a stage stored
+// [row][k] (rows A_M floats apart, a multiple of 4): one ldmatrix.x4 of four 8 x 4 blocks (rows
+// 0-7 and 8-15 at k 0-3, then at k 4-7) instead of four 4-byte loads; lane l gives the address
+// of row l % 8 (+ 8 for lanes 8-15 and 24-31) of block l / 8 and receives, from each block, row
+// g = l / 4 at k t = l % 4: a[0..3] = A(g, t), A(g + 8, t), A(g, t + 4), A(g + 8, t + 4), the
+// values the 4-byte loads would give.
+template <int A_M>
+__device__ __forceinline__ void ldmatrix_a(unsigned (&a)[4], const float* As, int row0, int k0,
+                                           int lane)
+{
+    static_assert(A_M % 4 == 0, "16-byte rows");
+    const float* p = As + (row0 + (lane & 7) + ((lane >> 3) & 1) * 8) * A_M + k0 + (lane >> 4) * 4;
+    const unsigned address = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(address));
+}
+
 // One stage of TN_SPLIT_BK cases: A's element (row m, k) at As[m * A_M + k * A_K], Ds[k][LDD];
 // the warp's outputs start at row m0 and column n0. acc[mt][nt][i] is the fragment layout of
 // m16n8: rows g and g + 8, columns 2t and 2t + 1 (g = lane / 4, t = lane % 4).
-template <int WM, int WN, int A_M, int A_K, int LDD, int PASSES>
+template <int WM, int WN, int A_M, int A_K, int LDD, int PASSES, bool A_LDSM = false>
 __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4],
                                                  const float* As, const float* Ds, int m0, int n0,
                                                  int lane)
@@ -144,6 +162,14 @@ __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4
         unsigned ah[MT][4], al[MT][4], dh[NT8][2], dl[NT8][2];
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
+            if constexpr (A_LDSM) {
+                unsigned raw[4];
+                ldmatrix_a<A_M>(raw, As, m0 + i * 16, kk, lane);
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    tf32_operand<PASSES>(__uint_as_float(raw[e]), ah[i][e], al[i][e]);
+                continue;
+            }
             const float* p = As + (kk + t) * A_K + (m0 + i * 16 + g) * A_M;
             tf32_operand<PASSES>(p[0], ah[i][0], al[i][0]);
             tf32_operand<PASSES>(p[8 * A_M], ah[i][1], al[i][1]);
@@ -393,15 +419,17 @@ __device__ __forceinline__ void gemm_nn_split_body(
 // gemm_nn_split over the gather tables in runs of four (cp_async.cuh): A staged as the cases'
 // rows ([case][k], rows BK + 4 floats apart as in gemm_nn_dense_split_body), each four k of a
 // case copied 16 bytes at a time where the table names four consecutive floats on a 16-byte
-// boundary, else float by float; B's rows four columns a copy. Every stage holds the operands of
-// gemm_nn_split_body's, so the bits are the same. Any table: the runs are found as it is read.
-template <int BM, int BN, int WM, int WN, int STAGES, int PASSES>
+// boundary, else float by float, and A's fragments read by ldmatrix; B's rows four columns a
+// copy. A copy stage holds SUBS stages of 16 k (SUBS 2: half the barriers and waits a k), each
+// summed on its own as gemm_nn_split_body's, past the group's K none: the same bits. Any table:
+// the runs are found as it is read.
+template <int BM, int BN, int WM, int WN, int STAGES, int PASSES, int SUBS = 1>
 __device__ __forceinline__ void gemm_nn_quad_split_body(
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
     const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
     float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
 {
-    constexpr int BK = TN_SPLIT_BK;
+    constexpr int BK = TN_SPLIT_BK * SUBS;
     using Tiling = WarpTiling<BM, BN, WM, WN>;
     constexpr int NT = Tiling::NT, MT = Tiling::MT, NT8 = Tiling::NT8;
     constexpr int AS = BK + 4, LDB = stage_row(BN);
@@ -439,17 +467,34 @@ __device__ __forceinline__ void gemm_nn_quad_split_body(
             cp_async_rows_b<BK, BN, NT, LDB>(Bs[st], B, b_ld, tab, d, t, n0, N, tid);
         };
 
+        int k_first = 0;                            // of the copy stage multiplied next
         cp_async_stages<STAGES>(nk, issue, [&](int st) {
-            split_tf32_stage<WM, WN, AS, 1, LDB, PASSES>(acc, &As[st][0][0], &Bs[st][0][0], wm0,
-                                                         wn0, lane);
+#pragma unroll
+            for (int sub = 0; sub < SUBS; ++sub)
+                if (sub == 0 || k_first + sub * TN_SPLIT_BK < d.K)
+                    split_tf32_stage<WM, WN, AS, 1, LDB, PASSES, true>(
+                        acc, &As[st][0][sub * TN_SPLIT_BK], &Bs[st][sub * TN_SPLIT_BK][0], wm0,
+                        wn0, lane);
+            k_first += BK;
         });
 
         store_nn_fragments(acc, lane, m0 + wm0, n0 + wn0, M, N, out, ldo, d.o_add, prior, epi);
     }
 }
 
-// BODY: gemm_nn_split_body, gemm_nn_dense_split_body (dense rows only) or
-// gemm_nn_quad_split_body
+// gemm_nn_quad_split_body with copy stages of 32 k
+template <int BM, int BN, int WM, int WN, int STAGES, int PASSES>
+__device__ __forceinline__ void gemm_nn_quad32_split_body(
+    const float* __restrict__ src, int lda, const int* __restrict__ tab,
+    const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
+    float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
+{
+    gemm_nn_quad_split_body<BM, BN, WM, WN, STAGES, PASSES, 2>(src, lda, tab, desc, B, b_ld, M, N,
+                                                               out, ldo, prior, epi, G);
+}
+
+// BODY: gemm_nn_split_body, gemm_nn_dense_split_body (dense rows only),
+// gemm_nn_quad_split_body or gemm_nn_quad32_split_body
 #define GEMM_NN_SPLIT(NAME, BODY, BM, BN, WM, WN, STAGES, PASSES)                                \
     extern "C" __global__ void __launch_bounds__(                                                \
         32 * (BM / WM) * (BN / WN), split_min_blocks(32 * (BM / WM) * (BN / WN), WM, WN))        \
@@ -536,6 +581,8 @@ __device__ __forceinline__ void gemm_nn_dense_split_body(
         };
 
         cp_async_stages<STAGES>(nk, issue, [&](int st) {
+            // (A's fragments by 4-byte loads: with ldmatrix the dense bodies spilled 8-24 bytes
+            // at 128 registers and were slower)
             split_tf32_stage<WM, WN, AS, 1, LDB, PASSES>(acc, &As[st][0][0], &Bs[st][0][0], wm0,
                                                          wn0, lane);
         });
