@@ -80,7 +80,10 @@ TN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
             # 80 rows for 65-80 weight rows of 17-24 columns (cifar-conv's first layer: 76 rows,
             # 0.94 -> 0.86 ms); 16-row tiles for a first layer's 10 rows and 112 rows for 109
             # were tried and lost (NOTES.md, "Rules measured again")
-            "tc80x24_w16x24_s4": (80, 24, 160)}
+            "tc80x24_w16x24_s4": (80, 24, 160),
+            # copy stages of 32 cases, two stages of a copy (gemm_tn_split_body's SUBS 2)
+            "tc64x64_w32x32_k32_s2": (64, 64, 128), "tc64x32_w32x16_k32_s3": (64, 32, 128),
+            "tc128x24_w32x24_k32_s2": (128, 24, 128), "tc80x24_w16x24_k32_s2": (80, 24, 160)}
 
 
 # gemm_nn on tensor cores, split TF32 (gemm_split.cu; tensor_cores.cuh, gemm_nn_split_body):
@@ -151,13 +154,15 @@ def tn_split_candidates(R, N):
     """gemm_tn's split TF32 variants worth trying for a launch of R weight rows and N columns,
     best guess first (any of them gives the same bits)."""
     if N > 32:
-        tiles = ["tc128x64_w32x32_s3", "tc64x64_w32x32_s3", "tc128x64_w32x64_s3"]
+        tiles = ["tc128x64_w32x32_s3", "tc64x64_w32x32_s3", "tc128x64_w32x64_s3",
+                 "tc64x64_w32x32_k32_s2"]
         if N <= 48:
             tiles.append("tc64x48_w32x24_s3")
     elif N > 16:
-        tiles = ["tc128x32_w32x32_s3", "tc64x32_w32x16_s4", "tc32x32_w16x16_s4"]
+        tiles = ["tc128x32_w32x32_s3", "tc64x32_w32x16_s4", "tc32x32_w16x16_s4",
+                 "tc64x32_w32x16_k32_s3"]
         if N <= 24:
-            tiles.append("tc128x24_w32x24_s3")
+            tiles += ["tc128x24_w32x24_s3", "tc128x24_w32x24_k32_s2"]
     else:
         tiles = ["tc64x16_w16x16_s4", "tc32x16_w16x8_s4", "tc64x16_w32x16_s4"]
         if R > 64:
@@ -171,7 +176,8 @@ def tn_split_candidates(R, N):
 def _short_tiles(R, N):
     """The split TF32 gemm_tn tiles whose rows fit R closely where the usual ones (32, 64, 128
     rows) would leave many of theirs idle: 80 rows for 65-80 rows of 17-24 columns."""
-    return ["tc80x24_w16x24_s4"] if 64 < R <= 80 and 16 < N <= 24 else []
+    return (["tc80x24_w16x24_s4", "tc80x24_w16x24_k32_s2"] if 64 < R <= 80 and 16 < N <= 24
+            else [])
 
 
 def tn_cols_shape(tile, R, N):

@@ -205,14 +205,16 @@ __host__ __device__ constexpr int split_min_blocks(int threads, int wm, int wn)
                              : (65536 + 128 * threads - 1) / (128 * threads);
 }
 
-template <int BM, int BN, int WM, int WN, int STAGES, int PASSES>
+// A copy stage holds SUBS stages of 16 cases (SUBS 2: half the barriers and waits a case), each
+// summed on its own, none past the chunk: the same bits whatever SUBS.
+template <int BM, int BN, int WM, int WN, int STAGES, int PASSES, int SUBS>
 __device__ __forceinline__ void gemm_tn_split_body(
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
     const int* __restrict__ desc, const float* __restrict__ delta, int ldd, int depth,
     int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,
     int local_cols, float* __restrict__ part, int nz)
 {
-    constexpr int BK = TN_SPLIT_BK;
+    constexpr int BK = TN_SPLIT_BK * SUBS;
     using Tiling = WarpTiling<BM, BN, WM, WN>;
     constexpr int NT = Tiling::NT, MT = Tiling::MT, NT8 = Tiling::NT8;
     constexpr int A_PER = BM * BK / NT;
@@ -312,9 +314,16 @@ __device__ __forceinline__ void gemm_tn_split_body(
             }
         };
 
+        int tile_next = 0;                          // of the copy stage multiplied next
         cp_async_stages<STAGES>(steps, issue, [&](int st) {
-            split_tf32_stage<WM, WN, 1, LDA, LDD, PASSES>(acc, &As[st][0][0], &Ds[st][0][0], wm0,
-                                                          wn0, lane);
+            const int cases = case_hi - case_lo - tile_next * BK;
+#pragma unroll
+            for (int sub = 0; sub < SUBS; ++sub)
+                if (sub == 0 || sub * TN_SPLIT_BK < cases)
+                    split_tf32_stage<WM, WN, 1, LDA, LDD, PASSES>(
+                        acc, &As[st][sub * TN_SPLIT_BK][0], &Ds[st][sub * TN_SPLIT_BK][0], wm0,
+                        wn0, lane);
+            if (++tile_next == tiles) tile_next = 0;
         });
 
         const i64 p = local_cols ? sh.ch : z;
@@ -326,7 +335,7 @@ __device__ __forceinline__ void gemm_tn_split_body(
     }
 }
 
-#define GEMM_TN_SPLIT(NAME, BM, BN, WM, WN, STAGES, PASSES)                                      \
+#define GEMM_TN_SPLIT_SUBS(NAME, BM, BN, WM, WN, STAGES, PASSES, SUBS)                         \
     extern "C" __global__ void __launch_bounds__(                                                \
         32 * (BM / WM) * (BN / WN), split_min_blocks(32 * (BM / WM) * (BN / WN), WM, WN))        \
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
@@ -334,11 +343,13 @@ __device__ __forceinline__ void gemm_tn_split_body(
          int R, int n_lo, int n_hi, int n_cases, int chunk, int groups, int gps, int slots,      \
          int local_cols, float* __restrict__ part, int nz)                                       \
     {                                                                                             \
-        gemm_tn_split_body<BM, BN, WM, WN, STAGES, PASSES>(src, lda, tab, desc, delta, ldd,       \
-                                                           depth, R, n_lo, n_hi, n_cases, chunk,  \
-                                                           groups, gps, slots, local_cols, part,  \
-                                                           nz);                                   \
+        gemm_tn_split_body<BM, BN, WM, WN, STAGES, PASSES, SUBS>(                                 \
+            src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi, n_cases, chunk, groups, gps,   \
+            slots, local_cols, part, nz);                                                         \
     }
+// copy stages of 16 cases
+#define GEMM_TN_SPLIT(NAME, BM, BN, WM, WN, STAGES, PASSES)                                      \
+    GEMM_TN_SPLIT_SUBS(NAME, BM, BN, WM, WN, STAGES, PASSES, 1)
 
 // ------------------------------------------------------------ gemm_nn on tensor cores (split TF32)
 // gemm_nn's gather product with gemm_tn_split's arithmetic: the same operands and tables as
