@@ -82,8 +82,9 @@ TN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
             # were tried and lost (NOTES.md, "Rules measured again")
             "tc80x24_w16x24_s4": (80, 24, 160),
             # copy stages of 32 cases, two stages of a copy (gemm_tn_split_body's SUBS 2)
-            "tc64x64_w32x32_k32_s2": (64, 64, 128), "tc64x32_w32x16_k32_s3": (64, 32, 128),
-            "tc128x24_w32x24_k32_s2": (128, 24, 128), "tc80x24_w16x24_k32_s2": (80, 24, 160)}
+            # (64 x 32 and 128 x 32, 128 x 16 lost or tied everywhere and were deleted)
+            "tc64x64_w32x32_k32_s2": (64, 64, 128), "tc128x24_w32x24_k32_s2": (128, 24, 128),
+            "tc80x24_w16x24_k32_s2": (80, 24, 160), "tc64x16_w16x16_k32_s3": (64, 16, 128)}
 
 
 # gemm_nn on tensor cores, split TF32 (gemm_split.cu; tensor_cores.cuh, gemm_nn_split_body):
@@ -102,9 +103,10 @@ NN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
             "tcq128x16_w32x16_s4": (128, 16, 128), "tcq64x16_w16x16_s4": (64, 16, 128),
             # 24 columns (as TN_SPLIT's; the 48-column ones and 64 x 24 lost everywhere)
             "tcq128x24_w32x24_s3": (128, 24, 128),
-            # copy stages of 32 k, two stages of a copy (gemm_nn_quad32_split_body)
+            # copy stages of 32 k, two stages of a copy (gemm_nn_quad32_split_body; 128 x 16
+            # and the dense rows' 64 x 64 lost or tied everywhere and were deleted)
             "tcq128x24_w32x24_k32_s2": (128, 24, 128), "tcq128x32_w32x32_k32_s2": (128, 32, 128),
-            "tcq64x64_w32x32_k32_s2": (64, 64, 128)}
+            "tcq64x64_w32x32_k32_s2": (64, 64, 128), "tcq64x32_w32x16_k32_s3": (64, 32, 128)}
 NN_SPLIT_DENSE = [t for t in NN_SPLIT if t.startswith("tcd")]
 
 
@@ -133,7 +135,7 @@ def nn_split_candidates(M, N, dense=False):
         return NN_SPLIT_DENSE + gather if dense else gather
     if N > 16:
         tiles = ["tc128x32_w32x32_s3", "tc64x32_w32x16_s4", "tcq128x32_w32x32_s3",
-                 "tcq64x32_w32x16_s4", "tcq128x32_w32x32_k32_s2"]
+                 "tcq64x32_w32x16_s4", "tcq128x32_w32x32_k32_s2", "tcq64x32_w32x16_k32_s3"]
         return tiles + (["tcq128x24_w32x24_s3", "tcq128x24_w32x24_k32_s2"] if N <= 24 else [])
     return ["tc128x16_w32x16_s4", "tc64x16_w16x16_s4", "tcq128x16_w32x16_s4",
             "tcq64x16_w16x16_s4"]
@@ -159,12 +161,12 @@ def tn_split_candidates(R, N):
         if N <= 48:
             tiles.append("tc64x48_w32x24_s3")
     elif N > 16:
-        tiles = ["tc128x32_w32x32_s3", "tc64x32_w32x16_s4", "tc32x32_w16x16_s4",
-                 "tc64x32_w32x16_k32_s3"]
+        tiles = ["tc128x32_w32x32_s3", "tc64x32_w32x16_s4", "tc32x32_w16x16_s4"]
         if N <= 24:
             tiles += ["tc128x24_w32x24_s3", "tc128x24_w32x24_k32_s2"]
     else:
-        tiles = ["tc64x16_w16x16_s4", "tc32x16_w16x8_s4", "tc64x16_w32x16_s4"]
+        tiles = ["tc64x16_w16x16_s4", "tc32x16_w16x8_s4", "tc64x16_w32x16_s4",
+                 "tc64x16_w16x16_k32_s3"]
         if R > 64:
             tiles.append("tc128x16_w32x16_s4")
     tiles += _short_tiles(R, N)

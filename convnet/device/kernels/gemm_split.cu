@@ -41,6 +41,7 @@ GEMM_NN_SPLIT(gemm_nn_tcq128x32_w32x32_k32_s2, gemm_nn_quad32_split_body, 128, 3
 GEMM_NN_SPLIT(gemm_nn_tcq64x64_w32x32_k32_s2, gemm_nn_quad32_split_body, 64, 64, 32, 32, 2, 3)
 // copy stages of 32 cases (two sums of 16 each)
 GEMM_TN_SPLIT_SUBS(gemm_tn_tc64x64_w32x32_k32_s2, 64, 64, 32, 32, 2, 3, 2)
-GEMM_TN_SPLIT_SUBS(gemm_tn_tc64x32_w32x16_k32_s3, 64, 32, 32, 16, 3, 3, 2)
 GEMM_TN_SPLIT_SUBS(gemm_tn_tc128x24_w32x24_k32_s2, 128, 24, 32, 24, 2, 3, 2)
 GEMM_TN_SPLIT_SUBS(gemm_tn_tc80x24_w16x24_k32_s2, 80, 24, 16, 24, 2, 3, 2)
+GEMM_NN_SPLIT(gemm_nn_tcq64x32_w32x16_k32_s3, gemm_nn_quad32_split_body, 64, 32, 32, 16, 3, 3)
+GEMM_TN_SPLIT_SUBS(gemm_tn_tc64x16_w16x16_k32_s3, 64, 16, 16, 16, 3, 3, 2)
