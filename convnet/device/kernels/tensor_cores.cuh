@@ -128,11 +128,9 @@ __device__ __forceinline__ void store_nn_fragments(const float (&acc)[MT][NT8][4
 }
 
 // The raw bits of a warp's m16n8k8 A fragment at rows row0.. and k k0.. of a stage stored
-// [row][k] (rows A_M floats apart, a multiple of 4): one ldmatrix.x4 of four 8 x 4 blocks (rows
-// 0-7 and 8-15 at k 0-3, then at k 4-7) instead of four 4-byte loads; lane l gives the address
-// of row l % 8 (+ 8 for lanes 8-15 and 24-31) of block l / 8 and receives, from each block, row
-// g = l / 4 at k t = l % 4: a[0..3] = A(g, t), A(g + 8, t), A(g, t + 4), A(g + 8, t + 4), the
-// values the 4-byte loads would give.
+// [row][k] (rows A_M floats apart, A_M a multiple of 4) by one ldmatrix.x4 of four 8 x 4 blocks
+// (rows 0-7, 8-15 at k 0-3, then at k 4-7): lane l names row l % 8 (+ 8 for lanes 8-15, 24-31)
+// of block l / 8 and gets A(g, t), A(g + 8, t), A(g, t + 4), A(g + 8, t + 4), as 4-byte loads.
 template <int A_M>
 __device__ __forceinline__ void ldmatrix_a(unsigned (&a)[4], const float* As, int row0, int k0,
                                            int lane)
@@ -347,8 +345,7 @@ __device__ __forceinline__ void gemm_tn_split_body(
             src, lda, tab, desc, delta, ldd, depth, R, n_lo, n_hi, n_cases, chunk, groups, gps,   \
             slots, local_cols, part, nz);                                                         \
     }
-// copy stages of 16 cases
-#define GEMM_TN_SPLIT(NAME, BM, BN, WM, WN, STAGES, PASSES)                                      \
+#define GEMM_TN_SPLIT(NAME, BM, BN, WM, WN, STAGES, PASSES) /* copy stages of 16 cases */      \
     GEMM_TN_SPLIT_SUBS(NAME, BM, BN, WM, WN, STAGES, PASSES, 1)
 
 // ------------------------------------------------------------ gemm_nn on tensor cores (split TF32)
