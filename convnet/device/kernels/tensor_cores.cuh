@@ -193,6 +193,19 @@ __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4
     });
 }
 
+// A copy stage's SUBS stages of 16 k (or cases), none past the `left` it holds: the same sums.
+template <int WM, int WN, int A_M, int A_K, int LDD, int PASSES, int SUBS, bool A_LDSM = false>
+__device__ __forceinline__ void split_tf32_stages(float (&acc)[WM / 16][WN / 8][4],
+                                                  const float* As, const float* Ds, int left,
+                                                  int m0, int n0, int lane)
+{
+#pragma unroll
+    for (int sub = 0; sub < SUBS; ++sub)
+        if (sub == 0 || sub * TN_SPLIT_BK < left)
+            split_tf32_stage<WM, WN, A_M, A_K, LDD, PASSES, A_LDSM>(
+                acc, As + sub * TN_SPLIT_BK * A_K, Ds + sub * TN_SPLIT_BK * LDD, m0, n0, lane);
+}
+
 // Blocks a multiprocessor must hold (__launch_bounds__): where a warp's tile is at most 32 x 32
 // outputs, as many as 128 registers a thread would allow, rounded up (left alone, ptxas took
 // 135-168 for some: the dense 128 x 64 products held one block of 8 warps a multiprocessor;
@@ -203,8 +216,6 @@ __host__ __device__ constexpr int split_min_blocks(int threads, int wm, int wn)
                              : (65536 + 128 * threads - 1) / (128 * threads);
 }
 
-// A copy stage holds SUBS stages of 16 cases (SUBS 2: half the barriers and waits a case), each
-// summed on its own, none past the chunk: the same bits whatever SUBS.
 template <int BM, int BN, int WM, int WN, int STAGES, int PASSES, int SUBS>
 __device__ __forceinline__ void gemm_tn_split_body(
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
@@ -314,13 +325,9 @@ __device__ __forceinline__ void gemm_tn_split_body(
 
         int tile_next = 0;                          // of the copy stage multiplied next
         cp_async_stages<STAGES>(steps, issue, [&](int st) {
-            const int cases = case_hi - case_lo - tile_next * BK;
-#pragma unroll
-            for (int sub = 0; sub < SUBS; ++sub)
-                if (sub == 0 || sub * TN_SPLIT_BK < cases)
-                    split_tf32_stage<WM, WN, 1, LDA, LDD, PASSES>(
-                        acc, &As[st][sub * TN_SPLIT_BK][0], &Ds[st][sub * TN_SPLIT_BK][0], wm0,
-                        wn0, lane);
+            split_tf32_stages<WM, WN, 1, LDA, LDD, PASSES, SUBS>(
+                acc, &As[st][0][0], &Ds[st][0][0], case_hi - case_lo - tile_next * BK, wm0, wn0,
+                lane);
             if (++tile_next == tiles) tile_next = 0;
         });
 
@@ -428,9 +435,7 @@ __device__ __forceinline__ void gemm_nn_split_body(
 // rows ([case][k], rows BK + 4 floats apart as in gemm_nn_dense_split_body), each four k of a
 // case copied 16 bytes at a time where the table names four consecutive floats on a 16-byte
 // boundary, else float by float, and A's fragments read by ldmatrix; B's rows four columns a
-// copy. A copy stage holds SUBS stages of 16 k (SUBS 2: half the barriers and waits a k), each
-// summed on its own as gemm_nn_split_body's, past the group's K none: the same bits. Any table:
-// the runs are found as it is read.
+// copy; SUBS stages of 16 k a copy stage (split_tf32_stages). Any table: runs found as read.
 template <int BM, int BN, int WM, int WN, int STAGES, int PASSES, int SUBS = 1>
 __device__ __forceinline__ void gemm_nn_quad_split_body(
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
@@ -477,12 +482,8 @@ __device__ __forceinline__ void gemm_nn_quad_split_body(
 
         int k_first = 0;                            // of the copy stage multiplied next
         cp_async_stages<STAGES>(nk, issue, [&](int st) {
-#pragma unroll
-            for (int sub = 0; sub < SUBS; ++sub)
-                if (sub == 0 || k_first + sub * TN_SPLIT_BK < d.K)
-                    split_tf32_stage<WM, WN, AS, 1, LDB, PASSES, true>(
-                        acc, &As[st][0][sub * TN_SPLIT_BK], &Bs[st][sub * TN_SPLIT_BK][0], wm0,
-                        wn0, lane);
+            split_tf32_stages<WM, WN, AS, 1, LDB, PASSES, SUBS, true>(
+                acc, &As[st][0][0], &Bs[st][0][0], d.K - k_first, wm0, wn0, lane);
             k_first += BK;
         });
 
@@ -490,9 +491,8 @@ __device__ __forceinline__ void gemm_nn_quad_split_body(
     }
 }
 
-// gemm_nn_quad_split_body with copy stages of 32 k
 template <int BM, int BN, int WM, int WN, int STAGES, int PASSES>
-__device__ __forceinline__ void gemm_nn_quad32_split_body(
+__device__ __forceinline__ void gemm_nn_quad32_split_body(        // copy stages of 32 k
     const float* __restrict__ src, int lda, const int* __restrict__ tab,
     const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
     float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
