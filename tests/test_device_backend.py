@@ -851,7 +851,7 @@ def test_split_tf32_products_give_the_same_bits_at_float32_accuracy(spec, monkey
     for i in range(max(len(nns), len(tns))):                # every variant at least once
         nn, tn = nns[i % len(nns)], tns[i % len(tns)]
         # (a variant for dense rows where the launch allows it, else the first gather one)
-        monkeypatch.setattr(tuning, "nn_split_candidates", lambda M, N, dense=False, t=nn:
+        monkeypatch.setattr(tuning, "nn_split_candidates", lambda M, N, dense=False, t=nn, **_:
                             [t] if dense or t not in tuning.NN_SPLIT_DENSE else first(M, N)[:1])
         monkeypatch.setattr(tuning, "tn_split_candidates", lambda R, N, t=tn: [t])
         for params in (DeviceParams(), DeviceParams(max_batch=256)):
@@ -881,7 +881,7 @@ def test_tf32_products_give_the_same_bits(spec, monkeypatch):
     first = tuning.nn_split_candidates
     for i in range(max(len(nns), len(tns))):
         nn, tn = nns[i % len(nns)], tns[i % len(tns)]
-        monkeypatch.setattr(tuning, "nn_split_candidates", lambda M, N, dense=False, t=nn:
+        monkeypatch.setattr(tuning, "nn_split_candidates", lambda M, N, dense=False, t=nn, **_:
                             [t] if dense or t not in tuning.NN_SPLIT_DENSE else first(M, N)[:1])
         monkeypatch.setattr(tuning, "tn_split_candidates", lambda R, N, t=tn: [t])
         for params in (tf32, dataclasses.replace(tf32, max_batch=256)):

@@ -1137,7 +1137,7 @@ def test_emulated_split_tf32_products(fake_runtime, monkeypatch):  # noqa: F811
     for i in range(max(len(nns), len(tns))):
         nn, tn = nns[i % len(nns)], tns[i % len(tns)]
         # (a variant for dense rows where the launch allows it: the FC layer's products)
-        monkeypatch.setattr(tuning, "nn_split_candidates", lambda M, N, dense=False, t=nn:
+        monkeypatch.setattr(tuning, "nn_split_candidates", lambda M, N, dense=False, t=nn, **_:
                             [t] if dense or t not in tuning.NN_SPLIT_DENSE else first(M, N)[:1])
         monkeypatch.setattr(tuning, "tn_split_candidates", lambda R, N, t=tn: [t])
         fake_runtime.launches.clear()

@@ -6,6 +6,7 @@ import pytest
 
 from convnet.architecture import Architecture
 from convnet.device import kernel_plan as kp
+from convnet.device import tuning
 from convnet.device.options import DeviceOptions
 from convnet.device.plan import ModelPlan
 from convnet.params import DeviceParams
@@ -113,6 +114,37 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     for plan in (lenet, cifar, every):
         assert "gemm_async.cu" in plan.kernel_files()
 
+
+def test_deltas_in_runs_of_two_take_the_tensor_cores_where_no_tiled_variant_serves():
+    """A delta from a layer whose depth is 2 mod 4 (runs of two floats, copied 8 bytes at a time)
+    takes the tensor cores where that layer has no tiled delta variants: 50 slices into 10 and a
+    locally connected layer's 22 into 50; LeNet's 50, whose tiled variants stay ahead, and odd
+    depths (no runs) do not."""
+    even = kp.plan_kernels(Architecture.from_lines(
+        ["CONVOLUTIONAL LAYER 10 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
+         "CONVOLUTIONAL LAYER 50 2 2 2 2 1 1", "LOCAL LAYER 22 1 1 0 0 1 1",
+         "FULLY CONNECTED LAYER 30"], 32, 32, 3, 10), DeviceOptions(), HOPPER)
+    assert even.split_delta == {2, 3} and not even.tiled[2].bwd
+    assert 2 not in kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER).split_delta
+    odd = kp.plan_kernels(Architecture.from_lines(
+        ["CONVOLUTIONAL LAYER 37 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 37 1 1 1 1 1 1",
+         "FULLY CONNECTED LAYER 40"], 16, 16, 1, 10), DeviceOptions(), HOPPER)
+    assert not odd.split_delta
+    # the launches of those runs of two take each runs-of-four tile's twin that copies them
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 10 2 2 2 2 1 1",
+                                    "CONVOLUTIONAL LAYER 50 1 1 1 1 1 1",
+                                    "CONVOLUTIONAL LAYER 24 1 1 1 1 1 1",
+                                    "FULLY CONNECTED LAYER 30"], 12, 12, 3, 10)
+    first, conv50, conv24, fc = arch.layers[:4]
+    assert not kp.pairs_only(first, forward=True)                   # on 3 bands: no runs
+    assert kp.pairs_only(conv50, forward=True) and kp.pairs_only(conv50, forward=False)
+    assert kp.pairs_only(conv24, forward=True) and not kp.pairs_only(conv24, forward=False)
+    assert not (kp.pairs_only(fc, forward=True) or kp.pairs_only(fc, forward=False))
+    for n in (10, 20, 64):
+        quads = tuning.nn_split_candidates(5000, n)
+        pairs = tuning.nn_split_candidates(5000, n, pairs=True)
+        assert pairs == [tuning.PAIRS.get(t, t) for t in quads] != quads
+        assert all(t.startswith("tcp") for t in pairs if t not in quads)
 
 def test_a_first_layer_with_average_pooling_is_fused():
     """A conv_small first layer with average pooling that tiles it: computed with its pooling in

@@ -344,7 +344,7 @@ def _split_products(arch, options, conv_small, tiled, tf32=False):
     products = [layer for layer in arch.all_layers if layer.kind.has_weights]
     every = bool(options.tensor_cores)
     forward_pays = tf32_forward_pays if tf32 else split_tf32_forward_pays
-    delta_pays = tf32_delta_pays if tf32 else (lambda layer, _: split_tf32_delta_pays(layer))
+    delta_pays = tf32_delta_pays if tf32 else split_tf32_delta_pays
     # a conv_small layer's activation only where it has tiled variants (not a first layer); its
     # delta never (12 and 24 columns were slower there: vgg-mnist 1.56 -> 1.87 ms, 0.54 -> 0.63)
     forward = [layer.index for layer in products
@@ -368,10 +368,21 @@ def runs_of_four(depth):
 TENSOR_MIN_POSITIONS = 32
 
 
-def _runs_pay(layer, depth):
-    """Whether runs of four in a gathered layer of `depth` put a CONV or LOCAL layer's product on
-    the tensor cores (split TF32)."""
-    return runs_of_four(depth) and layer.height * layer.width >= TENSOR_MIN_POSITIONS
+def runs_of_two(depth):
+    """Whether a gathered layer of this depth gives runs of two floats on 8-byte boundaries."""
+    return depth % 2 == 0
+
+
+def pairs_only(layer, forward):
+    """Whether a CONV or LOCAL layer's gather product (its activation, or with forward False the
+    delta from it) reads runs of two but not of four (the PAIRS variants: tuning.PAIRS)."""
+    depth = layer.prior_depth if forward else layer.depth
+    return not layer.kind.whole_prior and runs_of_two(depth) and not runs_of_four(depth)
+
+
+def _runs_pay(layer, depth, runs=runs_of_four):
+    """Whether runs (of four, or `runs`) in a gathered depth put a CONV or LOCAL product on them."""
+    return runs(depth) and layer.height * layer.width >= TENSOR_MIN_POSITIONS
 
 
 # Where the prior layer has fewer slices, a tiled activation stays ahead of the runs of four
@@ -398,15 +409,16 @@ def split_tf32_forward_pays(layer, tiled):
     return True
 
 
-def split_tf32_delta_pays(layer):
+def split_tf32_delta_pays(layer, tiled):
     """Whether the delta backpropagated from a layer is faster on the tensor cores: from a fully
     connected layer, where it has over 128 neurons (dense rows: LeNet's 500, 0.29 -> 0.22 ms);
-    from any other layer, where its deltas come in runs of four (avgpool-deep's 64 slices:
-    1.44 -> 0.97 ms; LeNet's 50, no runs: the tiled kernels stayed ahead, 1.26 against 1.65) and
-    it has TENSOR_MIN_POSITIONS positions."""
+    from any other layer of TENSOR_MIN_POSITIONS positions, where its deltas come in runs of four
+    (avgpool-deep's 64 slices: 1.44 -> 0.97 ms), or of two without tiled delta variants (50
+    slices into 10: 2.31 -> 2.11 ms; LeNet's 50 stays tiled: 1.18 against 1.26-1.30)."""
     if layer.kind.whole_prior:
         return layer.depth > 128
-    return _runs_pay(layer, layer.depth)
+    no_tiled = tiled is None or not tiled.bwd
+    return _runs_pay(layer, layer.depth) or _runs_pay(layer, layer.depth, runs_of_two) and no_tiled
 
 
 def _split_gradients(arch, options, first_own, tiled):

@@ -200,7 +200,7 @@ def conv_small(rt, lp, src, lda, nb, weights, out, width):
 
 
 def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out, ldo, prior, epi,
-            tiled=None, pool=None, split=False, tf32=False, direct=None):
+            tiled=None, pool=None, split=False, tf32=False, direct=None, pairs=False):
     """A gather product out = epi(A B) for M rows (cases), the groups of a layer's table.
     tiled: for a convolutional layer's activation (b_ld > 0) or delta backpropagation (b_ld 0),
     its conv_tiled_launch.ConvTiled, whose variants are candidates beside the gather tiles (same
@@ -209,7 +209,8 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     layer whose tiled variants compute it in their epilogue (tiled.pool); the gather tiles are
     then followed by pool_forward, and each candidate is timed with its pooling.
     split: on the tensor cores (the split TF32 variants alone: no tiled or dense ones); with
-    tf32, their one-product TF32 twins (CUDA PRECISION = TF32). direct: a conv_small layer's
+    tf32, their one-product TF32 twins (CUDA PRECISION = TF32); pairs: the table gives runs of
+    two floats but not of four (kernel_plan.pairs_only). direct: a conv_small layer's
     activation, direct() its launch of conv_small.cu's kernel (same bits): the first candidate."""
     G = groups.n_groups
     N = groups.n_cols
@@ -251,7 +252,7 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
         site = (site[0] + " pooled",) + site[1:]
     dense = dense_allowed(groups, src=src, lda=lda, B=B, b_ld=b_ld)
     if split:
-        candidates = tuning.nn_split_candidates(M, N, dense)
+        candidates = tuning.nn_split_candidates(M, N, dense, pairs=pairs)
         candidates = tuning.tf32_tiles(candidates) if tf32 else candidates
     else:
         candidates = tuning.nn_candidates(M, N, variants, dense, direct=direct is not None)

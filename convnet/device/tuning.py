@@ -97,7 +97,7 @@ NN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
             # dense rows only (as NN_DENSE): 16-byte copies of the cases' rows and of B's
             "tcd128x64_w32x32_s3": (128, 64, 256), "tcd64x64_w32x32_s3": (64, 64, 128),
             # any table: 16-byte copies of the runs of four it gives, and of B's rows
-            # (tensor_cores.cuh, gemm_nn_quad_split_body)
+            # (tensor_runs.cuh, gemm_nn_quad_split_body)
             "tcq128x64_w32x32_s3": (128, 64, 256), "tcq64x64_w32x32_s3": (64, 64, 128),
             "tcq128x32_w32x32_s3": (128, 32, 128), "tcq64x32_w32x16_s4": (64, 32, 128),
             "tcq128x16_w32x16_s4": (128, 16, 128), "tcq64x16_w16x16_s4": (64, 16, 128),
@@ -106,8 +106,14 @@ NN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
             # copy stages of 32 k, two stages of a copy (gemm_nn_quad32_split_body; 128 x 16
             # and the dense rows' 64 x 64 lost or tied everywhere and were deleted)
             "tcq128x24_w32x24_k32_s2": (128, 24, 128), "tcq128x32_w32x32_k32_s2": (128, 32, 128),
-            "tcq64x64_w32x32_k32_s2": (64, 64, 128), "tcq64x32_w32x16_k32_s3": (64, 32, 128)}
+            "tcq64x64_w32x32_k32_s2": (64, 64, 128), "tcq64x32_w32x16_k32_s3": (64, 32, 128),
+            # the runs-of-four tiles that won somewhere, copying runs of two 8 bytes at a time
+            # where runs of four fail (tensor_runs.cuh; for gathered depths of 2 mod 4: PAIRS)
+            "tcp64x64_w32x32_s3": (64, 64, 128), "tcp128x16_w32x16_s4": (128, 16, 128),
+            "tcp64x64_w32x32_k32_s2": (64, 64, 128), "tcp128x32_w32x32_k32_s2": (128, 32, 128),
+            "tcp128x24_w32x24_k32_s2": (128, 24, 128), "tcp64x32_w32x16_k32_s3": (64, 32, 128)}
 NN_SPLIT_DENSE = [t for t in NN_SPLIT if t.startswith("tcd")]
+PAIRS = {t.replace("tcp", "tcq", 1): t for t in NN_SPLIT if t.startswith("tcp")}
 
 
 # The same tiles with one TF32 product of the rounded operands (CUDA PRECISION = TF32): "tf" for
@@ -125,10 +131,16 @@ TN_TENSOR = {**TN_SPLIT, **TN_TF32}
 NN_TENSOR = {**NN_SPLIT, **NN_TF32}
 
 
-def nn_split_candidates(M, N, dense=False):
+def nn_split_candidates(M, N, dense=False, pairs=False):
     """gemm_nn's split TF32 variants worth trying for a launch of M cases and N columns, best
     guess first (any of them gives the same bits); dense: the launch may take the variants for
-    dense rows (launches.dense_allowed)."""
+    dense rows (launches.dense_allowed); pairs: its table gives runs of two, not of four (each
+    runs-of-four tile with a PAIRS twin gives way to it)."""
+    tiles = _nn_split_tiles(N, dense)
+    return [PAIRS.get(t, t) for t in tiles] if pairs else tiles
+
+
+def _nn_split_tiles(N, dense):
     if N > 32:
         gather = ["tc128x64_w32x32_s3", "tc64x64_w32x32_s3", "tcq128x64_w32x32_s3",
                   "tcq64x64_w32x32_s3", "tcq64x64_w32x32_k32_s2"]

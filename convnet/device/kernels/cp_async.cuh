@@ -86,8 +86,16 @@ __device__ __forceinline__ bool run_of_four(const int (&o)[4], bool vec)
            o[3] == o[0] + 3;
 }
 
+__device__ __forceinline__ void cp_async8(float* smem, const float* gmem)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, 8;\n" ::"r"(s), "l"(gmem));
+}
+
 // Four floats of one source row into dst: row + o[e] for each offset o[e] >= 0, the bias input
-// (1) for A_ONE, zero for A_ZERO; one 16-byte copy for a run of four.
+// (1) for A_ONE, zero for A_ZERO; one 16-byte copy for a run of four, and with PAIRS 8 bytes for
+// each half that is a run of two from an 8-byte boundary (depths of 2 mod 4: LeNet's 50 slices).
+template <bool PAIRS = false>
 __device__ __forceinline__ void cp_async_four(float* dst, const float* row, const int (&o)[4],
                                               bool vec)
 {
@@ -95,9 +103,22 @@ __device__ __forceinline__ void cp_async_four(float* dst, const float* row, cons
         cp_async16(dst, row + o[0], 16);
         return;
     }
+    if constexpr (PAIRS) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-        cp_async4(dst + e, o[e] >= 0 ? row + o[e] : &k_one, o[e] != A_ZERO);
+        for (int h = 0; h < 4; h += 2) {
+            if (vec && o[h] >= 0 && (o[h] & 1) == 0 && o[h + 1] == o[h] + 1) {
+                cp_async8(dst + h, row + o[h]);
+                continue;
+            }
+#pragma unroll
+            for (int e = h; e < h + 2; ++e)
+                cp_async4(dst + e, o[e] >= 0 ? row + o[e] : &k_one, o[e] != A_ZERO);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            cp_async4(dst + e, o[e] >= 0 ? row + o[e] : &k_one, o[e] != A_ZERO);
+    }
 }
 
 // The table's four offsets from entry `first` (A_ZERO past `count` entries).

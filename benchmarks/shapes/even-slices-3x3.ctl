@@ -1,0 +1,8 @@
+// Depths of 2 mod 4: 3 x 3 convolutions on 30 and 50 slices (runs of two floats, no tiled variants)
+MAKE IMAGE 28 28 1 10 8000
+CONVOLUTIONAL LAYER 30 1 1 1 1 1 1
+CONVOLUTIONAL LAYER 30 1 1 1 1 1 1
+POOLED MAX LAYER 2 2 2 2
+CONVOLUTIONAL LAYER 50 1 1 1 1 1 1
+FULLY CONNECTED LAYER 40
+TRAIN
