@@ -108,6 +108,9 @@ SHAPES = {
     # a first layer whose gradient comes from its own deltas (also emulated)
     "firstsmall": (["CONVOLUTIONAL LAYER 12 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 8 1 1 1 1 1 1",
                     "FULLY CONNECTED LAYER 6"], 10, 12, 1, 3, 96),
+    # gathered depths of 2 mod 4 (18 and 34 slices: runs of two, the pair variants; also emulated)
+    "even": (["CONVOLUTIONAL LAYER 18 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 34 1 1 1 1 1 1",
+              "FULLY CONNECTED LAYER 20"], 10, 10, 1, 4, 96),
     # two wide fully connected layers (the suite's wide-fc)
     "wide": (["FULLY CONNECTED LAYER 1024", "FULLY CONNECTED LAYER 256"], 28, 28, 1, 10, 256),
 }

@@ -38,6 +38,16 @@ def test_every_variant_matches_its_reference(fake_runtime, family, capsys):  # n
     assert family in bench.FAMILIES and "Max rel err" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("family,prefix", [("gemm_nn_split", "tcp"), ("gemm_nn_tf32", "tfp")])
+def test_the_pair_variants_match_their_reference(fake_runtime, family, prefix):  # noqa: F811
+    """Gathered depths of 2 mod 4 (the "even" shape: 18 and 34 slices) give the launches the
+    pair twins of the runs-of-four tiles, and each matches the reference."""
+    bench = _bench()
+    rows = bench.main([family, "--shapes", "even", "--no-timing"])
+    pairs = {variant for _, variant, _, _, _ in rows if variant.startswith(prefix)}
+    assert len(pairs) >= 4, rows
+    assert all(error <= bench.TOLERANCE for _, _, _, error, _ in rows)
+
 def test_a_wrong_variant_fails(fake_runtime, monkeypatch):  # noqa: F811
     """The check can fail: an emulated kernel that disagrees with its reference is caught."""
     bench = _bench()
