@@ -103,7 +103,7 @@ NN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
             "tcq128x16_w32x16_s4": (128, 16, 128), "tcq64x16_w16x16_s4": (64, 16, 128),
             # 24 columns (as TN_SPLIT's; the 48-column ones and 64 x 24 lost everywhere)
             "tcq128x24_w32x24_s3": (128, 24, 128),
-            # copy stages of 32 k, two stages of a copy (gemm_nn_quad32_split_body; 128 x 16
+            # copy stages of 32 k, two stages of a copy (GEMM_NN_RUNS with SUBS 2; 128 x 16
             # and the dense rows' 64 x 64 lost or tied everywhere and were deleted)
             "tcq128x24_w32x24_k32_s2": (128, 24, 128), "tcq128x32_w32x32_k32_s2": (128, 32, 128),
             "tcq64x64_w32x32_k32_s2": (64, 64, 128), "tcq64x32_w32x16_k32_s3": (64, 32, 128),

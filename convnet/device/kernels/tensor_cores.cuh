@@ -431,17 +431,17 @@ __device__ __forceinline__ void gemm_nn_split_body(
     }
 }
 
-// BODY: gemm_nn_split_body, gemm_nn_dense_split_body (dense rows only), or a body of
-// tensor_runs.cuh (gemm_nn_quad_split_body and its kin)
-#define GEMM_NN_SPLIT(NAME, BODY, BM, BN, WM, WN, STAGES, PASSES)                                \
+// BODY: gemm_nn_split_body, gemm_nn_dense_split_body (dense rows only), or tensor_runs.cuh's
+// gemm_nn_quad_split_body, whose further template arguments follow PASSES (GEMM_NN_RUNS)
+#define GEMM_NN_SPLIT(NAME, BODY, BM, BN, WM, WN, STAGES, PASSES, ...)                           \
     extern "C" __global__ void __launch_bounds__(                                                \
         32 * (BM / WM) * (BN / WN), split_min_blocks(32 * (BM / WM) * (BN / WN), WM, WN))        \
     NAME(const float* __restrict__ src, int lda, const int* __restrict__ tab,                    \
          const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,      \
          float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)      \
     {                                                                                             \
-        BODY<BM, BN, WM, WN, STAGES, PASSES>(src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, \
-                                             epi, G);                                             \
+        BODY<BM, BN, WM, WN, STAGES, PASSES, ##__VA_ARGS__>(src, lda, tab, desc, B, b_ld, M, N,  \
+                                                            out, ldo, prior, epi, G);             \
     }
 
 // gemm_nn_split over dense rows (plan.DenseRows, as gemm_nn_dense_body): A staged as the cases'

@@ -66,32 +66,6 @@ __device__ __forceinline__ void gemm_nn_quad_split_body(
     }
 }
 
-template <int BM, int BN, int WM, int WN, int STAGES, int PASSES>
-__device__ __forceinline__ void gemm_nn_quad32_split_body(        // copy stages of 32 k
-    const float* __restrict__ src, int lda, const int* __restrict__ tab,
-    const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
-    float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
-{
-    gemm_nn_quad_split_body<BM, BN, WM, WN, STAGES, PASSES, 2>(src, lda, tab, desc, B, b_ld, M, N,
-                                                               out, ldo, prior, epi, G);
-}
-
-template <int BM, int BN, int WM, int WN, int STAGES, int PASSES>
-__device__ __forceinline__ void gemm_nn_pairs_split_body(        // runs of two as well
-    const float* __restrict__ src, int lda, const int* __restrict__ tab,
-    const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
-    float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
-{
-    gemm_nn_quad_split_body<BM, BN, WM, WN, STAGES, PASSES, 1, true>(
-        src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi, G);
-}
-
-template <int BM, int BN, int WM, int WN, int STAGES, int PASSES>
-__device__ __forceinline__ void gemm_nn_pairs32_split_body(      // and copy stages of 32 k
-    const float* __restrict__ src, int lda, const int* __restrict__ tab,
-    const int* __restrict__ desc, const float* __restrict__ B, int b_ld, int M, int N,
-    float* __restrict__ out, int ldo, const float* __restrict__ prior, int epi, int G)
-{
-    gemm_nn_quad_split_body<BM, BN, WM, WN, STAGES, PASSES, 2, true>(
-        src, lda, tab, desc, B, b_ld, M, N, out, ldo, prior, epi, G);
-}
+// SUBS stages of 16 k a copy stage; PAIRS: runs of two as well
+#define GEMM_NN_RUNS(NAME, BM, BN, WM, WN, STAGES, PASSES, SUBS, PAIRS)                          \
+    GEMM_NN_SPLIT(NAME, gemm_nn_quad_split_body, BM, BN, WM, WN, STAGES, PASSES, SUBS, PAIRS)
