@@ -833,10 +833,13 @@ def test_line_points_on_the_device_give_the_host_points_gradients():
 SPLIT_SPECS = [LENET_SHAPES,
                (["CONVOLUTIONAL LAYER 37 1 2 1 1 1 1", "LOCAL LAYER 22 1 1 1 0 1 1",
                  "FULLY CONNECTED LAYER 40"], 12, 11, 2, 5),
-               (["FULLY CONNECTED LAYER 300", "FULLY CONNECTED LAYER 70"], 16, 16, 1, 10)]
+               (["FULLY CONNECTED LAYER 300", "FULLY CONNECTED LAYER 70"], 16, 16, 1, 10),
+               # a first layer's wide window (7 x 7 x 3) of stride 2: its activation too
+               (["CONVOLUTIONAL LAYER 24 3 3 0 0 2 2", "FULLY CONNECTED LAYER 30"], 19, 21, 3, 4)]
+SPLIT_IDS = ["lenet", "local", "wide", "first"]
 
 
-@pytest.mark.parametrize("spec", SPLIT_SPECS, ids=["lenet", "local", "wide"])
+@pytest.mark.parametrize("spec", SPLIT_SPECS, ids=SPLIT_IDS)
 def test_split_tf32_products_give_the_same_bits_at_float32_accuracy(spec, monkeypatch):
     """Every product on the tensor cores (split TF32): every variant of the gather products and
     of the weight gradients, MAX BATCH all and 256, gives the same bits, and those are as close
@@ -866,7 +869,7 @@ def test_split_tf32_products_give_the_same_bits_at_float32_accuracy(spec, monkey
     assert _rel(grad, grad_ref) <= 2 * _rel(grad32, grad_ref) + 1e-7
 
 
-@pytest.mark.parametrize("spec", SPLIT_SPECS, ids=["lenet", "local", "wide"])
+@pytest.mark.parametrize("spec", SPLIT_SPECS, ids=SPLIT_IDS)
 def test_tf32_products_give_the_same_bits(spec, monkeypatch):
     """CUDA PRECISION = TF32 (tensor cores wherever they serve): every one-product variant, MAX
     BATCH all and 256, gives the same bits; the gradient is TF32's distance from the float64

@@ -6,6 +6,7 @@ import pytest
 
 from convnet.architecture import Architecture
 from convnet.device import kernel_plan as kp
+from convnet.device.tensor_rules import pairs_only
 from convnet.device import tuning
 from convnet.device.options import DeviceOptions
 from convnet.device.plan import ModelPlan
@@ -62,15 +63,15 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     variants are built only with the tensor cores off, or where they are faster: narrow layers
     and the CIFAR-sized net's padded 5 x 5 layer) but the first layer's from the pooled
     deltas or, with at most 10 weight rows, from its own deltas a position a thread;
-    the activations of more than 16 columns without tiled
-    variants (the fully connected layers of LeNet and the CIFAR-sized net, not the output
-    layer), and those with tiled variants whose inputs come in runs of four through a window of
-    under 16 taps from at least 16 slices (the strided net's 3 x 3 second layer, not a 5 x 5
-    one); the deltas from fully
-    connected layers of over 128 neurons (LeNet's 500, not the CIFAR-sized net's 96) and from
-    other layers whose depth gives runs of four (the CIFAR-sized net's 48 and the strided net's
-    64, not LeNet's 50). tensor_cores=True: every one of them, and the tiled variants (and the
-    pooling in their epilogue) are not built; False: none."""
+    the activations of more than 16 columns without tiled variants (the fully connected layers
+    of LeNet and the CIFAR-sized net, not the output layer; a first conv_small layer's only for
+    a wide window: the strided net's 7 x 7 x 3), and those with tiled variants whose inputs come
+    in runs of four through a window of under 16 taps from at least 16 slices (the strided net's
+    3 x 3 second layer, not a 5 x 5 one); the deltas from fully connected layers of over 128
+    neurons (LeNet's 500, not the CIFAR-sized net's 96) and from other layers whose depth gives
+    runs of four (the CIFAR-sized net's 48 and the strided net's 64, not LeNet's 50).
+    tensor_cores=True: every one of them, and the tiled variants (and the pooling in their
+    epilogue) are not built; False: none."""
     lenet = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER)
     assert lenet.split_gradients == {2, 4, 5}
     assert lenet.split_forward == lenet.split_delta == {4}
@@ -82,7 +83,7 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     assert 2 in cifar.tiled and cifar.tiled[2].grad and cifar.tiled[2].fwd
     assert not cifar.tiled[2].bwd
     strided = kp.plan_kernels(Architecture.from_lines(*STRIDED_3X3), DeviceOptions(), HOPPER)
-    assert strided.split_forward == {1, 2} and strided.split_delta == {1}
+    assert strided.split_forward == {0, 1, 2} and strided.split_delta == {1}   # 7 x 7 x 3 first
     assert strided.split_gradients == {0, 1, 2, 3}
     vgg = kp.plan_kernels(Architecture.from_lines(*VGG_SIZED), DeviceOptions(), HOPPER)
     assert vgg.split_gradients == {4, 6, 7}
@@ -115,6 +116,30 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
         assert "gemm_async.cu" in plan.kernel_files()
 
 
+def test_a_wide_first_window_takes_the_tensor_cores_for_its_activation():
+    """A first conv_small layer's activation takes the tensor cores where its window holds at
+    least 64 inputs (7 x 7 x 3, 5 x 5 x 3) and no pooling is computed with it; a narrower window
+    (5 x 5 x 2, 3 x 3 x 1) keeps the float32 family and conv_small's direct kernel, and so does a
+    layer of 16 slices or fewer. The same with one TF32 product."""
+    def plan(lines, rows, bands, precision="FLOAT32"):
+        arch = Architecture.from_lines(lines + ["FULLY CONNECTED LAYER 64"], rows, rows, bands, 10)
+        return kp.plan_kernels(arch, DeviceOptions(), HOPPER, precision)
+    for window, bands in (("3 3 0 0 2 2", 3), ("2 2 2 2 1 1", 3)):
+        for precision in ("FLOAT32", "TF32"):
+            wide = plan([f"CONVOLUTIONAL LAYER 24 {window}"], 32, bands, precision)
+            assert 0 in wide.conv_small and 0 in wide.split_forward
+            assert wide.forward_family(0) == kp.GEMM_NN
+    for window, bands, slices in (("2 2 1 1 2 2", 2, 20), ("1 1 1 1 1 1", 1, 32),
+                                  ("3 3 0 0 2 2", 3, 16)):
+        narrow = plan([f"CONVOLUTIONAL LAYER {slices} {window}"], 30, bands)
+        assert 0 in narrow.conv_small and 0 not in narrow.split_forward
+        assert narrow.forward_family(0) == kp.CONV_SMALL
+    # computed with its pooling: the fused kernel, whatever the window
+    pooled = plan(["CONVOLUTIONAL LAYER 24 3 3 0 0 1 1", "POOLED MAX LAYER 2 2 2 2"], 32, 3)
+    assert pooled.fused_pool and 0 not in pooled.split_forward
+    assert pooled.forward_family(0) == kp.CONV_SMALL_POOL
+
+
 def test_deltas_in_runs_of_two_take_the_tensor_cores_where_no_tiled_variant_serves():
     """A delta from a layer whose depth is 2 mod 4 (runs of two floats, copied 8 bytes at a time)
     takes the tensor cores where that layer has no tiled delta variants: 50 slices into 10 and a
@@ -136,10 +161,10 @@ def test_deltas_in_runs_of_two_take_the_tensor_cores_where_no_tiled_variant_serv
                                     "CONVOLUTIONAL LAYER 24 1 1 1 1 1 1",
                                     "FULLY CONNECTED LAYER 30"], 12, 12, 3, 10)
     first, conv50, conv24, fc = arch.layers[:4]
-    assert not kp.pairs_only(first, forward=True)                   # on 3 bands: no runs
-    assert kp.pairs_only(conv50, forward=True) and kp.pairs_only(conv50, forward=False)
-    assert kp.pairs_only(conv24, forward=True) and not kp.pairs_only(conv24, forward=False)
-    assert not (kp.pairs_only(fc, forward=True) or kp.pairs_only(fc, forward=False))
+    assert not pairs_only(first, forward=True)                       # on 3 bands: no runs
+    assert pairs_only(conv50, forward=True) and pairs_only(conv50, forward=False)
+    assert pairs_only(conv24, forward=True) and not pairs_only(conv24, forward=False)
+    assert not (pairs_only(fc, forward=True) or pairs_only(fc, forward=False))
     for n in (10, 20, 64):
         quads = tuning.nn_split_candidates(5000, n)
         pairs = tuning.nn_split_candidates(5000, n, pairs=True)
@@ -215,7 +240,7 @@ def test_tf32_precision_takes_the_tensor_cores_wider():
     assert not lenet.conv_pool and lenet.gradient_family(0) == kp.CONV_GRAD_POOLED
     strided = Architecture.from_lines(*STRIDED_3X3)
     tf32 = kp.plan_kernels(strided, DeviceOptions(), HOPPER, "TF32")
-    assert tf32.split_forward == tf32.split_delta == {1, 2} and not tf32.tiled
+    assert tf32.split_forward == {0, 1, 2} and tf32.split_delta == {1, 2} and not tf32.tiled
     assert tf32.split_gradients == {0, 1, 2, 3}
     off = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=False), HOPPER, "TF32")
     assert not (off.split_gradients or off.split_forward or off.split_delta)

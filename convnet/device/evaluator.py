@@ -18,6 +18,7 @@ from .layout import image_to_device
 from .line import LINE_POINT, DeviceLine, DeviceVectors
 from .plan import CHUNK
 from .runtime import NULL, ptr
+from .tensor_rules import pairs_only
 from .tuning import Tuner
 from .workspace import Workspace, allocation_lines
 
@@ -461,7 +462,7 @@ class DeviceEvaluator(Evaluator):
                       ws.ids[following] if want_delta else NULL) if pooled else None,
                 split=index in b.kernels.split_forward, tf32=b.kernels.tf32,
                 direct=direct if family == families.CONV_SMALL else None,
-                pairs=families.pairs_only(lp.layer, forward=True))
+                pairs=pairs_only(lp.layer, forward=True))
 
     def _backward(self, start, stop):
         """The weight gradients and delta backpropagation of one batch, from the output layer
@@ -511,7 +512,7 @@ class DeviceEvaluator(Evaluator):
                              out=out, ldo=prior.nhid, prior=prior_act,
                              epi=EPI_DERIV if prior.kind.applies_tanh else EPI_NONE,
                              tiled=b.conv_tiled.get(index), split=index in b.kernels.split_delta,
-                             tf32=b.kernels.tf32, pairs=families.pairs_only(lp.layer, False))
+                             tf32=b.kernels.tf32, pairs=pairs_only(lp.layer, False))
 
     def _gradient(self, lp, start, n_batch, delta):
         """Weight gradient of one layer for one batch: partial sums (by the family the plan

@@ -15,8 +15,8 @@ from :class:`BatchPlan`.
 from dataclasses import dataclass, field, replace
 from typing import Dict, FrozenSet, Optional, Tuple
 
-from .conv_tiled import (SMEM_BYTES, ConvShape, delta_variants, forward_variants, grad_pays,
-                         grad_subs, grad_variants)
+from .conv_tiled import (SMEM_BYTES, ConvShape, delta_variants, forward_variants, grad_subs,
+                         grad_variants)
 from .first_layer import first_layer_plan
 from .launches import (CONV_SMALL_FLOATS, CONV_SMALL_SLICES, POOLED_GRAD_SUBS, line_parts,
                        windows_tile)
@@ -24,6 +24,8 @@ from .layout import layer_layouts
 from ..params import FLOAT32, TF32
 from .options import DeviceOptions
 from .plan import CHUNK, GradPlan, gradient_launch_slices, split_batches
+from .tensor_rules import (first_on_tensor_cores, float32_grad_pays, split_tf32_delta_pays,
+                           split_tf32_forward_pays, tf32_delta_pays, tf32_forward_pays)
 
 # Kernel families of the forward step (activation)
 GEMM_NN = "gemm_nn"                     # the gather product, or a conv_tiled forward variant
@@ -318,7 +320,8 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES, precisi
                              options, pool_tiles)
     tf32 = precision == TF32
     split = _split_gradients(arch, options, first.pooled_grad or first.direct_grad, tiled)
-    split_forward, split_delta = _split_products(arch, options, conv_small, tiled, tf32)
+    split_forward, split_delta = _split_products(arch, options, conv_small, tiled, tf32,
+                                                 first.fused_pool)
     # a step on the tensor cores needs no float32 tiled variants built (nor, for a forward step,
     # the pooling in their epilogue)
     tiled = {i: v for i, v in ((i, replace(v, grad={} if i in split else v.grad,
@@ -333,92 +336,30 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES, precisi
                       split, split_forward, split_delta, tf32, first.direct_grad)
 
 
-def _split_products(arch, options, conv_small, tiled, tf32=False):
+def _split_products(arch, options, conv_small, tiled, tf32=False, fused_first=False):
     """(layers whose activation, layers whose delta backpropagation) run as gather products on
     the tensor cores (gemm_nn's split TF32 variants, or with tf32 their one-product twins):
     every such gather product where options.tensor_cores is True, none where it is False, and
     where it is None those that split_tf32_forward_pays and split_tf32_delta_pays pick (with
-    tf32: tf32_forward_pays and tf32_delta_pays)."""
+    tf32: tf32_forward_pays and tf32_delta_pays). fused_first: the first layer is computed with
+    its pooling (first_layer.py)."""
     if options.tensor_cores is False:
         return frozenset(), frozenset()
     products = [layer for layer in arch.all_layers if layer.kind.has_weights]
     every = bool(options.tensor_cores)
     forward_pays = tf32_forward_pays if tf32 else split_tf32_forward_pays
     delta_pays = tf32_delta_pays if tf32 else split_tf32_delta_pays
-    # a conv_small layer's activation only where it has tiled variants (not a first layer); its
-    # delta never (12 and 24 columns were slower there: vgg-mnist 1.56 -> 1.87 ms, 0.54 -> 0.63)
+    # a conv_small layer's activation only where it has tiled variants, or it is a wide window's
+    # first layer (first_on_tensor_cores); its delta never (12 and 24 columns were slower there:
+    # vgg-mnist 1.56 -> 1.87 ms, 0.54 -> 0.63)
     forward = [layer.index for layer in products
-               if (layer.index not in conv_small or layer.index in tiled and tiled[layer.index].fwd)
+               if (layer.index not in conv_small or layer.index in tiled and tiled[layer.index].fwd
+                   or layer.index == 0 and not fused_first and first_on_tensor_cores(layer))
                and (every or forward_pays(layer, tiled.get(layer.index)))]
     delta = [layer.index for layer in products
              if layer.index > 0 and layer.index not in conv_small
              and (every or delta_pays(layer, tiled.get(layer.index)))]
     return frozenset(forward), frozenset(delta)
-
-
-def runs_of_four(depth):
-    """Whether a gathered layer of this depth gives the gather products runs of four floats on
-    16-byte boundaries (depth-fastest layout), which the quad variants copy 16 bytes at a time."""
-    return depth % 4 == 0
-
-
-# Below this many positions a CONV or LOCAL layer's products are too small for the runs of four
-# to pay on the tensor cores (inexact's 4 x 4 layer: activation 0.050 -> 0.066 ms, delta 0.075
-# -> 0.082, where layers of 49 to 256 positions gained 10-33 %).
-TENSOR_MIN_POSITIONS = 32
-
-
-def runs_of_two(depth):
-    """Whether a gathered layer of this depth gives runs of two floats on 8-byte boundaries."""
-    return depth % 2 == 0
-
-
-def pairs_only(layer, forward):
-    """Whether a CONV or LOCAL layer's gather product (its activation, or with forward False the
-    delta from it) reads runs of two but not of four (the PAIRS variants: tuning.PAIRS)."""
-    depth = layer.prior_depth if forward else layer.depth
-    return not layer.kind.whole_prior and runs_of_two(depth) and not runs_of_four(depth)
-
-
-def _runs_pay(layer, depth, runs=runs_of_four):
-    """Whether runs (of four, or `runs`) in a gathered depth put a CONV or LOCAL product on them."""
-    return runs(depth) and layer.height * layer.width >= TENSOR_MIN_POSITIONS
-
-
-# Where the prior layer has fewer slices, a tiled activation stays ahead of the runs of four
-# whatever its window (vgg-mnist's 14 x 14 x 24 layer on 12 slices: 0.38 against 0.46 ms; on 24
-# slices the runs of four lead)
-TILED_MIN_PRIOR = 16
-
-
-def split_tf32_forward_pays(layer, tiled):
-    """Whether a layer's activation is faster on the tensor cores, by what the suite measured
-    (NOTES.md, "Tensor cores", "Runs of four"): not for 16 columns or fewer (the float32 tiles
-    of 16 columns were faster); where conv_tiled.cu has forward variants, only where the prior
-    layer's inputs come in runs of four, the layer has TENSOR_MIN_POSITIONS positions and the
-    window has fewer than TILED_OVER_TF32_TAPS taps (strided-rgb's 3 x 3: 0.53 -> 0.41 ms; at
-    5 x 5 the tiled kernels, which reuse each input across the taps, stayed ahead) and the prior
-    layer has at least TILED_MIN_PRIOR slices; yes
-    otherwise (a fully connected layer's on the split variants for dense rows where its launch
-    allows them)."""
-    if layer.depth <= 16:
-        return False
-    if tiled is not None and tiled.fwd:
-        return (_runs_pay(layer, layer.prior_depth) and layer.prior_depth >= TILED_MIN_PRIOR
-                and not _keeps_tiled(layer, tiled.fwd))
-    return True
-
-
-def split_tf32_delta_pays(layer, tiled):
-    """Whether the delta backpropagated from a layer is faster on the tensor cores: from a fully
-    connected layer, where it has over 128 neurons (dense rows: LeNet's 500, 0.29 -> 0.22 ms);
-    from any other layer of TENSOR_MIN_POSITIONS positions, where its deltas come in runs of four
-    (avgpool-deep's 64 slices: 1.44 -> 0.97 ms), or of two without tiled delta variants (50
-    slices into 10: 2.31 -> 2.11 ms; LeNet's 50 stays tiled: 1.18 against 1.26-1.30)."""
-    if layer.kind.whole_prior:
-        return layer.depth > 128
-    no_tiled = tiled is None or not tiled.bwd
-    return _runs_pay(layer, layer.depth) or _runs_pay(layer, layer.depth, runs_of_two) and no_tiled
 
 
 def _split_gradients(arch, options, first_own, tiled):
@@ -434,41 +375,6 @@ def _split_gradients(arch, options, first_own, tiled):
     return frozenset(layer.index for layer in arch.all_layers
                      if layer.kind.has_weights and not (layer.index == 0 and first_own)
                      and (options.tensor_cores or not float32_grad_pays(tiled.get(layer.index))))
-
-
-def float32_grad_pays(tiled):
-    """Whether a layer's weight gradient is faster in conv_grad's float32 variants than on the
-    tensor cores (conv_tiled.grad_pays): narrow layers, where conv_grad_warp fits (split TF32's
-    tiles of 16 or 24 columns and a hundred or more gathered weight rows ran at a fifth of their
-    rate on wider layers), and wide windows over many positions."""
-    return tiled is not None and grad_pays(tiled.shape, tiled.grad.values())
-
-
-# CUDA PRECISION = TF32 (one TF32 product): measured on the suite (NOTES.md, "One TF32
-# product"), it beats the float32 kernels at every weight gradient and every activation and delta
-# of over 16 columns, except where conv_tiled.cu's kernels reuse each input they load across a
-# window of many taps (LeNet's and cifar-conv's 5 x 5: tiled 0.94 against 1.01 ms, 1.29 against
-# 1.65); at 3 x 3 the one TF32 product won (strided-rgb 0.56 -> 0.42 ms, avgpool-deep 0.61 -> 0.55).
-TILED_OVER_TF32_TAPS = 16
-
-
-def _keeps_tiled(layer, variants):
-    """Whether a layer's tiled variants (of one step) stay ahead of one TF32 product."""
-    return bool(variants) and layer.spec.filter_v * layer.spec.filter_h >= TILED_OVER_TF32_TAPS
-
-
-def tf32_forward_pays(layer, tiled):
-    """With CUDA PRECISION = TF32: whether a layer's activation takes the tensor cores (where the
-    prior layer's inputs come in runs of four, whatever the window: NOTES.md, "Runs of four")."""
-    return layer.depth > 16 and (runs_of_four(layer.prior_depth)
-                                 or not _keeps_tiled(layer, tiled.fwd if tiled else None))
-
-
-def tf32_delta_pays(layer, tiled):
-    """With CUDA PRECISION = TF32: whether the delta backpropagated from a layer takes the
-    tensor cores (where the layer's deltas come in runs of four, whatever the window)."""
-    return layer.depth > 16 and (runs_of_four(layer.depth)
-                                 or not _keeps_tiled(layer, tiled.bwd if tiled else None))
 
 
 # ------------------------------------------------------------------------------ device bytes
