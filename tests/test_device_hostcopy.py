@@ -82,3 +82,18 @@ def test_a_forked_child_makes_its_own_pool():
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_thread_count_is_asked_of_the_system_once(monkeypatch):
+    """copy_threads() asks os.cpu_count() once per process, not at every copy (each call took
+    microseconds that a small net's evaluation at host weights paid every time)."""
+    calls = []
+    monkeypatch.setattr(hostcopy.os, "cpu_count", lambda: calls.append(1) or 16)
+    hostcopy.copy_threads.cache_clear()
+    try:
+        assert hostcopy.copy_threads() == min(hostcopy.MOST_COPY_THREADS, 16)
+        for _ in range(3):
+            hostcopy.copy_into(np.zeros(10), np.ones(10))
+        assert hostcopy.copy_threads() == min(hostcopy.MOST_COPY_THREADS, 16) and calls == [1]
+    finally:
+        hostcopy.copy_threads.cache_clear()

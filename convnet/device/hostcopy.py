@@ -9,13 +9,15 @@ at LeNet's 3.4 MB the threads' hand-off took back more than they saved (benchmar
 "Host copies in threads").
 """
 
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 # Smallest copy cut into slices (bytes read or written, the larger): measured on an H200
-# machine's 16-core Xeon, threads won at 8.5 MB and lost at 3.4 MB.
+# machine's 16-core Xeon, threads won at 8.5 MB and lost at 3.4 MB; from 1 MiB on an H100
+# machine, local-rgb's 1.6 MB made its gradient 0.59-0.62 -> 0.68-0.71 ms.
 PARALLEL_COPY_BYTES = 6 << 20
 # Most threads a copy uses (the caller's among them). On an H100 machine's 16 cores an 8.5 MB copy
 # took 0.66 / 0.36 / 0.27 / 0.32-0.43 ms on 1 / 2 / 4 / 8 threads, but wide-fc's gradient from host
@@ -27,8 +29,11 @@ _pool = None
 _pool_pid = None
 
 
+@functools.lru_cache(maxsize=None)
 def copy_threads():
-    """How many threads a large copy uses on this machine (1: the caller's only)."""
+    """How many threads a large copy uses on this machine (1: the caller's only). Asked once:
+    os.cpu_count() took 6-14 us a call there (under cProfile), every evaluation at host weights
+    (benchmarks/NOTES.md, "Host copies in threads")."""
     return max(1, min(MOST_COPY_THREADS, os.cpu_count() or 1))
 
 
