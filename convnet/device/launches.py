@@ -210,7 +210,7 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     then followed by pool_forward, and each candidate is timed with its pooling.
     split: on the tensor cores (the split TF32 variants alone: no tiled or dense ones); with
     tf32, their one-product TF32 twins (CUDA PRECISION = TF32); pairs: the table gives runs of
-    two floats but not of four (kernel_plan.pairs_only). direct: a conv_small layer's
+    two floats but not of four (tensor_rules.pairs_only). direct: a conv_small layer's
     activation, direct() its launch of conv_small.cu's kernel (same bits): the first candidate."""
     G = groups.n_groups
     N = groups.n_cols

@@ -103,20 +103,14 @@ __device__ __forceinline__ void cp_async_four(float* dst, const float* row, cons
         cp_async16(dst, row + o[0], 16);
         return;
     }
-    if constexpr (PAIRS) {
 #pragma unroll
-        for (int h = 0; h < 4; h += 2) {
-            if (vec && o[h] >= 0 && (o[h] & 1) == 0 && o[h + 1] == o[h] + 1) {
-                cp_async8(dst + h, row + o[h]);
-                continue;
-            }
-#pragma unroll
-            for (int e = h; e < h + 2; ++e)
-                cp_async4(dst + e, o[e] >= 0 ? row + o[e] : &k_one, o[e] != A_ZERO);
+    for (int h = 0; h < 4; h += 2) {
+        if (PAIRS && vec && o[h] >= 0 && (o[h] & 1) == 0 && o[h + 1] == o[h] + 1) {
+            cp_async8(dst + h, row + o[h]);
+            continue;
         }
-    } else {
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
+        for (int e = h; e < h + 2; ++e)
             cp_async4(dst + e, o[e] >= 0 ? row + o[e] : &k_one, o[e] != A_ZERO);
     }
 }

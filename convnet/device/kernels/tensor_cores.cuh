@@ -432,7 +432,8 @@ __device__ __forceinline__ void gemm_nn_split_body(
 }
 
 // BODY: gemm_nn_split_body, gemm_nn_dense_split_body (dense rows only), or tensor_runs.cuh's
-// gemm_nn_quad_split_body, whose further template arguments follow PASSES (GEMM_NN_RUNS)
+// gemm_nn_quad_split_body, whose further template arguments follow PASSES (instantiated by
+// GEMM_NN_RUNS only)
 #define GEMM_NN_SPLIT(NAME, BODY, BM, BN, WM, WN, STAGES, PASSES, ...)                           \
     extern "C" __global__ void __launch_bounds__(                                                \
         32 * (BM / WM) * (BN / WN), split_min_blocks(32 * (BM / WM) * (BN / WN), WM, WN))        \
