@@ -303,6 +303,33 @@ def test_graph_replay_gives_the_same_bits(params):
     assert acts0 == acts1
 
 
+@pytest.mark.parametrize("params", [DeviceParams(), DeviceParams(max_batch=512)])
+def test_gradients_beside_the_deltas_give_the_same_bits(params):
+    """Untimed evaluations replayed from graphs run each weight gradient on a second stream
+    beside the delta from its layer: the same bits as plain launches on one stream, for
+    gradients from host weights and from line search points."""
+    rng = np.random.default_rng(12)
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 12 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "CONVOLUTIONAL LAYER 24 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "FULLY CONNECTED LAYER 200", "FULLY CONNECTED LAYER 40"],
+                                   28, 28, 1, 10)
+    x = rng.random((3000, 1, 28, 28)) * 2 - 1
+    c = rng.integers(0, 10, 3000)
+    ws = [rng.normal(0, 0.2, arch.n_weights) for _ in range(3)]
+    runs = []
+    for graphs in (False, True):
+        be = _backend(arch, params, DeviceOptions(graphs=graphs, timing=False))
+        ev = be.evaluator(x, c, 0.0)
+        out = [ev.gradient(ws[i % 3]) for i in range(6)]
+        line = ev.line(ws[0], ws[1] - ws[0])
+        for t in (0.25, 0.5, 0.75):
+            f, slope, handle = line.evaluate(t)
+            out.append((f, np.array(line.gradient(handle)), slope))
+        runs.append(out)
+    for a, b in zip(*runs):
+        assert a[0] == b[0] and np.array_equal(a[1], b[1]) and a[2:] == b[2:]
+
+
 def test_weights_rounded_by_the_host_are_the_device_rounding():
     """Without a penalty the host rounds the weights to float32 as it stages them: the device
     weights are those of the device's own rounding, to the bit (subnormals, underflow, ties,

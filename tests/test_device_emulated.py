@@ -40,6 +40,8 @@ class _Event:
 
     def record(self, stream=None):
         self.recorded_on = stream
+        if _FakeCuda.capturing is not None:
+            _FakeCuda.capturing.append((stream, ("record", self)))
 
     def time_since(self, other):
         return 0.001
@@ -57,6 +59,8 @@ class _Stream:
 
     def wait_for_event(self, event):
         self.waits.append(event)
+        if _FakeCuda.capturing is not None:
+            _FakeCuda.capturing.append((self, ("wait", event)))
 
 
 class _EventFlags:
@@ -67,6 +71,10 @@ class _FakeCuda:
     Event = _Event
     Stream = _Stream
     event_flags = _EventFlags
+
+    # while a graph is captured: (stream, work) in the order queued, work an operation or an
+    # event's ("record" | "wait", event); launches and copies on the capturing stream have None
+    capturing = None
 
     def __init__(self, mem):
         self.mem = mem
@@ -89,7 +97,7 @@ class _FakeCuda:
     def _queue(self, op):
         self.need_context("an asynchronous copy")
         if self.recording is not None:
-            self.recording.append(op)
+            self.recording.append((None, op))
         else:
             op()
 
@@ -202,26 +210,56 @@ class FakeRuntime:
 
     def capture(self, record):
         """Like a CUDA graph: the launches and async copies record() makes are kept with their
-        arguments, not run, and run again in order at each launch()."""
-        ops = self.cuda.recording = []
+        arguments, not run, and run again at each launch(): those of the capturing stream in
+        order, those of another stream (forked from it by an event) as late as the events
+        allow, so that a missing wait gives other results than plain launches."""
+        main = self.stream
+        ops = self.cuda.recording = _FakeCuda.capturing = []
         try:
             record()
         finally:
-            self.cuda.recording = None
+            self.cuda.recording = _FakeCuda.capturing = None
         self.captures += 1
         rt = self
 
         class Graph:
             def launch(self, stream):
                 rt.graph_launches += 1
-                for op in ops:
-                    op()
+                rt.replay(main, ops)
         return Graph()
+
+    def replay(self, main, ops):
+        """Run a captured graph: the other streams' work held until the main stream waits for
+        an event recorded after it."""
+        held = {}
+        for stream, work in ops:
+            if stream is None or stream is main:
+                if not isinstance(work, tuple):
+                    work()
+                elif work[0] == "wait":
+                    for works in held.values():
+                        self._run_held(works, work[1])
+            else:
+                held.setdefault(stream, []).append(work)
+        left = [w for works in held.values() for w in works if not isinstance(w, tuple)]
+        assert not left, "work on another stream that the captured stream never waited for"
+
+    @staticmethod
+    def _run_held(works, event):
+        """Run (and drop) a stream's held work up to its last record of `event`, if any."""
+        marks = [i for i, work in enumerate(works) if work == ("record", event)]
+        if marks:
+            ran, works[:] = works[:marks[-1] + 1], works[marks[-1] + 1:]
+            for work in ran:
+                if not isinstance(work, tuple):
+                    work()
 
     def launch(self, name, grid, block, *args, shared=0):
         self.cuda.need_context(f"launch of {name}")
         if self.cuda.recording is not None:
-            self.cuda.recording.append(lambda: self.launch(name, grid, block, *args, shared=shared))
+            stream = self.stream
+            self.cuda.recording.append((stream, lambda: self._launch_on(
+                stream, name, grid, block, *args, shared=shared)))
             return
         self.launches.append(name)
         self.launch_streams.append(self.stream)
@@ -231,6 +269,10 @@ class FakeRuntime:
         if name.startswith("gemm_nn_"):
             assert shared == built, name
         self.kernels.launch(name, grid, block, args, shared, self.specialized)
+
+    def _launch_on(self, stream, name, grid, block, *args, shared=0):
+        with self.on_stream(stream):
+            self.launch(name, grid, block, *args, shared=shared)
 
     def free_memory(self):
         return self.cuda.mem_get_info()
@@ -739,6 +781,63 @@ def test_emulated_split_upload_gives_the_same_bits(fake_runtime, max_batch, wpen
     assert all(st is fake_runtime.stream for st in streams[on_side[-1] + 1:])
     assert ("vec_finish" in names[on_side[-1] + 1:]) == bool(wpen)
     assert fake_runtime.graph_launches > 0
+
+
+# launches of a weight gradient (partial sums, their slots' sum, flattening into acc)
+GRADIENT_LAUNCHES = ("gemm_tn", "conv_grad", "grad_slot_sum", "grad_flatten")
+
+
+def _gradients_beside(arch, graphs, x, c, ws):
+    """Three gradients on an evaluator without timing (so that its graphs put gradients beside
+    the deltas), and the streams of the last one's launches."""
+    be = dbe.DeviceBackend(arch, DeviceParams(max_batch=128),
+                           DeviceOptions(graphs=graphs, timing=False))
+    ev = be.evaluator(x, c, 0.01)
+    out = []
+    for i in range(3):
+        k = len(runtime.Runtime._instances[0].launches)
+        out.append(ev.gradient(ws[i]))
+    rt = runtime.Runtime._instances[0]
+    return be, out, list(zip(rt.launches[k:], rt.launch_streams[k:]))
+
+
+@pytest.mark.parametrize("spec", [RANDOM_ARCHS[0], SPLIT_ARCH], ids=["local", "lenet"])
+def test_gradients_beside_the_deltas_give_the_same_bits(fake_runtime, spec):
+    """In a replayed, untimed gradient each layer's weight gradient with a delta after it runs
+    on the gradient stream, and the main stream waits for it before the next delta overwrites
+    the deltas it reads. The emulated replay runs that stream's work as late as the events
+    allow, and the results are bit for bit those of plain launches on one stream."""
+    lines, rows, cols, bands, ncls = spec
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(6)
+    x = rng.random((300, bands, rows, cols)) * 2 - 1
+    c = rng.integers(0, ncls, 300)
+    ws = [rng.normal(0, 0.4, arch.n_weights) for _ in range(3)]
+    _, plain, _ = _gradients_beside(arch, False, x, c, ws)
+    be, graphed, streams = _gradients_beside(arch, True, x, c, ws)
+    for a, b in zip(plain, graphed):
+        assert a[0] == b[0] and np.array_equal(a[1], b[1])
+    side = be.gradient_stream.stream
+    beside = [name for name, st in streams if st is side]
+    assert beside and all(name.startswith(GRADIENT_LAUNCHES) for name in beside)
+    on_main = [name for name, st in streams if st is fake_runtime.stream]
+    assert not any(name.startswith("gemm_nn") or "pool" in name for name in beside)
+    assert on_main[-2:] == ["grad_finish", "ll_sum"]
+    assert be.gradient_stream.done in fake_runtime.stream.waits
+
+
+def test_a_gradient_never_waited_for_is_refused(fake_runtime, monkeypatch):
+    """The emulation holds the gradient stream's work until the main stream waits for it: with
+    no wait the replay refuses (as a real capture would)."""
+    from convnet.device.beside import GradientStream
+    monkeypatch.setattr(GradientStream, "join", lambda self, rt: None)
+    lines, rows, cols, bands, ncls = SPLIT_ARCH
+    arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
+    rng = np.random.default_rng(6)
+    x = rng.random((300, bands, rows, cols)) * 2 - 1
+    ws = [rng.normal(0, 0.4, arch.n_weights) for _ in range(3)]
+    with pytest.raises(AssertionError, match="never waited for"):
+        _gradients_beside(arch, True, x, rng.integers(0, ncls, 300), ws)
 
 
 @pytest.mark.slow

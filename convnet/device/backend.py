@@ -42,6 +42,7 @@ from .launches import (LINE_BLOCK, line_parts, line_point, vec_finish,
 from .options import DeviceOptions, device_params
 from .plan import CHUNK, ModelPlan
 from .runtime import NULL, DeviceUnavailable, Runtime, device_available, device_report, ptr  # noqa: F401
+from .beside import GradientStream
 from .timers import EventTimer
 
 # Share of the free device memory an automatic MAX BATCH may take.
@@ -110,6 +111,7 @@ class DeviceBackend:
                                     new_event=getattr(self.rt, "new_event", None))
             self._upload_tables()
             self._allocate_weights()
+            self.gradient_stream = GradientStream(self.rt)
         self.static_bytes = static_bytes(arch)
         self.weight_uploads = 0
         self.last_allocation = None     # lines for CUDA.LOG section 3, from the last evaluator

@@ -210,7 +210,9 @@ def _device_lines(backend, weight_uploads_before):
 
 def _time_lines(backend):
     timer = backend.timer
-    lines = [f"Evaluations timed: {timer.evaluations}"]
+    # an untimed evaluation replayed from a graph runs its gradients beside the deltas
+    lines = [f"Evaluations timed: {timer.evaluations} (all launches of a timed evaluation on "
+             "one stream, so that each activity has a time of its own)"]
     timings = backend.timings()
     lines += timing_lines(timings, timer.total_seconds)
     lines.append("")

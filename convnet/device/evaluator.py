@@ -3,6 +3,7 @@
 The kernels are started through launches.py; the buffers are a Workspace (workspace.py); the
 weights and index tables belong to the DeviceBackend (backend.py)."""
 
+import contextlib
 from typing import NamedTuple
 
 import numpy as np
@@ -91,6 +92,7 @@ class DeviceEvaluator(Evaluator):
         self.graphs = {}
         self.use_graphs = backend.graphs and getattr(rt, "can_capture", False)
         self._ran = set()
+        self._beside = False            # recording a graph whose gradients go beside (_queue)
         self.line_state = None          # the buffers of line searches on the device, made on first use
         self._vectors = None
         self.allocation = allocation_lines(backend, self.batch_plan)
@@ -339,6 +341,7 @@ class DeviceEvaluator(Evaluator):
         entry = self.graphs.get((key, timed))
         if entry is None:
             b.timer.begin_capture()
+            self._beside = not timed            # gradients beside the deltas (beside.py)
             try:
                 graph = rt.capture(record)
             except DriverError:
@@ -346,6 +349,8 @@ class DeviceEvaluator(Evaluator):
                 self.use_graphs = False         # this driver cannot: stay with plain launches
                 record()
                 return
+            finally:
+                self._beside = False
             entry = self.graphs[key, timed] = (graph, b.timer.end_capture())
         graph, marks = entry
         graph.launch(rt.stream)
@@ -472,13 +477,16 @@ class DeviceEvaluator(Evaluator):
         plan = b.plan
         n_batch = stop - start
         current, other = 0, 1
+        side = b.gradient_stream
         for index in range(len(plan.layers) - 1, -1, -1):
             lp = plan.layers[index]
             delta = self.ws.deltas[current]
-            if lp.grad is not None:
-                count = self._gradient(lp, start, n_batch, delta)
-                b.timer.mark(rt.stream, b.labels[index], "gradient", count)
             family = b.kernels.delta_family(index)
+            beside = self._beside and family not in (None, families.CONV_GRAD_POOLED)
+            if lp.grad is not None:
+                with side.beside(rt) if beside else contextlib.nullcontext():
+                    count = self._gradient(lp, start, n_batch, delta)
+                b.timer.mark(rt.stream, b.labels[index], "gradient", count)
             if family is None:
                 break
             if family == families.CONV_GRAD_POOLED:
@@ -488,6 +496,8 @@ class DeviceEvaluator(Evaluator):
                 b.timer.mark(rt.stream, b.labels[0], "gradient", count)
                 break
             self._delta_layer(family, lp, n_batch, delta, self.ws.deltas[other])
+            if beside and lp.grad is not None:
+                side.join(rt)                   # the next delta overwrites what it reads
             b.timer.mark(rt.stream, b.labels[index - 1], "delta", 1)  # the layer receiving it
             current, other = other, current
 
