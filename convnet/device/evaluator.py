@@ -471,7 +471,8 @@ class DeviceEvaluator(Evaluator):
 
     def _backward(self, start, stop):
         """The weight gradients and delta backpropagation of one batch, from the output layer
-        down, each by the kernel family the plan chose."""
+        down, each by the kernel family the plan chose; in a graph recorded untimed, a gradient
+        with a delta after it on the gradient stream, beside that delta (beside.py)."""
         b = self.backend
         rt = b.rt
         plan = b.plan
@@ -482,7 +483,8 @@ class DeviceEvaluator(Evaluator):
             lp = plan.layers[index]
             delta = self.ws.deltas[current]
             family = b.kernels.delta_family(index)
-            beside = self._beside and family not in (None, families.CONV_GRAD_POOLED)
+            beside = (self._beside and lp.grad is not None
+                      and family not in (None, families.CONV_GRAD_POOLED))
             if lp.grad is not None:
                 with side.beside(rt) if beside else contextlib.nullcontext():
                     count = self._gradient(lp, start, n_batch, delta)
@@ -496,7 +498,7 @@ class DeviceEvaluator(Evaluator):
                 b.timer.mark(rt.stream, b.labels[0], "gradient", count)
                 break
             self._delta_layer(family, lp, n_batch, delta, self.ws.deltas[other])
-            if beside and lp.grad is not None:
+            if beside:
                 side.join(rt)                   # the next delta overwrites what it reads
             b.timer.mark(rt.stream, b.labels[index - 1], "delta", 1)  # the layer receiving it
             current, other = other, current
