@@ -52,7 +52,9 @@ def test_two_gpus_agree_with_one_and_repeat_their_bits():
     assert abs(crit2 - crit1) <= 1e-6 * crit1 and _rel(grad2, grad1) <= 1e-6
     assert abs(ev.criterion(w) - crit1) <= 1e-6 * crit1
     assert np.abs(ev.outputs(w) - one.outputs(w)).max() <= 1e-6
-    for _ in range(3):                              # same GPUs, same bits, every time
+    # same GPUs, same bits, every time: timed evaluations and, past TIMED_FIRST, untimed ones
+    # (their gradients beside the deltas)
+    for _ in range(12):
         crit, grad = ev.gradient(w + 0.0)
         assert crit == crit2 and np.array_equal(grad, grad2)
     again = device_backend(arch, DeviceParams(cuda_devices="0,1")).evaluator(x, c, 0.001).gradient(w)
