@@ -31,6 +31,7 @@ import numpy as np
 from ..errors import ConvnetError
 from ..params import DeviceParams
 from . import collect
+from .beside import GradientStream
 from .conv_tiled_launch import ConvTiled
 from .evaluator import DeviceEvaluator, UploadSplit
 from .handback import HandBack
@@ -42,7 +43,6 @@ from .launches import (LINE_BLOCK, line_parts, line_point, vec_finish,
 from .options import DeviceOptions, device_params
 from .plan import CHUNK, ModelPlan
 from .runtime import NULL, DeviceUnavailable, Runtime, device_available, device_report, ptr  # noqa: F401
-from .beside import GradientStream
 from .timers import EventTimer
 
 # Share of the free device memory an automatic MAX BATCH may take.

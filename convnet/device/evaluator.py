@@ -345,6 +345,7 @@ class DeviceEvaluator(Evaluator):
             try:
                 graph = rt.capture(record)
             except DriverError:
+                self._beside = False
                 b.timer.end_capture()
                 self.use_graphs = False         # this driver cannot: stay with plain launches
                 record()
