@@ -793,11 +793,11 @@ def _gradients_beside(arch, graphs, x, c, ws):
     be = dbe.DeviceBackend(arch, DeviceParams(max_batch=128),
                            DeviceOptions(graphs=graphs, timing=False))
     ev = be.evaluator(x, c, 0.01)
+    rt = runtime.Runtime._instances[0]
     out = []
     for i in range(3):
-        k = len(runtime.Runtime._instances[0].launches)
+        k = len(rt.launches)
         out.append(ev.gradient(ws[i]))
-    rt = runtime.Runtime._instances[0]
     return be, out, list(zip(rt.launches[k:], rt.launch_streams[k:]))
 
 

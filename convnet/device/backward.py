@@ -19,7 +19,7 @@ from .tensor_rules import pairs_only
 class BackwardPass:
     """The gradient and delta launches of one batch (DeviceEvaluator's `_backward`)."""
 
-    _beside = False                     # set while a graph is recorded untimed (_queue)
+    _beside = False                     # set while a graph is recorded untimed (_capture)
 
     def _backward(self, start, stop):
         """The weight gradients and delta backpropagation of one batch, from the output layer

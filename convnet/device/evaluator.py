@@ -340,21 +340,27 @@ class DeviceEvaluator(BackwardPass, Evaluator):
         entry = self.graphs.get((key, timed))
         if entry is None:
             b.timer.begin_capture()
-            self._beside = not timed            # gradients beside the deltas (beside.py)
-            try:
-                graph = rt.capture(record)
-            except DriverError:
-                self._beside = False
+            graph = self._capture(record, beside=not timed)
+            if graph is None:
                 b.timer.end_capture()
                 self.use_graphs = False         # this driver cannot: stay with plain launches
                 record()
                 return
-            finally:
-                self._beside = False
             entry = self.graphs[key, timed] = (graph, b.timer.end_capture())
         graph, marks = entry
         graph.launch(rt.stream)
         b.timer.replayed(marks)
+
+    def _capture(self, record, beside):
+        """record() as a CUDA graph, or None where the driver refuses; with `beside`, its
+        gradients beside the deltas (beside.py)."""
+        self._beside = beside
+        try:
+            return self.backend.rt.capture(record)
+        except DriverError:
+            return None
+        finally:
+            self._beside = False
 
     def _criterion_launches(self, part=None):
         self._forwards(part, want_delta=False)
