@@ -5,19 +5,17 @@ the real data and keeps the fastest.
 """
 
 # "BMxBN_TMxTN": (BM, BN, threads). gemm_nn: BM cases x BN columns; gemm_tn: BM weight rows x
-# BN columns.
-NN_TILES = {"128x64_8x4": (128, 64, 256), "128x64_8x8": (128, 64, 128),
-            "256x32_8x4": (256, 32, 256), "256x32_8x8": (256, 32, 128),
+# BN columns. (gemm_nn's 128 x 64 with 8 x 8 a thread, 256 x 32 with 8 x 4 and the 320 x 20 tiles
+# won nowhere in the suite's last three tables and were deleted: NOTES.md, "Variants that won
+# nowhere".)
+NN_TILES = {"128x64_8x4": (128, 64, 256), "256x32_8x8": (256, 32, 128),
             "128x32_4x4": (128, 32, 256), "128x32_8x4": (128, 32, 128),
             "64x16_4x2": (64, 16, 128), "128x16_8x2": (128, 16, 128),
             "128x64_8x4_k16": (128, 64, 256), "256x32_8x4_k16": (256, 32, 256),
             "128x32_8x4_k16": (128, 32, 128),
             # cp.async variants, _sN: N tiles in flight
-            "128x64_8x4_k16_s3": (128, 64, 256), "128x64_8x8_k16_s3": (128, 64, 128),
-            "128x32_8x4_k16_s3": (128, 32, 128), "256x32_8x4_s4": (256, 32, 256),
+            "128x64_8x4_k16_s3": (128, 64, 256), "128x32_8x4_k16_s3": (128, 32, 128),
             "64x16_4x2_s4": (64, 16, 128),
-            # exactly 20 columns (no padded columns for a 20-slice layer)
-            "320x20_8x4_k10": (320, 20, 200), "320x20_8x4_k10_s3": (320, 20, 200),
             # taller blocks: fewer, fuller rounds of blocks for large products
             "160x64_8x4_k20": (160, 64, 320),
             # dense rows only (plan.DenseRows), 16-byte copies, dynamic shared memory (NN_SHARED)
@@ -64,8 +62,10 @@ SHARED_BYTES = 48 * 1024        # dynamic shared memory a block may have without
 # (BM, BN, threads), a warp per WM x WN outputs. Their bits are their own (the same for every
 # one of them, not those of the float32 tiles), so a launch site takes its candidates from one
 # family or the other (kernel_plan.KernelPlan.split_gradients), never from both.
-TN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 128),
-            "tc128x32_w32x32_s3": (128, 32, 128), "tc64x32_w32x16_s4": (64, 32, 128),
+# (128 x 64 with warps of 32 x 32, and the copy stages of 16 of 128 x 24 and 80 x 24, won nowhere
+# in the suite's last three tables and were deleted: NOTES.md, "Variants that won nowhere")
+TN_SPLIT = {"tc64x64_w32x32_s3": (64, 64, 128), "tc128x32_w32x32_s3": (128, 32, 128),
+            "tc64x32_w32x16_s4": (64, 32, 128),
             "tc32x32_w16x16_s4": (32, 32, 128), "tc64x16_w16x16_s4": (64, 16, 128),
             "tc32x16_w16x8_s4": (32, 16, 128), "tc128x16_w32x16_s4": (128, 16, 128),
             "tc64x16_w32x16_s4": (64, 16, 64),
@@ -73,34 +73,35 @@ TN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 
             # 33-48 slices, whose columns the blocks above would leave a quarter idle (128 x 48
             # and 64 x 24 lost at every site of the suite and were deleted: NOTES.md, "Runs of
             # four in the weight gradients' loader")
-            "tc64x48_w32x24_s3": (64, 48, 128), "tc128x24_w32x24_s3": (128, 24, 128),
+            "tc64x48_w32x24_s3": (64, 48, 128),
             # warps of 32 x 64 outputs: the split operands of a weight row serve twice the columns
             # (1.5-7 % ahead at the gradients of over 48 columns; warps of 64 x 32 lost)
             "tc128x64_w32x64_s3": (128, 64, 128),
-            # 80 rows for 65-80 weight rows of 17-24 columns (cifar-conv's first layer: 76 rows,
-            # 0.94 -> 0.86 ms); 16-row tiles for a first layer's 10 rows and 112 rows for 109
-            # were tried and lost (NOTES.md, "Rules measured again")
-            "tc80x24_w16x24_s4": (80, 24, 160),
             # copy stages of 32 cases, two stages of a copy (gemm_tn_split_body's SUBS 2)
             # (64 x 32 and 128 x 32, 128 x 16 lost or tied everywhere and were deleted)
             "tc64x64_w32x32_k32_s2": (64, 64, 128), "tc128x24_w32x24_k32_s2": (128, 24, 128),
-            "tc80x24_w16x24_k32_s2": (80, 24, 160), "tc64x16_w16x16_k32_s3": (64, 16, 128)}
+            "tc64x16_w16x16_k32_s3": (64, 16, 128),
+            # 80 rows for 65-80 weight rows of 17-24 columns (cifar-conv's first layer: 76 rows,
+            # 0.94 -> 0.86 ms); 16-row tiles for a first layer's 10 rows and 112 rows for 109
+            # were tried and lost (NOTES.md, "Rules measured again")
+            "tc80x24_w16x24_k32_s2": (80, 24, 160)}
 
 
 # gemm_nn on tensor cores, split TF32 (gemm_split.cu; tensor_cores.cuh, gemm_nn_split_body):
 # "tcBMxBN_wWMxWN_sS":
 # (BM cases, BN columns, threads); like TN_SPLIT, their bits are their own (kernel_plan's
-# split_products say which launch sites take them).
-NN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc64x64_w32x32_s3": (64, 64, 128),
-            "tc128x32_w32x32_s3": (128, 32, 128), "tc64x32_w32x16_s4": (64, 32, 128),
+# split_products say which launch sites take them). The plain gathers' 64-row tiles and the
+# runs of four's copy stages of 16 at 128 x 64, 128 x 32 and 64 x 32 won nowhere in the suite's
+# last three tables and were deleted (NOTES.md, "Variants that won nowhere"); one plain gather
+# a width stays for tables without runs (strided-rgb's three bands: 128 x 32 first).
+NN_SPLIT = {"tc128x64_w32x32_s3": (128, 64, 256), "tc128x32_w32x32_s3": (128, 32, 128),
             "tc128x16_w32x16_s4": (128, 16, 128), "tc64x16_w16x16_s4": (64, 16, 128),
             # dense rows only (as NN_DENSE): 16-byte copies of the cases' rows and of B's
             "tcd128x64_w32x32_s3": (128, 64, 256), "tcd64x64_w32x32_s3": (64, 64, 128),
             # any table: 16-byte copies of the runs of four it gives, and of B's rows
             # (tensor_runs.cuh, gemm_nn_quad_split_body)
-            "tcq128x64_w32x32_s3": (128, 64, 256), "tcq64x64_w32x32_s3": (64, 64, 128),
-            "tcq128x32_w32x32_s3": (128, 32, 128), "tcq64x32_w32x16_s4": (64, 32, 128),
-            "tcq128x16_w32x16_s4": (128, 16, 128), "tcq64x16_w16x16_s4": (64, 16, 128),
+            "tcq64x64_w32x32_s3": (64, 64, 128), "tcq128x16_w32x16_s4": (128, 16, 128),
+            "tcq64x16_w16x16_s4": (64, 16, 128),
             # 24 columns (as TN_SPLIT's; the 48-column ones and 64 x 24 lost everywhere)
             "tcq128x24_w32x24_s3": (128, 24, 128),
             # copy stages of 32 k, two stages of a copy (GEMM_NN_RUNS with SUBS 2; 128 x 16
@@ -142,12 +143,10 @@ def nn_split_candidates(M, N, dense=False, pairs=False):
 
 def _nn_split_tiles(N, dense):
     if N > 32:
-        gather = ["tc128x64_w32x32_s3", "tc64x64_w32x32_s3", "tcq128x64_w32x32_s3",
-                  "tcq64x64_w32x32_s3", "tcq64x64_w32x32_k32_s2"]
+        gather = ["tc128x64_w32x32_s3", "tcq64x64_w32x32_s3", "tcq64x64_w32x32_k32_s2"]
         return NN_SPLIT_DENSE + gather if dense else gather
     if N > 16:
-        tiles = ["tc128x32_w32x32_s3", "tc64x32_w32x16_s4", "tcq128x32_w32x32_s3",
-                 "tcq64x32_w32x16_s4", "tcq128x32_w32x32_k32_s2", "tcq64x32_w32x16_k32_s3"]
+        tiles = ["tc128x32_w32x32_s3", "tcq128x32_w32x32_k32_s2", "tcq64x32_w32x16_k32_s3"]
         return tiles + (["tcq128x24_w32x24_s3", "tcq128x24_w32x24_k32_s2"] if N <= 24 else [])
     return ["tc128x16_w32x16_s4", "tc64x16_w16x16_s4", "tcq128x16_w32x16_s4",
             "tcq64x16_w16x16_s4"]
@@ -168,14 +167,13 @@ def tn_split_candidates(R, N):
     """gemm_tn's split TF32 variants worth trying for a launch of R weight rows and N columns,
     best guess first (any of them gives the same bits)."""
     if N > 32:
-        tiles = ["tc128x64_w32x32_s3", "tc64x64_w32x32_s3", "tc128x64_w32x64_s3",
-                 "tc64x64_w32x32_k32_s2"]
+        tiles = ["tc64x64_w32x32_s3", "tc128x64_w32x64_s3", "tc64x64_w32x32_k32_s2"]
         if N <= 48:
             tiles.append("tc64x48_w32x24_s3")
     elif N > 16:
         tiles = ["tc128x32_w32x32_s3", "tc64x32_w32x16_s4", "tc32x32_w16x16_s4"]
         if N <= 24:
-            tiles += ["tc128x24_w32x24_s3", "tc128x24_w32x24_k32_s2"]
+            tiles.append("tc128x24_w32x24_k32_s2")
     else:
         tiles = ["tc64x16_w16x16_s4", "tc32x16_w16x8_s4", "tc64x16_w32x16_s4",
                  "tc64x16_w16x16_k32_s3"]
@@ -190,8 +188,7 @@ def tn_split_candidates(R, N):
 def _short_tiles(R, N):
     """The split TF32 gemm_tn tiles whose rows fit R closely where the usual ones (32, 64, 128
     rows) would leave many of theirs idle: 80 rows for 65-80 rows of 17-24 columns."""
-    return (["tc80x24_w16x24_s4", "tc80x24_w16x24_k32_s2"] if 64 < R <= 80 and 16 < N <= 24
-            else [])
+    return ["tc80x24_w16x24_k32_s2"] if 64 < R <= 80 and 16 < N <= 24 else []
 
 
 def tn_cols_shape(tile, R, N):
@@ -261,13 +258,11 @@ def nn_candidates(M, N, conv=(), dense=False, direct=False):
     the dense tiles for wide products, the narrow ones for a few columns; direct: a conv_small
     layer's activation, whose direct kernel (DIRECT) comes first."""
     if N > 32:
-        tiles = ["128x64_8x4", "128x64_8x8", "128x64_8x4_k16", "128x64_8x4_k16_s3",
-                 "128x64_8x8_k16_s3", "160x64_8x4_k20"]
+        tiles = ["128x64_8x4", "128x64_8x4_k16", "128x64_8x4_k16_s3", "160x64_8x4_k20"]
     elif N > 16:
-        big = ["256x32_8x4", "256x32_8x8", "256x32_8x4_k16", "256x32_8x4_s4"]
+        big = ["256x32_8x8", "256x32_8x4_k16"]
         small = ["128x32_4x4", "128x32_8x4", "128x32_8x4_k16", "128x32_8x4_k16_s3"]
-        exact = ["320x20_8x4_k10", "320x20_8x4_k10_s3"] if N == 20 else []
-        tiles = (big + small if M >= 4096 else small + big) + exact
+        tiles = big + small if M >= 4096 else small + big
     else:
         tiles = ["64x16_4x2", "128x16_8x2", "64x16_4x2_s4"]
     if dense and N > DENSE_MIN_COLS:

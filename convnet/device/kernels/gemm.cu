@@ -117,8 +117,6 @@ __device__ __forceinline__ void gemm_nn_body(
     }
 
 GEMM_NN(gemm_nn_128x64_8x4, 128, 64, 8, 8, 4)
-GEMM_NN(gemm_nn_128x64_8x8, 128, 64, 8, 8, 8)
-GEMM_NN(gemm_nn_256x32_8x4, 256, 32, 8, 8, 4)
 GEMM_NN(gemm_nn_256x32_8x8, 256, 32, 8, 8, 8)
 GEMM_NN(gemm_nn_128x32_4x4, 128, 32, 8, 4, 4)
 GEMM_NN(gemm_nn_128x32_8x4, 128, 32, 8, 8, 4)
@@ -127,8 +125,6 @@ GEMM_NN(gemm_nn_128x16_8x2, 128, 16, 8, 8, 2)
 GEMM_NN(gemm_nn_128x64_8x4_k16, 128, 64, 16, 8, 4)
 GEMM_NN(gemm_nn_256x32_8x4_k16, 256, 32, 16, 8, 4)
 GEMM_NN(gemm_nn_128x32_8x4_k16, 128, 32, 16, 8, 4)
-// 20 columns exactly (a 20-slice prior layer's delta), 200 threads, BK 10
-GEMM_NN(gemm_nn_320x20_8x4_k10, 320, 20, 10, 8, 4)
 // 160 cases a block, 320 threads, BK 20: 63 x 8 blocks for 10,000 cases and 500 columns fill two
 // rounds of two blocks per multiprocessor on 132 multiprocessors (128 rows: 79 x 8, 2.4 rounds)
 GEMM_NN(gemm_nn_160x64_8x4_k20, 160, 64, 20, 8, 4)

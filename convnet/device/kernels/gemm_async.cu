@@ -84,11 +84,8 @@ __device__ __forceinline__ void gemm_nn_async_body(
     }
 
 GEMM_NN_ASYNC(gemm_nn_128x64_8x4_k16_s3, 128, 64, 16, 8, 4, 3)
-GEMM_NN_ASYNC(gemm_nn_128x64_8x8_k16_s3, 128, 64, 16, 8, 8, 3)
 GEMM_NN_ASYNC(gemm_nn_128x32_8x4_k16_s3, 128, 32, 16, 8, 4, 3)
-GEMM_NN_ASYNC(gemm_nn_256x32_8x4_s4, 256, 32, 8, 8, 4, 4)
 GEMM_NN_ASYNC(gemm_nn_64x16_4x2_s4, 64, 16, 8, 4, 2, 4)
-GEMM_NN_ASYNC(gemm_nn_320x20_8x4_k10_s3, 320, 20, 10, 8, 4, 3)
 
 // ------------------------------------------------------------------ gemm_nn over dense rows
 // The products of fully connected and output layers (one group) read whole rows: A's columns
