@@ -38,7 +38,7 @@ from .batch import (BatchRow, _environment, _error_from, fill_from_results, prep
 from .control import INPUT_ROOT_ENV
 from .display.progress import NoProgress
 from .errors import ConvnetError
-from .resume import file_digest, record_inputs  # noqa: F401 (file_digest: re-exported)
+from .resume import file_digest, finished_with, record_inputs  # noqa: F401 (file_digest: exported)
 from .sweep import parse_control
 
 CONNECT_TIMEOUT_S = 10
@@ -376,9 +376,9 @@ def _run(client, batch, out, scheduler, options, progress, retry):
                 futures[again] = index
                 pending.add(again)
                 continue
-            rows[index] = with_attempts(row, attempts[index])
-            if row.ok:
+            if row.ok:                  # first, so a run whose row says ok is always resumable
                 record_inputs(planned[index].folder, to_run[index], row.seconds)
+            rows[index] = with_attempts(row, attempts[index])
             progress.ended(rows[index])
     except KeyboardInterrupt:
         try:
@@ -388,13 +388,25 @@ def _run(client, batch, out, scheduler, options, progress, retry):
             pass
         for index in specs:
             if rows[index] is None:
-                rows[index] = BatchRow.planned(planned[index], out)
-                rows[index].status = "not run (batch interrupted)"
+                rows[index] = _stopped_row(planned[index], to_run[index], out)
         write_batch(rows, out)
         raise
     _note_retries(client, specs, rows, attempts)
     write_batch(rows, out)
     return rows
+
+
+def _stopped_row(planned, inputs, out):
+    """The row of a run that a Ctrl-C left without one: finished where its results.json says so
+    with these inputs (the Ctrl-C came after they were recorded), else not run."""
+    row = BatchRow.planned(planned, out)
+    data = finished_with(planned.folder, inputs)
+    if data is None:
+        row.status = "not run (batch interrupted)"
+        return row
+    fill_from_results(row, planned.folder)
+    row.seconds = data.get("batch_seconds")
+    return row
 
 
 def _task_row(fut, planned, out):

@@ -323,6 +323,27 @@ TRAIN
 """
 
 
+def test_a_ctrl_c_after_a_run_was_recorded_keeps_its_row(tmp_path):
+    """A Ctrl-C that lands after a finished run's inputs were recorded but before its row was
+    kept: the row comes from its results.json (ok, as the next start will reuse it); a run whose
+    results.json lacks those inputs, or has none, is "not run"."""
+    from convnet.logs.results import RESULTS_FORMAT, RESULTS_VERSION, write_results
+    from convnet.resume import PlannedRun, record_inputs
+    out = tmp_path / "out"
+    runs = [PlannedRun(file="a.ctl", folder=str(out / name)) for name in ("done", "bare", "none")]
+    inputs = {"control_sha256": "x", "seed": 1, "files": {}, "device": "cpu",
+              "convnet_version": "0"}
+    for run in runs[:2]:
+        os.makedirs(run.folder)
+        write_results(os.path.join(run.folder, "results.json"),
+                      {"format": RESULTS_FORMAT, "format_version": RESULTS_VERSION,
+                       "status": "done", "runs": []})
+    record_inputs(runs[0].folder, inputs, 2.5)
+    rows = [cluster._stopped_row(run, inputs, str(out)) for run in runs]
+    assert rows[0].ok and rows[0].seconds == 2.5 and rows[0].run == "done"
+    assert [r.status for r in rows[1:]] == ["not run (batch interrupted)"] * 2
+
+
 @pytest.mark.slow
 def test_a_sweep_on_the_cluster_resumes_after_ctrl_c(dask_cluster, tmp_path):
     """The sweep's runs are tasks; a Ctrl-C half-way keeps the finished runs, and the same
