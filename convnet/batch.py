@@ -241,10 +241,17 @@ def _validation_error(train):
     return (entry or {}).get("error")
 
 
+def finished_row(row, data):
+    """A planned row whose run finished with its recorded inputs (resume.finished_with's data):
+    the results from its folder and the seconds the batch recorded for it."""
+    fill_from_results(row, row.out)
+    row.seconds = data.get("batch_seconds")
+    return row
+
+
 def reused_row(row, data):
     """A planned row whose run an earlier start of the batch finished (its results data)."""
-    fill_from_results(row, row.out)
-    row.reused, row.seconds = True, data.get("batch_seconds")
+    finished_row(row, data).reused = True
     return row
 
 

@@ -33,7 +33,7 @@ import uuid
 
 from ._version import pip_install
 from .sweep import wants_gpu
-from .batch import (BatchRow, _environment, _error_from, fill_from_results, prepare,
+from .batch import (BatchRow, _environment, _error_from, fill_from_results, finished_row, prepare,
                     with_attempts, write_batch)
 from .control import INPUT_ROOT_ENV
 from .display.progress import NoProgress
@@ -404,9 +404,7 @@ def _stopped_row(planned, inputs, out):
     if data is None:
         row.status = "not run (batch interrupted)"
         return row
-    fill_from_results(row, planned.folder)
-    row.seconds = data.get("batch_seconds")
-    return row
+    return finished_row(row, data)
 
 
 def _task_row(fut, planned, out):
