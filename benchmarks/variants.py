@@ -14,8 +14,9 @@ added since shows only where it was timed.
 
 import argparse
 import json
+import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,14 +41,11 @@ def product_of(site):
 
 @dataclass
 class Record:
-    """One variant over the tables: sites where it was a candidate, sites it won, its ratios to
-    the fastest (1.0 where it was the fastest)."""
+    """One variant over the tables: sites where it was a candidate, sites it won, and its time
+    over the fastest's at its best site (1.0 where it was the fastest)."""
     sites: int = 0
     wins: int = 0
-    ratios: list = field(default_factory=list)
-
-    def closest(self):
-        return min(self.ratios) if self.ratios else None
+    closest: float = math.inf
 
 
 def tally(tables):
@@ -64,7 +62,7 @@ def tally(tables):
                     r = records.setdefault((product_of(site), variant), Record())
                     r.sites += 1
                     r.wins += ms == best
-                    r.ratios.append(ms / best)
+                    r.closest = min(r.closest, ms / best)
     return records
 
 
@@ -78,11 +76,11 @@ def report(records, within=0.02, show_all=False):
         r = records.get((product, variant))
         if r is None:
             continue
-        nowhere = r.wins == 0 and r.closest() > 1 + within
+        nowhere = r.wins == 0 and r.closest > 1 + within
         if nowhere or show_all:
             mark = "  won nowhere" if nowhere else ""
             lines.append(f"gemm_{product} {variant:28s} {family:10s}  sites {r.sites:4d}  "
-                         f"fastest {r.wins:4d}  at best {r.closest():.3f}{mark}")
+                         f"fastest {r.wins:4d}  at best {r.closest:.3f}{mark}")
     return lines
 
 
