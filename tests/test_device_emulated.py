@@ -195,7 +195,7 @@ class FakeRuntime:
     def specialize(self, name, defines, kernels):
         """Like Runtime.specialize: the emulation of each function gets the constants and the
         variant of its instantiation line ("CONV_FWD(name, cases, tm, tn, minb)")."""
-        assert name in ("conv_tiled.cu", "conv_small.cu")
+        assert name in ("conv_tiled.cu", "conv_small.cu", "conv_patch.cu")
         self.specialized.update(specializations(defines, kernels))
 
     shared_optin = 227 * 1024     # Hopper's

@@ -32,6 +32,7 @@ from ..errors import ConvnetError
 from ..params import DeviceParams
 from . import collect
 from .beside import GradientStream
+from .conv_patch import ConvPatch
 from .conv_tiled_launch import ConvTiled
 from .evaluator import DeviceEvaluator, UploadSplit
 from .handback import HandBack
@@ -99,7 +100,10 @@ class DeviceBackend:
         self.kernels = plan_kernels(arch, options, self.rt.shared_optin, params.precision)
         self.labels = list(self.kernels.labels)
         self.conv_tiled = {index: ConvTiled(self.rt, variants)
-                           for index, variants in self.kernels.tiled.items()}
+                           for index, variants in self.kernels.tiled.items() if variants.float32}
+        passes = 1 if self.kernels.tf32 else 3
+        self.conv_patch = {index: ConvPatch(self.rt, variants.shape, variants.patch, passes)
+                           for index, variants in self.kernels.tiled.items() if variants.patch}
         self.first_pool = (FirstLayerPool(self.rt, arch.layers[0], arch.layers[1],
                                           self.kernels.conv_small[0], self.kernels.pooled_grad)
                            if self.kernels.fused_pool else None)
@@ -111,6 +115,8 @@ class DeviceBackend:
                                     new_event=getattr(self.rt, "new_event", None))
             self._upload_tables()
             self._allocate_weights()
+            for patch in self.conv_patch.values():
+                patch.allocate()
             self.gradient_stream = GradientStream(self.rt)
         self.static_bytes = static_bytes(arch)
         self.weight_uploads = 0
@@ -120,6 +126,7 @@ class DeviceBackend:
         """Every kernel this net may launch, built (or read from the cache) in one batch, so
         that the compilations run side by side instead of one by one at first launches."""
         special = [tiled.build_request() for tiled in self.conv_tiled.values()]
+        special += [patch.build_request() for patch in self.conv_patch.values()]
         if self.first_pool is not None:
             special += self.first_pool.build_requests()
         if self.first_grad is not None:

@@ -472,5 +472,6 @@ class DeviceEvaluator(BackwardPass, Evaluator):
                 pool=(b.plan.layers[following], ws.acts[following],
                       ws.ids[following] if want_delta else NULL) if pooled else None,
                 split=index in b.kernels.split_forward, tf32=b.kernels.tf32,
+                patch=b.conv_patch.get(index),
                 direct=direct if family == families.CONV_SMALL else None,
                 pairs=pairs_only(lp.layer, forward=True))

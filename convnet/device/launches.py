@@ -200,7 +200,7 @@ def conv_small(rt, lp, src, lda, nb, weights, out, width):
 
 
 def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out, ldo, prior, epi,
-            tiled=None, pool=None, split=False, tf32=False, direct=None, pairs=False):
+            tiled=None, pool=None, split=False, tf32=False, direct=None, pairs=False, patch=None):
     """A gather product out = epi(A B) for M rows (cases), the groups of a layer's table.
     tiled: for a convolutional layer's activation (b_ld > 0) or delta backpropagation (b_ld 0),
     its conv_tiled_launch.ConvTiled, whose variants are candidates beside the gather tiles (same
@@ -211,7 +211,9 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     split: on the tensor cores (the split TF32 variants alone: no tiled or dense ones); with
     tf32, their one-product TF32 twins (CUDA PRECISION = TF32); pairs: the table gives runs of
     two floats but not of four (tensor_rules.pairs_only). direct: a conv_small layer's
-    activation, direct() its launch of conv_small.cu's kernel (same bits): the first candidate."""
+    activation, direct() its launch of conv_small.cu's kernel (same bits): the first candidate.
+    patch: with split, a convolutional layer's conv_patch.ConvPatch, whose variants are
+    candidates of its activation beside the gather tiles (same bits)."""
     G = groups.n_groups
     N = groups.n_cols
     variants = {} if tiled is None else tiled.fwd if b_ld > 0 else tiled.bwd
@@ -231,6 +233,9 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     def product(tile):
         if tile == tuning.DIRECT:
             direct()
+            return
+        if patch is not None and tile in patch.variants:
+            patch.forward(tile, src=src, lda=lda, weights=B, M=M, out=out, ldo=ldo, epi=epi)
             return
         if tile in variants:
             if b_ld > 0:
@@ -254,6 +259,7 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     if split:
         candidates = tuning.nn_split_candidates(M, N, dense, pairs=pairs)
         candidates = tuning.tf32_tiles(candidates) if tf32 else candidates
+        candidates = tuning.patch_candidates(candidates, patch.variants if patch else {})
     else:
         candidates = tuning.nn_candidates(M, N, variants, dense, direct=direct is not None)
     tuner.run(site + (M,), candidates, work, launch)

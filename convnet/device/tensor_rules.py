@@ -63,9 +63,13 @@ def split_tf32_forward_pays(layer, tiled):
     5 x 5 the tiled kernels, which reuse each input across the taps, stayed ahead) and the prior
     layer has at least TILED_MIN_PRIOR slices; yes
     otherwise (a fully connected layer's on the split variants for dense rows where its launch
-    allows them)."""
+    allows them). Where conv_patch.cu's variants fit the layer (tiled.patch), which form its
+    windows from a patch of prior rows copied once, yes whatever its window (LeNet's 5 x 5 layer
+    0.89 -> 0.64 ms, cifar-conv's 1.74 -> 1.22: NOTES.md, "Windows from a patch")."""
     if layer.depth <= 16:
         return False
+    if tiled is not None and tiled.patch:
+        return True
     if tiled is not None and tiled.fwd:
         return (_runs_pay(layer, layer.prior_depth) and layer.prior_depth >= TILED_MIN_PRIOR
                 and not _keeps_tiled(layer, tiled.fwd))

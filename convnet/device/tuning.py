@@ -141,6 +141,12 @@ def nn_split_candidates(M, N, dense=False, pairs=False):
     return [PAIRS.get(t, t) for t in tiles] if pairs else tiles
 
 
+def patch_candidates(gather, patch):
+    """A split activation's candidates: the gather tiles, then a convolutional layer's
+    conv_patch.cu variants (the names of `patch`), which form its windows from shared memory."""
+    return list(gather) + list(patch)
+
+
 def _nn_split_tiles(N, dense):
     if N > 32:
         gather = ["tc128x64_w32x32_s3", "tcq64x64_w32x32_s3", "tcq64x64_w32x32_k32_s2"]

@@ -3,6 +3,7 @@ emulated runtime of the tests runs, and what benchmarks/kernel.py compares each 
 
 import numpy as np
 
+from .conv_patch_reference import ConvPatchReference
 from .conv_small_reference import ConvSmallReference
 from .conv_tiled_reference import ConvTiledReference
 from .gemm_reference import GemmReference
@@ -12,8 +13,8 @@ from .output_reference import OutputReference
 from .weights_reference import WeightsReference
 
 
-class ReferenceKernels(GemmReference, ConvSmallReference, ConvTiledReference, OutputReference,
-                       WeightsReference, MiniBatchReference):
+class ReferenceKernels(GemmReference, ConvSmallReference, ConvTiledReference, ConvPatchReference,
+                       OutputReference, WeightsReference, MiniBatchReference):
     """The references of every kernel family, over one HostMemory."""
 
     def launch(self, name, grid, block, args, shared=0, specialized=None):

@@ -1,0 +1,135 @@
+"""conv_patch.cu: a convolutional layer's activation on the tensor cores with its windows formed
+from a patch of prior rows in shared memory. Which variants fit a shape and which layers the
+plan gives them (no GPU); every variant forced on the emulated runtime against the float64
+model; and on a GPU the same bits as the gather products of its family (split TF32 and one
+TF32 product), MAX BATCH all and 256."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from convnet.architecture import Architecture
+from convnet.device import conv_patch, device_available, tuning
+from convnet.device import backend as dbe
+from convnet.device.conv_tiled import ConvShape
+from convnet.device.kernel_plan import plan_kernels
+from convnet.device.options import DeviceOptions
+from convnet.params import DeviceParams
+
+from test_device_emulated import TILED_ARCHS, _problem, _rel, fake_runtime  # noqa: F401
+
+EVERY = DeviceOptions(tensor_cores=True)
+_OK, _WHY = device_available()
+OPTIN = 227 * 1024
+LENET = ConvShape(12, 12, 20, 8, 8, 50, 5, 5, 0, 0, 1, 1, 64)
+CIFAR = ConvShape(16, 16, 24, 16, 16, 48, 5, 5, 2, 2, 1, 1, 64)
+
+
+def test_variants_take_whole_cases_or_bands_of_rows():
+    """LeNet's 8 x 8 layer takes two cases (128 positions) or one a block, cifar-conv's 16 x 16
+    layer bands of 8 or 4 rows; every block's columns are the layer's slices padded to 8, and
+    the shared memory is the patch, three stages of fragments and the window offsets."""
+    lenet = conv_patch.patch_variants(LENET, OPTIN)
+    assert [v.suffix for v in lenet] == ["r8_c2_w32_n56", "r8_c1_w32_n56"]
+    assert lenet[0].threads(LENET) == 128 and lenet[0].grid(LENET, 10000) == (5000, 1, 1)
+    assert lenet[0].smem(LENET) == 4 * (2 * 12 * 12 * 20 + 3 * 2 * 7 * 32 * 4 + 16 * 32)
+    cifar = conv_patch.patch_variants(CIFAR, OPTIN)
+    assert [v.suffix for v in cifar] == ["r8_c1_w32_n48", "r4_c1_w32_n48"]
+    # 24 slices: 28 floats a position (an odd number of 16-byte units), 12 rows x 20 columns
+    assert cifar[0].smem(CIFAR) == 4 * (12 * 20 * 28 + 3 * 2 * 6 * 32 * 4 + 16 * 38)
+    assert cifar[1].grid(CIFAR, 5000) == (20000, 1, 1)
+    wide = dataclasses.replace(LENET, D=100, LDW=128)
+    assert {v.bn for v in conv_patch.patch_variants(wide, OPTIN)} == {32}
+    assert conv_patch.patch_variants(wide, 4096) == []
+
+
+def test_the_plan_puts_convolutional_activations_on_the_patch_variants():
+    """By the rule, LeNet's second layer (5 x 5 on 20 slices, 50 deep) takes the tensor cores
+    for its activation with the patch variants as candidates (no float32 tiled ones, and its
+    pooling is a launch of its own); its first layer (20 slices deep, one band) and every
+    layer with the tensor cores off take none."""
+    arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+                                    "FULLY CONNECTED LAYER 30"], 28, 28, 1, 10)
+    plan = plan_kernels(arch, shared_optin=OPTIN)
+    assert 2 in plan.split_forward and set(plan.tiled[2].patch) == {
+        "patch_r8_c2_w32_n56", "patch_r8_c1_w32_n56"}
+    assert not plan.tiled[2].fwd and 3 not in plan.conv_pool
+    assert all(not v.patch for i, v in plan.tiled.items() if i != 2)
+    off = plan_kernels(arch, DeviceOptions(tensor_cores=False), shared_optin=OPTIN)
+    assert all(not v.patch for v in off.tiled.values())
+
+
+def _force_patch(monkeypatch, tile):
+    """The patch variant `tile` the only candidate where it is one, else the first gather tile."""
+    monkeypatch.setattr(tuning, "patch_candidates",
+                        lambda gather, patch, t=tile: [t] if t in patch else list(gather)[:1])
+
+
+@pytest.mark.parametrize("spec", TILED_ARCHS[:4], ids=range(4))
+def test_emulated_patch_variants(fake_runtime, monkeypatch, spec):  # noqa: F811
+    """Every patch variant of every convolutional layer (padded, strided, odd depths), forced as
+    the only candidate of its activation on the emulated runtime: the float64 model's criterion,
+    gradient and outputs; the weights split into fragments before each launch."""
+    arch, x, c, w, crit_ref, grad_ref, p_ref = _problem(*spec, n=70, seed=4)
+    be = dbe.DeviceBackend(arch, options=EVERY)
+    variants = sorted({t for p in be.conv_patch.values() for t in p.variants})
+    assert variants and {p.function(t) for p in be.conv_patch.values()
+                         for t in p.variants} <= set(fake_runtime.specialized)
+    for tile in variants:
+        _force_patch(monkeypatch, tile)
+        fake_runtime.launches.clear()
+        ev = dbe.DeviceBackend(arch, options=EVERY).evaluator(x, c, 0.01)
+        crit, grad = ev.gradient(w)
+        assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
+        assert np.abs(ev.outputs(w) - p_ref).max() < 1e-6
+        names = list(fake_runtime.launches)
+        weights = [i for i, n in enumerate(names) if n.startswith("conv_patch_weights_")]
+        products = [i for i, n in enumerate(names) if n.startswith("conv_patch_") and
+                    not n.startswith("conv_patch_weights_")]
+        assert products and weights and weights[0] < products[0], tile
+
+
+# padded (cifar-conv's shape, smaller), strided, odd prior depths and a layer wider than a block
+PATCH_SPECS = [
+    (["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+      "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
+      "FULLY CONNECTED LAYER 30"], 28, 28, 1, 10),
+    (["CONVOLUTIONAL LAYER 24 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
+      "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1", "FULLY CONNECTED LAYER 20"], 16, 16, 3, 10),
+    (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 41 2 1 1 0 2 1",
+      "CONVOLUTIONAL LAYER 70 1 1 0 1 1 2", "FULLY CONNECTED LAYER 9"], 15, 13, 3, 3),
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _OK, reason=f"no CUDA device: {_WHY}")
+@pytest.mark.parametrize("spec", PATCH_SPECS, ids=["lenet", "padded", "strided"])
+@pytest.mark.parametrize("precision", ["FLOAT32", "TF32"])
+def test_patch_variants_give_the_gather_products_bits(spec, precision, monkeypatch):
+    """Every patch variant forced at every activation that has some gives the bits of the
+    gather products of its family (split TF32; one TF32 product), MAX BATCH all and 256."""
+    from test_device_backend import _backend, _same_bits_problem
+    arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(*spec)
+    params = DeviceParams(precision=precision)
+    variants = sorted({t for p in _backend(arch, params, EVERY).conv_patch.values()
+                       for t in p.variants})
+    assert variants
+    runs = {}
+    for tile in [None] + variants:
+        _force_patch(monkeypatch, tile)
+        for p in (params, dataclasses.replace(params, max_batch=256)):
+            be = _backend(arch, p, EVERY)
+            ev = be.evaluator(x, c, 0.01)
+            crit, grad = ev.gradient(w)
+            runs[tile, p.max_batch] = (crit, grad, ev.criterion(w), ev.outputs(w),
+                                       be.activations(w, x[:60]))
+    first = runs[None, None]
+    for key, run in runs.items():
+        assert run[0] == first[0] and np.array_equal(run[1], first[1]), key
+        assert run[2] == first[2] and np.array_equal(run[3], first[3]), key
+        for a, b in zip(run[4], first[4]):
+            assert np.array_equal(a, b), key
+    if precision == "FLOAT32":
+        assert abs(first[0] - crit_ref) <= 1e-6 * crit_ref and _rel(first[1], grad_ref) <= 1e-5
