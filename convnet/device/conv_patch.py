@@ -77,15 +77,20 @@ def stages(shape):
     return _ceil(shape.FV * shape.FH * shape.PD + 1, 16)
 
 
+def fragment_columns(shape):
+    """Columns of the weights' B fragments (cp::NT8 x 8): the slices padded to 8, or past
+    MAX_COLUMNS to whole blocks of BLOCK_COLUMNS."""
+    return _ceil(shape.D, 8) * 8 if shape.D <= MAX_COLUMNS else _ceil(shape.D, BLOCK_COLUMNS) * BLOCK_COLUMNS
+
+
 def fragment_bytes(shape):
     """Bytes of the weights split into B fragments (conv_patch_weights)."""
-    return stages(shape) * 2 * _ceil(shape.D, 8) * 32 * 16
+    return stages(shape) * 2 * fragment_columns(shape) // 8 * 32 * 16
 
 
 def patch_variants(shape, smem_limit=SMEM_BYTES):
     """The variants that fit a layer shape and a device's shared memory."""
-    columns = _ceil(shape.D, 8) * 8
-    bn = columns if columns <= MAX_COLUMNS else BLOCK_COLUMNS
+    bn = min(fragment_columns(shape), BLOCK_COLUMNS if shape.D > MAX_COLUMNS else MAX_COLUMNS)
     out = {}
     for target in BLOCK_POSITIONS:
         per_case = shape.H * shape.W

@@ -43,7 +43,8 @@ constexpr int PD4 = (CT_PD + 3) / 4 * 4;
 constexpr int CS = (PD4 / 4) % 2 ? PD4 : PD4 + 4;
 constexpr int KW = CT_FV * CT_FH * CT_PD;              // window inputs; the bias is k = KW
 constexpr int NS = (KW + 1 + 15) / 16;                 // stages of 16 k
-constexpr int NT8 = (CT_D + 7) / 8;                    // column fragments of the whole layer
+// column fragments of the whole layer: a multiple of 4 (blocks of 32 columns) past 56 columns
+constexpr int NT8 = CT_D <= 56 ? (CT_D + 7) / 8 : (CT_D + 31) / 32 * 4;
 constexpr int PC = (CT_W - 1) * CT_SH + CT_FH;         // patch columns
 constexpr int FRAGS = 2 * NT8 * 32;                    // float4 of one stage's B fragments
 
@@ -177,14 +178,14 @@ __device__ __forceinline__ void conv_patch_body(const float* __restrict__ src, i
 
     float acc[MT][NT8][4];
     zero_fragments(acc);
+    // a stage's fragments of the block's columns: two runs of NT8 x 32 (halves h = 0, 1)
+    const float4* block_frag = frag + j0 * 32;
     auto issue = [&](int st) {
-        const float4* from = frag + (i64)st * cp::FRAGS;
+        const float4* from = block_frag + (i64)st * cp::FRAGS;
         float4* to = Bs + st % STAGES * STAGE;
         for (int e = threadIdx.x; e < STAGE; e += NT) {
-            const int h = e / (NT8 * 32), rest = e % (NT8 * 32);
-            const int j = j0 + rest / 32;
-            cp_async16((float*)(to + e), (const float*)(from + (h * cp::NT8 + min(j, cp::NT8 - 1)) * 32
-                                                         + rest % 32), 16);
+            const int skip = e < NT8 * 32 ? 0 : (cp::NT8 - NT8) * 32;
+            cp_async16((float*)(to + e), (const float*)(from + e + skip), 16);
         }
     };
     int stage = 0;                                       // the stages run in order
@@ -192,13 +193,23 @@ __device__ __forceinline__ void conv_patch_body(const float* __restrict__ src, i
         patch_stage<MT, NT8, PASSES>(acc, P, rb, koff, Bs + buf * STAGE, stage++, lane);
     });
 
-    for_each_fragment_element<MT, NT8>(lane, [&](int i, int j, int e, int row, int col) {
-        const int m = warp * WM + row, n = 8 * j0 + col;
-        const int c = m / (ROWS * CT_W), r = band * ROWS + m / CT_W % ROWS, x = m % CT_W;
-        if (m >= BM || n >= CT_D || case0 + c >= M || r >= CT_H) return;
-        const i64 o = (i64)(case0 + c) * ldo + (r * CT_W + x) * CT_D + n;
-        out[o] = nn_epilogue(acc[i][j][e], epi, nullptr, o);
-    });
+    // the outputs, a row (position) at a time: rows g and g + 8 of each m16 tile
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int m = warp * WM + i * 16 + g + 8 * h;
+            const int c = m / (ROWS * CT_W), r = band * ROWS + m / CT_W % ROWS, x = m % CT_W;
+            if (m >= BM || case0 + c >= M || r >= CT_H) continue;
+            const i64 row = (i64)(case0 + c) * ldo + (r * CT_W + x) * CT_D;
+#pragma unroll
+            for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int n = 8 * (j0 + j) + 2 * (lane & 3) + e;
+                    if (n < CT_D) out[row + n] = nn_epilogue(acc[i][j][2 * h + e], epi, nullptr, row + n);
+                }
+        }
 }
 
 #define CONV_PATCH_WEIGHTS(NAME)                                                                 \

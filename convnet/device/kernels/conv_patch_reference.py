@@ -5,7 +5,7 @@ products keep float32 accuracy; the one-TF32-product variants multiply the round
 import numpy as np
 
 from .. import launches
-from ..conv_patch import PatchVariant
+from ..conv_patch import PatchVariant, fragment_columns
 from ..conv_tiled import ConvShape
 from .gemm_reference import round_tf32
 from .host_memory import ReferenceBase
@@ -27,7 +27,7 @@ class ConvPatchReference(ReferenceBase):
 
     def _sizes(self, d):
         kw = d["FV"] * d["FH"] * d["PD"]
-        return kw, -(-(kw + 1) // 16), -(-d["D"] // 8)
+        return kw, -(-(kw + 1) // 16), fragment_columns(_shape(d)) // 8
 
     # conv_patch_weights(weights, frag): frag[(2 stage + half) NT8 + j][lane], 4 floats each
     def conv_patch_weights(self, d, variant, grid, block, shared, weights, frag):
