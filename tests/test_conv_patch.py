@@ -12,6 +12,7 @@ import pytest
 from convnet.architecture import Architecture
 from convnet.device import conv_patch, device_available, tuning
 from convnet.device import backend as dbe
+from convnet.device.conv_patch import Geometry
 from convnet.device.conv_tiled import ConvShape
 from convnet.device.kernel_plan import plan_kernels
 from convnet.device.options import DeviceOptions
@@ -30,18 +31,36 @@ def test_variants_take_whole_cases_or_bands_of_rows():
     """LeNet's 8 x 8 layer takes two cases (128 positions) or one a block, cifar-conv's 16 x 16
     layer bands of 8 or 4 rows; every block's columns are the layer's slices padded to 8, and
     the shared memory is the patch, three stages of fragments and the window offsets."""
-    lenet = conv_patch.patch_variants(LENET, OPTIN)
-    assert [v.suffix for v in lenet] == ["r8_c2_w32_n56", "r8_c1_w32_n56"]
-    assert lenet[0].threads(LENET) == 128 and lenet[0].grid(LENET, 10000) == (5000, 1, 1)
-    assert lenet[0].smem(LENET) == 4 * (2 * 12 * 12 * 20 + 3 * 2 * 7 * 32 * 4 + 16 * 32)
-    cifar = conv_patch.patch_variants(CIFAR, OPTIN)
-    assert [v.suffix for v in cifar] == ["r8_c1_w32_n48", "r4_c1_w32_n48"]
+    lenet = conv_patch.patch_variants(Geometry.forward(LENET), OPTIN)
+    assert [v.suffix for v in lenet] == ["r8_c2_w32x56_n56", "r8_c1_w32x56_n56"]
+    geo = Geometry.forward(LENET)
+    assert lenet[0].threads(geo) == 128 and lenet[0].grid(geo, 10000) == (5000, 1, 1)
+    assert lenet[0].smem(geo) == 4 * (2 * 12 * 12 * 20 + 3 * 2 * 7 * 32 * 4 + 16 * 32)
+    geo = Geometry.forward(CIFAR)
+    cifar = conv_patch.patch_variants(geo, OPTIN)
+    assert [v.suffix for v in cifar] == ["r8_c1_w32x48_n48", "r4_c1_w32x48_n48"]
     # 24 slices: 28 floats a position (an odd number of 16-byte units), 12 rows x 20 columns
-    assert cifar[0].smem(CIFAR) == 4 * (12 * 20 * 28 + 3 * 2 * 6 * 32 * 4 + 16 * 38)
-    assert cifar[1].grid(CIFAR, 5000) == (20000, 1, 1)
-    wide = dataclasses.replace(LENET, D=100, LDW=128)
-    assert {v.bn for v in conv_patch.patch_variants(wide, OPTIN)} == {32}
-    assert conv_patch.patch_variants(wide, 4096) == []
+    assert cifar[0].smem(geo) == 4 * (12 * 20 * 28 + 3 * 2 * 6 * 32 * 4 + 16 * 38)
+    assert cifar[1].grid(geo, 5000) == (20000, 1, 1)
+    # wider layers: blocks of 64 columns in two warps of 32
+    wide = Geometry.forward(dataclasses.replace(LENET, D=100, LDW=128))
+    assert {(v.wn, v.bn) for v in conv_patch.patch_variants(wide, OPTIN)} == {(32, 64)}
+    assert wide.fragment_columns == 128 and conv_patch.patch_variants(wide, 4096) == []
+
+
+def test_the_delta_takes_the_window_turned_around():
+    """The delta into cifar-conv's 16 x 16 x 24 layer: this layer's deltas (48 slices) as the
+    input map, zero rows and columns of 5 - 1 - 2 around it, 24 columns, no bias; only for
+    strides of 1 and slices a multiple of 16 (LeNet's 50: none)."""
+    geo = Geometry.delta(CIFAR)
+    assert (geo.ih, geo.ic, geo.oh, geo.on, geo.qv, geo.bias) == (16, 48, 16, 24, 2, False)
+    assert geo.stages == 25 * 48 // 16 and geo.column_floats == 52
+    assert [v.suffix for v in conv_patch.patch_variants(geo, OPTIN)] == [
+        "r8_c1_w32x24_n24", "r4_c1_w32x24_n24"]
+    assert conv_patch.has_delta_variants(CIFAR, True)
+    assert not conv_patch.has_delta_variants(CIFAR, False)
+    assert not conv_patch.has_delta_variants(LENET, True)
+    assert not conv_patch.has_delta_variants(dataclasses.replace(CIFAR, SV=2), True)
 
 
 def test_the_plan_puts_convolutional_activations_on_the_patch_variants():
@@ -54,7 +73,7 @@ def test_the_plan_puts_convolutional_activations_on_the_patch_variants():
                                     "FULLY CONNECTED LAYER 30"], 28, 28, 1, 10)
     plan = plan_kernels(arch, shared_optin=OPTIN)
     assert 2 in plan.split_forward and set(plan.tiled[2].patch) == {
-        "patch_r8_c2_w32_n56", "patch_r8_c1_w32_n56"}
+        "patch_r8_c2_w32x56_n56", "patch_r8_c1_w32x56_n56"}
     assert not plan.tiled[2].fwd and 3 not in plan.conv_pool
     assert all(not v.patch for i, v in plan.tiled.items() if i != 2)
     off = plan_kernels(arch, DeviceOptions(tensor_cores=False), shared_optin=OPTIN)
@@ -67,16 +86,37 @@ def _force_patch(monkeypatch, tile):
                         lambda gather, patch, t=tile: [t] if t in patch else list(gather)[:1])
 
 
-@pytest.mark.parametrize("spec", TILED_ARCHS[:4], ids=range(4))
+# LeNet's shapes; a padded 5 x 5 layer on 6 slices (copied 4 bytes at a time) whose delta goes
+# into a tanh layer; a delta into a pooling layer; a strided layer of 70 slices (two blocks of 64)
+EMULATED_SPECS = [
+    TILED_ARCHS[0],
+    (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1",
+      "FULLY CONNECTED LAYER 5"], 9, 8, 2, 3),
+    (["CONVOLUTIONAL LAYER 20 1 1 1 1 1 1", "POOLED MAX LAYER 2 2 2 2",
+      "CONVOLUTIONAL LAYER 48 1 1 0 0 1 1", "FULLY CONNECTED LAYER 4"], 10, 10, 1, 3),
+    (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 70 1 1 0 1 1 2",
+      "FULLY CONNECTED LAYER 3"], 9, 11, 2, 3),
+]
+
+
+def _names(be):
+    """Every patch variant's candidate name, and every function of theirs, of a backend."""
+    tiles = sorted({t for p in be.conv_patch.values() for d in (False, True) for t in p.variants(d)})
+    functions = {p.function(t, d) for p in be.conv_patch.values() for d in (False, True)
+                 for t in p.variants(d)}
+    return tiles, functions
+
+
+@pytest.mark.parametrize("spec", EMULATED_SPECS, ids=range(len(EMULATED_SPECS)))
 def test_emulated_patch_variants(fake_runtime, monkeypatch, spec):  # noqa: F811
-    """Every patch variant of every convolutional layer (padded, strided, odd depths), forced as
-    the only candidate of its activation on the emulated runtime: the float64 model's criterion,
-    gradient and outputs; the weights split into fragments before each launch."""
+    """Every patch variant of every convolutional layer, forced as the only candidate of its
+    activation and delta on the emulated runtime: the float64 model's criterion, gradient and
+    outputs; the weights split into fragments before each product."""
     arch, x, c, w, crit_ref, grad_ref, p_ref = _problem(*spec, n=70, seed=4)
     be = dbe.DeviceBackend(arch, options=EVERY)
-    variants = sorted({t for p in be.conv_patch.values() for t in p.variants})
-    assert variants and {p.function(t) for p in be.conv_patch.values()
-                         for t in p.variants} <= set(fake_runtime.specialized)
+    variants, functions = _names(be)
+    assert variants and functions <= set(fake_runtime.specialized)
+    assert any(p.delta_variants for p in be.conv_patch.values()) == (spec in EMULATED_SPECS[1:3])
     for tile in variants:
         _force_patch(monkeypatch, tile)
         fake_runtime.launches.clear()
@@ -85,10 +125,14 @@ def test_emulated_patch_variants(fake_runtime, monkeypatch, spec):  # noqa: F811
         assert abs(crit - crit_ref) <= 1e-6 * crit_ref and _rel(grad, grad_ref) <= 1e-5
         assert np.abs(ev.outputs(w) - p_ref).max() < 1e-6
         names = list(fake_runtime.launches)
-        weights = [i for i, n in enumerate(names) if n.startswith("conv_patch_weights_")]
-        products = [i for i, n in enumerate(names) if n.startswith("conv_patch_") and
-                    not n.startswith("conv_patch_weights_")]
+        weights = [i for i, n in enumerate(names) if "_weights_" in n]
+        products = [i for i, n in enumerate(names) if n.startswith("conv_patch") and
+                    "_weights_" not in n]
         assert products and weights and weights[0] < products[0], tile
+        for delta in (False, True):
+            kind = "conv_patch_delta_" if delta else "conv_patch_"
+            if any(tile in p.variants(delta) for p in be.conv_patch.values()):
+                assert any(n.startswith(kind) and "_weights_" not in n for n in names), tile
 
 
 # padded (cifar-conv's shape, smaller), strided, odd prior depths and a layer wider than a block
@@ -100,21 +144,22 @@ PATCH_SPECS = [
       "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1", "FULLY CONNECTED LAYER 20"], 16, 16, 3, 10),
     (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 41 2 1 1 0 2 1",
       "CONVOLUTIONAL LAYER 70 1 1 0 1 1 2", "FULLY CONNECTED LAYER 9"], 15, 13, 3, 3),
+    (["CONVOLUTIONAL LAYER 32 1 1 1 1 1 1", "POOLED AVERAGE LAYER 2 2 2 2",
+      "CONVOLUTIONAL LAYER 64 1 1 1 1 1 1", "FULLY CONNECTED LAYER 10"], 14, 14, 1, 10),
 ]
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not _OK, reason=f"no CUDA device: {_WHY}")
-@pytest.mark.parametrize("spec", PATCH_SPECS, ids=["lenet", "padded", "strided"])
+@pytest.mark.parametrize("spec", PATCH_SPECS, ids=["lenet", "padded", "strided", "wide"])
 @pytest.mark.parametrize("precision", ["FLOAT32", "TF32"])
 def test_patch_variants_give_the_gather_products_bits(spec, precision, monkeypatch):
-    """Every patch variant forced at every activation that has some gives the bits of the
-    gather products of its family (split TF32; one TF32 product), MAX BATCH all and 256."""
+    """Every patch variant forced at every activation and delta that has some gives the bits of
+    the gather products of its family (split TF32; one TF32 product), MAX BATCH all and 256."""
     from test_device_backend import _backend, _same_bits_problem
     arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(*spec)
     params = DeviceParams(precision=precision)
-    variants = sorted({t for p in _backend(arch, params, EVERY).conv_patch.values()
-                       for t in p.variants})
+    variants, _ = _names(_backend(arch, params, EVERY))
     assert variants
     runs = {}
     for tile in [None] + variants:

@@ -102,8 +102,9 @@ class DeviceBackend:
         self.conv_tiled = {index: ConvTiled(self.rt, variants)
                            for index, variants in self.kernels.tiled.items() if variants.float32}
         passes = 1 if self.kernels.tf32 else 3
-        self.conv_patch = {index: ConvPatch(self.rt, variants.shape, variants.patch, passes)
-                           for index, variants in self.kernels.tiled.items() if variants.patch}
+        self.conv_patch = {index: ConvPatch(self.rt, v.shape, v.patch, v.patch_delta, passes)
+                           for index, v in self.kernels.tiled.items()
+                           if v.patch or v.patch_delta}
         self.first_pool = (FirstLayerPool(self.rt, arch.layers[0], arch.layers[1],
                                           self.kernels.conv_small[0], self.kernels.pooled_grad)
                            if self.kernels.fused_pool else None)

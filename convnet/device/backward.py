@@ -76,7 +76,8 @@ class BackwardPass:
                              out=out, ldo=prior.nhid, prior=prior_act,
                              epi=EPI_DERIV if prior.kind.applies_tanh else EPI_NONE,
                              tiled=b.conv_tiled.get(index), split=index in b.kernels.split_delta,
-                             tf32=b.kernels.tf32, pairs=pairs_only(lp.layer, False))
+                             tf32=b.kernels.tf32, pairs=pairs_only(lp.layer, False),
+                             patch=b.conv_patch.get(index))
 
     def _gradient(self, lp, start, n_batch, delta):
         """Weight gradient of one layer for one batch: partial sums (by the family the plan

@@ -1,24 +1,32 @@
-"""conv_patch.cu's variants of one convolutional layer's activation on the tensor cores, and
-their launches: a block copies its cases' prior rows once into shared memory (the patch) and
-forms every window from it, where the gather products copy each input once a window. The
-variants give the gather products' bits (the same family: split TF32, or one TF32 product), so
-they are candidates beside them wherever the kernel plan puts an activation on the tensor cores.
-The module of a layer shape is built with the rest of the net's kernels."""
+"""conv_patch.cu's variants of a convolutional layer's products on the tensor cores, and their
+launches: a block copies its cases' rows of the input map once into shared memory (the patch)
+and forms every window from it, where the gather products copy each input once a window. The
+activation's input map is the prior layer's activations; the delta backpropagated into the
+prior layer (strides of 1, this layer's slices a multiple of 16) takes this layer's deltas, with
+the window turned around. The variants give the gather products' bits (the same family: split
+TF32, or one TF32 product), so they are candidates beside them wherever the kernel plan puts a
+step on the tensor cores. The module of a layer shape is built with the rest of the net's
+kernels."""
 
 from dataclasses import dataclass
 
 from .conv_tiled import SMEM_BYTES
-from .kernel_args import CONV_PATCH, CONV_PATCH_WEIGHTS
+from .kernel_args import (CONV_PATCH, CONV_PATCH_DELTA, CONV_PATCH_DELTA_WEIGHTS,
+                          CONV_PATCH_WEIGHTS)
+
+# the kernel parameters of the weights' split and of the products, by delta
+_PARAMS = {False: (CONV_PATCH_WEIGHTS, CONV_PATCH), True: (CONV_PATCH_DELTA_WEIGHTS, CONV_PATCH_DELTA)}
 
 SOURCE = "conv_patch.cu"
 STAGES = 3                      # stages of weight fragments in flight
 # positions a block aims at (a case's rows, or whole cases where a case has fewer): on an H100,
-# LeNet's 8 x 8 x 50 layer 0.64 ms either way, cifar-conv's 16 x 16 x 48 layer 1.22 ms with 128
-# and 1.50 with 64 (NOTES.md, "Windows from a patch")
+# LeNet's 8 x 8 x 50 layer 0.63 ms with 128 and 0.66 with 64, cifar-conv's 16 x 16 x 48 layer
+# 1.28 and 1.43 (NOTES.md, "Windows from a patch")
 BLOCK_POSITIONS = (128, 64)
 WARP_ROWS = 32                  # positions of a warp (two m16 tiles)
-MAX_COLUMNS = 56                # columns of a block; wider layers take blocks of BLOCK_COLUMNS
-BLOCK_COLUMNS = 32
+MAX_COLUMNS = 56                # columns of a block whose warps take them all
+WIDE_BLOCK, WIDE_WARP = 64, 32  # past MAX_COLUMNS: blocks of 64 columns, warps of 32
+DELTA_SLICES = 16               # the delta's: this layer's slices a multiple of this
 MAX_THREADS = 1024
 
 
@@ -27,108 +35,156 @@ def _ceil(a, b):
 
 
 @dataclass(frozen=True)
+class Geometry:
+    """One product's input map (rows, columns, slices), its outputs' positions and columns,
+    the zero rows and columns above and left of the map, strides and window (Geom in
+    conv_patch.cu); bias: k ends with the bias input."""
+    ih: int
+    iw: int
+    ic: int
+    oh: int
+    ow: int
+    on: int
+    qv: int
+    qz: int
+    sv: int
+    sh: int
+    fv: int
+    fh: int
+    bias: bool
+
+    @classmethod
+    def forward(cls, s):
+        return cls(s.PH, s.PW, s.PD, s.H, s.W, s.D, s.PV, s.PZ, s.SV, s.SH, s.FV, s.FH, True)
+
+    @classmethod
+    def delta(cls, s):
+        return cls(s.H, s.W, s.D, s.PH, s.PW, s.PD, s.FV - 1 - s.PV, s.FH - 1 - s.PZ, 1, 1, s.FV,
+                   s.FH, False)
+
+    @property
+    def stages(self):
+        """Stages of 16 k of the window (and the bias)."""
+        return _ceil(self.fv * self.fh * self.ic + self.bias, 16)
+
+    @property
+    def column_floats(self):
+        """Floats from one position to the next in the patch: the slices padded to an odd
+        number of 16-byte units."""
+        ic4 = _ceil(self.ic, 4) * 4
+        return ic4 if ic4 // 4 % 2 else ic4 + 4
+
+    @property
+    def patch_columns(self):
+        return (self.ow - 1) * self.sh + self.fh
+
+    @property
+    def fragment_columns(self):
+        """Columns of the weights' B fragments: the output columns padded to 8, or past
+        MAX_COLUMNS to whole blocks of WIDE_BLOCK."""
+        if self.on <= MAX_COLUMNS:
+            return _ceil(self.on, 8) * 8
+        return _ceil(self.on, WIDE_BLOCK) * WIDE_BLOCK
+
+    @property
+    def fragment_bytes(self):
+        return self.stages * 2 * self.fragment_columns // 8 * 32 * 16
+
+
+@dataclass(frozen=True)
 class PatchVariant:
-    """ROWS rows of a case's positions (or CASES whole cases) a block, warps of WM positions x
-    BN columns."""
+    """ROWS rows of a case's output positions (or CASES whole cases) a block, BN columns, warps
+    of WM positions x WN columns."""
     rows: int
     cases: int
     wm: int
+    wn: int
     bn: int
 
-    def positions(self, shape):
-        return self.cases * self.rows * shape.W
+    def positions(self, geo):
+        return self.cases * self.rows * geo.ow
 
-    def threads(self, shape):
-        return 32 * _ceil(self.positions(shape), self.wm)
+    def threads(self, geo):
+        return 32 * _ceil(self.positions(geo), self.wm) * (self.bn // self.wn)
 
-    def grid(self, shape, M):
-        bands = _ceil(shape.H, self.rows)
-        return (_ceil(M, self.cases) * bands, _ceil(shape.D, self.bn), 1)
+    def grid(self, geo, M):
+        return (_ceil(M, self.cases) * _ceil(geo.oh, self.rows), _ceil(geo.on, self.bn), 1)
 
-    def smem(self, shape):
+    def smem(self, geo):
         """Bytes of dynamic shared memory: the patch, the weight fragments' stages and the
         window offsets of every k (conv_patch_body)."""
-        prior_rows = (self.rows - 1) * shape.SV + shape.FV
-        patch = _ceil(self.cases * prior_rows * patch_columns(shape) * column_floats(shape), 4) * 4
-        fragments = STAGES * 2 * (self.bn // 8) * 32 * 4
-        return 4 * (patch + fragments + 16 * stages(shape))
+        prior_rows = (self.rows - 1) * geo.sv + geo.fv
+        patch = _ceil(self.cases * prior_rows * geo.patch_columns * geo.column_floats, 4) * 4
+        return 4 * (patch + STAGES * 2 * (self.bn // 8) * 32 * 4 + 16 * geo.stages)
 
     @property
     def suffix(self):
-        return f"r{self.rows}_c{self.cases}_w{self.wm}_n{self.bn}"
+        return f"r{self.rows}_c{self.cases}_w{self.wm}x{self.wn}_n{self.bn}"
 
-    def fits(self, shape, smem_limit):
-        return self.smem(shape) <= smem_limit and self.threads(shape) <= MAX_THREADS
-
-
-def column_floats(shape):
-    """Floats from one position to the next in the patch (cp::CS): the prior slices padded to an
-    odd number of 16-byte units."""
-    pd4 = _ceil(shape.PD, 4) * 4
-    return pd4 if pd4 // 4 % 2 else pd4 + 4
+    def fits(self, geo, smem_limit):
+        return self.smem(geo) <= smem_limit and self.threads(geo) <= MAX_THREADS
 
 
-def patch_columns(shape):
-    return (shape.W - 1) * shape.SH + shape.FH
-
-
-def stages(shape):
-    """Stages of 16 k of the window and the bias (cp::NS)."""
-    return _ceil(shape.FV * shape.FH * shape.PD + 1, 16)
-
-
-def fragment_columns(shape):
-    """Columns of the weights' B fragments (cp::NT8 x 8): the slices padded to 8, or past
-    MAX_COLUMNS to whole blocks of BLOCK_COLUMNS."""
-    return _ceil(shape.D, 8) * 8 if shape.D <= MAX_COLUMNS else _ceil(shape.D, BLOCK_COLUMNS) * BLOCK_COLUMNS
-
-
-def fragment_bytes(shape):
-    """Bytes of the weights split into B fragments (conv_patch_weights)."""
-    return stages(shape) * 2 * fragment_columns(shape) // 8 * 32 * 16
-
-
-def patch_variants(shape, smem_limit=SMEM_BYTES):
-    """The variants that fit a layer shape and a device's shared memory."""
-    bn = min(fragment_columns(shape), BLOCK_COLUMNS if shape.D > MAX_COLUMNS else MAX_COLUMNS)
+def patch_variants(geo, smem_limit=SMEM_BYTES):
+    """The variants that fit a product's geometry and a device's shared memory."""
+    bn = geo.fragment_columns if geo.on <= MAX_COLUMNS else WIDE_BLOCK
+    wn = bn if geo.on <= MAX_COLUMNS else WIDE_WARP
     out = {}
     for target in BLOCK_POSITIONS:
-        per_case = shape.H * shape.W
-        cases, rows = ((max(1, target // per_case), shape.H) if per_case <= target
-                       else (1, max(1, target // shape.W)))
-        v = PatchVariant(rows, cases, WARP_ROWS, bn)
-        if v.fits(shape, smem_limit):
+        per_case = geo.oh * geo.ow
+        cases, rows = ((max(1, target // per_case), geo.oh) if per_case <= target
+                       else (1, max(1, target // geo.ow)))
+        v = PatchVariant(rows, cases, WARP_ROWS, wn, bn)
+        if v.fits(geo, smem_limit):
             out.setdefault(v.suffix, v)
     return list(out.values())
 
 
-class ConvPatch:
-    """conv_patch.cu's kernels of one convolutional layer: candidate names for the tuner (in
-    `variants`) and the activation's launch. passes: 3 (split TF32) or 1 (one TF32 product)."""
+def has_delta_variants(shape, has_delta):
+    """Whether the delta into the prior layer has patch variants: strides of 1, this layer's
+    slices a multiple of DELTA_SLICES (each tap then whole stages of 16 k, so the zeros past
+    the map fill whole stages: the gather product's sums)."""
+    return has_delta and shape.SV == shape.SH == 1 and shape.D % DELTA_SLICES == 0
 
-    def __init__(self, rt, shape, variants, passes):
+
+class ConvPatch:
+    """conv_patch.cu's kernels of one convolutional layer: candidate names for the tuner
+    (`forward`, `delta`: name -> PatchVariant) and the launches. passes: 3 (split TF32) or 1
+    (one TF32 product)."""
+
+    def __init__(self, rt, shape, forward, delta, passes):
         self.rt = rt
         self.shape = shape
-        self.variants = dict(variants)
+        self.forward_variants = dict(forward)
+        self.delta_variants = dict(delta)
         self.passes = passes
-        self._fragments = None
+        self.geometry = {False: Geometry.forward(shape), True: Geometry.delta(shape)}
+        self._fragments = {}
         self._built = False
 
-    def function(self, tile):
-        return f"conv_patch_{self.shape.tag}_p{self.passes}_{self.variants[tile].suffix}"
+    def variants(self, delta):
+        return self.delta_variants if delta else self.forward_variants
 
-    @property
-    def weights_function(self):
-        return f"conv_patch_weights_{self.shape.tag}"
+    def function(self, tile, delta=False):
+        kind = "conv_patch_delta" if delta else "conv_patch"
+        return f"{kind}_{self.shape.tag}_p{self.passes}_{self.variants(delta)[tile].suffix}"
+
+    def weights_function(self, delta=False):
+        return f"conv_patch_{'delta_' if delta else ''}weights_{self.shape.tag}"
 
     def kernels(self):
         """(function name, instantiation line, KernelParams) of every variant."""
-        out = [(self.weights_function, f"CONV_PATCH_WEIGHTS({self.weights_function})",
-                CONV_PATCH_WEIGHTS)]
-        for tile, v in self.variants.items():
-            name = self.function(tile)
-            out.append((name, f"CONV_PATCH({name}, {v.rows}, {v.cases}, {v.wm}, {v.bn}, "
-                              f"{STAGES}, {self.passes})", CONV_PATCH))
+        out = []
+        for delta in (False, True):
+            if not self.variants(delta):
+                continue
+            weights, products = _PARAMS[delta]
+            name = self.weights_function(delta)
+            out.append((name, f"{weights.family.upper()}({name})", weights))
+            for tile, v in self.variants(delta).items():
+                name = self.function(tile, delta)
+                out.append((name, f"{products.family.upper()}({name}, {v.rows}, {v.cases}, "
+                                  f"{v.wm}, {v.wn}, {v.bn}, {STAGES}, {self.passes})", products))
         return out
 
     def build_request(self):
@@ -136,26 +192,32 @@ class ConvPatch:
         return SOURCE, self.shape.defines(), self.kernels()
 
     def allocate(self):
-        """The device buffer of the split weights (the context active)."""
-        self._fragments = self.rt.alloc(fragment_bytes(self.shape))
+        """The device buffers of the split weights (the context active)."""
+        for delta in (False, True):
+            if self.variants(delta):
+                self._fragments[delta] = self.rt.alloc(self.geometry[delta].fragment_bytes)
 
     def _build(self):
         if not self._built:
             self.rt.specialize(*self.build_request())
-            for tile, v in self.variants.items():
-                if v.smem(self.shape) > SMEM_BYTES:
-                    self.rt.allow_shared(self.function(tile), v.smem(self.shape))
+            for delta in (False, True):
+                geo = self.geometry[delta]
+                for tile, v in self.variants(delta).items():
+                    if v.smem(geo) > SMEM_BYTES:
+                        self.rt.allow_shared(self.function(tile, delta), v.smem(geo))
             self._built = True
 
-    def forward(self, tile, *, src, lda, weights, M, out, ldo, epi):
-        """out = epi(the layer's activation) for M cases, with variant `tile`: the weights split
-        into fragments, then the products."""
+    def launch(self, tile, *, delta, src, lda, weights, M, out, ldo, prior, epi):
+        """out = epi(the product) for M cases with variant `tile`: the activation (weights: the
+        forward layout) or, with delta, the delta into the prior layer (the backward layout);
+        the weights are split into fragments first."""
         self._build()
-        v = self.variants[tile]
-        n = fragment_bytes(self.shape) // 16
-        self.rt.launch(self.weights_function, (_ceil(n, 256), 1, 1), (256, 1, 1),
-                       *CONV_PATCH_WEIGHTS.pack(weights=weights, frag=self._fragments))
-        self.rt.launch(self.function(tile), v.grid(self.shape, M), (v.threads(self.shape), 1, 1),
-                       *CONV_PATCH.pack(src=src, lda=lda, frag=self._fragments, M=M, out=out,
-                                        ldo=ldo, epi=epi),
-                       shared=v.smem(self.shape))
+        geo, v, frag = self.geometry[delta], self.variants(delta)[tile], self._fragments[delta]
+        n = geo.fragment_bytes // 16
+        split, products = _PARAMS[delta]
+        self.rt.launch(self.weights_function(delta), (_ceil(n, 256), 1, 1), (256, 1, 1),
+                       *split.pack(weights=weights, frag=frag))
+        self.rt.launch(self.function(tile, delta), v.grid(geo, M), (v.threads(geo), 1, 1),
+                       *products.pack(src=src, lda=lda, frag=frag, M=M, out=out, ldo=ldo,
+                                      prior=prior, epi=epi),
+                       shared=v.smem(geo))

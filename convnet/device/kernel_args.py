@@ -73,11 +73,15 @@ _CONV_GRAD_ARGS = dict(src=PTR, lda=INT, delta=PTR, ldd=INT, n_lo=INT, n_hi=INT,
 CONV_GRAD = KernelParams("conv_grad", "conv_tiled.cu", **_CONV_GRAD_ARGS)
 # conv_grad's partial sums a warp a partial (narrow layers): the same arguments
 CONV_GRAD_WARP = KernelParams("conv_grad_warp", "conv_tiled.cu", **_CONV_GRAD_ARGS)
-# conv_patch.cu: a convolutional layer's activation on the tensor cores, compiled per layer shape
-# (conv_patch.py): its weights split into fragments, then the products
+# conv_patch.cu: a convolutional layer's activation, and the delta into the prior layer, on the
+# tensor cores, compiled per layer shape (conv_patch.py): the weights split into fragments, then
+# the products
 CONV_PATCH_WEIGHTS = KernelParams("conv_patch_weights", "conv_patch.cu", weights=PTR, frag=PTR)
-CONV_PATCH = KernelParams("conv_patch", "conv_patch.cu", src=PTR, lda=INT, frag=PTR, M=INT,
-                          out=PTR, ldo=INT, epi=INT)
+CONV_PATCH_DELTA_WEIGHTS = KernelParams("conv_patch_delta_weights", "conv_patch.cu", weights=PTR,
+                                        frag=PTR)
+_CONV_PATCH_ARGS = dict(src=PTR, lda=INT, frag=PTR, M=INT, out=PTR, ldo=INT, prior=PTR, epi=INT)
+CONV_PATCH = KernelParams("conv_patch", "conv_patch.cu", **_CONV_PATCH_ARGS)
+CONV_PATCH_DELTA = KernelParams("conv_patch_delta", "conv_patch.cu", **_CONV_PATCH_ARGS)
 _CONV_SMALL_POOL_ARGS = dict(**_CONV_SHAPE, pool_height=INT, pool_width=INT, pool_width_v=INT,
                              pool_width_h=INT, out=PTR, ids=PTR, total=INT)
 CONV_SMALL_POOL = KernelParams("conv_small_pool", "conv_small.cu", **_CONV_SMALL_POOL_ARGS)

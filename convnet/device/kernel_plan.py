@@ -15,7 +15,7 @@ from :class:`BatchPlan`.
 from dataclasses import dataclass, field, replace
 from typing import Dict, FrozenSet, Optional, Tuple
 
-from .conv_patch import patch_variants
+from .conv_patch import Geometry, has_delta_variants, patch_variants
 from .conv_tiled import (SMEM_BYTES, ConvShape, delta_variants, forward_variants, grad_subs,
                          grad_variants)
 from .first_layer import first_layer_plan
@@ -67,18 +67,19 @@ EVERY_NET_FILES = ("output.cu", "weights.cu")
 class TiledVariants:
     """conv_tiled.cu's variants of one convolutional layer, by candidate name: forward
     (activation; also with the pooling window `pool` in its epilogue when given), delta
-    backpropagation and weight gradient; and conv_patch.cu's, of its activation on the tensor
-    cores (patch)."""
+    backpropagation and weight gradient; and conv_patch.cu's on the tensor cores, of its
+    activation (patch) and of the delta into the prior layer (patch_delta)."""
     shape: ConvShape
     pool: Optional[Tuple[int, int]]
     fwd: Dict[str, object]
     bwd: Dict[str, object]
     grad: Dict[str, object]
     patch: Dict[str, object] = field(default_factory=dict)
+    patch_delta: Dict[str, object] = field(default_factory=dict)
 
     @property
     def any(self):
-        return bool(self.fwd or self.bwd or self.grad or self.patch)
+        return bool(self.fwd or self.bwd or self.grad or self.patch or self.patch_delta)
 
     @property
     def float32(self):
@@ -137,7 +138,13 @@ def tiled_variants(layer, ldw, shared_optin, pool=None, forward=True):
         {f"tiled_{v.suffix}": v for v in forward_variants(shape, shared_optin)} if forward else {},
         {f"tiled_{v.suffix}": v for v in delta_variants(shape, layer.index > 0, shared_optin)},
         {f"tiled_{v.suffix}": v for v in grad_variants(shape, shared_optin)},
-        {f"patch_{v.suffix}": v for v in patch_variants(shape, shared_optin)} if forward else {})
+        _patch_names(Geometry.forward(shape), shared_optin) if forward else {},
+        _patch_names(Geometry.delta(shape), shared_optin)
+        if has_delta_variants(shape, layer.index > 0) else {})
+
+
+def _patch_names(geometry, shared_optin):
+    return {f"patch_{v.suffix}": v for v in patch_variants(geometry, shared_optin)}
 
 
 def _tiled_layers(arch, layouts, options, shared_optin, conv_small, pool_tiles):
@@ -336,6 +343,7 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES, precisi
     tiled = {i: v for i, v in ((i, replace(v, grad={} if i in split else v.grad,
                                            fwd={} if i in split_forward else v.fwd,
                                            patch=v.patch if i in split_forward else {},
+                                           patch_delta=v.patch_delta if i in split_delta else {},
                                            bwd={} if i in split_delta else v.bwd))
                                for i, v in tiled.items()) if v.any}
     conv_pool = {i + 1 for i, v in tiled.items() if v.fwd and v.pool}

@@ -213,10 +213,11 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     two floats but not of four (tensor_rules.pairs_only). direct: a conv_small layer's
     activation, direct() its launch of conv_small.cu's kernel (same bits): the first candidate.
     patch: with split, a convolutional layer's conv_patch.ConvPatch, whose variants are
-    candidates of its activation beside the gather tiles (same bits)."""
+    candidates of its activation and its delta beside the gather tiles (same bits)."""
     G = groups.n_groups
     N = groups.n_cols
     variants = {} if tiled is None else tiled.fwd if b_ld > 0 else tiled.bwd
+    patch_variants = {} if patch is None else patch.variants(delta=b_ld == 0)
 
     def launch(tile):
         if pool is not None:
@@ -234,8 +235,9 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
         if tile == tuning.DIRECT:
             direct()
             return
-        if patch is not None and tile in patch.variants:
-            patch.forward(tile, src=src, lda=lda, weights=B, M=M, out=out, ldo=ldo, epi=epi)
+        if tile in patch_variants:
+            patch.launch(tile, delta=b_ld == 0, src=src, lda=lda, weights=B, M=M, out=out,
+                         ldo=ldo, prior=prior, epi=epi)
             return
         if tile in variants:
             if b_ld > 0:
@@ -259,7 +261,7 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     if split:
         candidates = tuning.nn_split_candidates(M, N, dense, pairs=pairs)
         candidates = tuning.tf32_tiles(candidates) if tf32 else candidates
-        candidates = tuning.patch_candidates(candidates, patch.variants if patch else {})
+        candidates = tuning.patch_candidates(candidates, patch_variants)
     else:
         candidates = tuning.nn_candidates(M, N, variants, dense, direct=direct is not None)
     tuner.run(site + (M,), candidates, work, launch)

@@ -1,19 +1,21 @@
 """The numpy reference of conv_patch.cu: a convolutional layer's weights split into the B
-fragments of the tensor cores, and its activation formed from them (float64 sums: the split
-products keep float32 accuracy; the one-TF32-product variants multiply the rounded inputs)."""
+fragments of the tensor cores, and its activation, or the delta into the prior layer, formed
+from them (float64 sums: the split products keep float32 accuracy; the one-TF32-product
+variants multiply the rounded inputs)."""
 
 import numpy as np
 
 from .. import launches
-from ..conv_patch import PatchVariant, fragment_columns
+from ..conv_patch import Geometry, PatchVariant
 from ..conv_tiled import ConvShape
 from .gemm_reference import round_tf32
 from .host_memory import ReferenceBase
 
 
-def _shape(d):
-    return ConvShape(*(d[k] for k in ("PH", "PW", "PD", "H", "W", "D", "FV", "FH", "PV", "PZ",
-                                      "SV", "SH", "LDW")))
+def _geometry(d, delta):
+    shape = ConvShape(*(d[k] for k in ("PH", "PW", "PD", "H", "W", "D", "FV", "FH", "PV", "PZ",
+                                       "SV", "SH", "LDW")))
+    return Geometry.delta(shape) if delta else Geometry.forward(shape)
 
 
 def _split(x):
@@ -22,67 +24,99 @@ def _split(x):
     return hi, (x - hi).astype(np.float32)
 
 
+def _lanes(geo):
+    """(total, k, n) of every fragment entry: its first k (the second is k + 4) and column."""
+    nt8 = geo.fragment_columns // 8
+    total = geo.stages * 2 * nt8 * 32
+    idx = np.arange(total)
+    lane, j, half = idx % 32, idx // 32 % nt8, idx // (32 * nt8)
+    return total, 8 * half + lane % 4, 8 * j + lane // 4
+
+
 class ConvPatchReference(ReferenceBase):
     """The numpy reference of conv_patch.cu (see the module docstring)."""
 
-    def _sizes(self, d):
-        kw = d["FV"] * d["FH"] * d["PD"]
-        return kw, -(-(kw + 1) // 16), fragment_columns(_shape(d)) // 8
+    def _b_matrix(self, d, geo, weights):
+        """B (k x columns, zero past the weights) from the forward layout, or from the backward
+        one ([tap][slice][prior slice]) with the taps turned around."""
+        taps = geo.fv * geo.fh
+        kw = taps * geo.ic
+        B = np.zeros((16 * geo.stages + 8, geo.fragment_columns), np.float32)
+        if geo.bias:
+            flat = self.f32(weights, kw * d["LDW"] + d["D"])
+            B[:kw + 1, :geo.on] = flat[np.arange(kw + 1)[:, None] * d["LDW"]
+                                       + np.arange(geo.on)[None, :]]
+        else:
+            wb = self.f32(weights, kw * geo.on).reshape(taps, geo.ic, geo.on)
+            B[:kw, :geo.on] = wb[::-1].reshape(kw, geo.on)
+        return B
+
+    def _weights(self, delta, d, grid, block, weights, frag):
+        geo = _geometry(d, delta)
+        total, k, n = _lanes(geo)
+        assert grid[0] * block[0] >= total
+        B = self._b_matrix(d, geo, weights)
+        h0, l0 = _split(B[k, n])
+        h1, l1 = _split(B[k + 4, n])
+        self.f32(frag, 4 * total)[:] = np.stack([h0, h1, l0, l1], axis=1).ravel()
 
     # conv_patch_weights(weights, frag): frag[(2 stage + half) NT8 + j][lane], 4 floats each
     def conv_patch_weights(self, d, variant, grid, block, shared, weights, frag):
-        kw, stages, nt8 = self._sizes(d)
-        total = stages * 2 * nt8 * 32
-        assert variant == () and grid[0] * block[0] >= total
-        W = np.zeros((16 * stages + 8, 8 * nt8), np.float32)
-        flat = self.f32(weights, kw * d["LDW"] + d["D"])
-        W[:kw + 1, :d["D"]] = flat[np.arange(kw + 1)[:, None] * d["LDW"] + np.arange(d["D"])]
-        idx = np.arange(total)
-        lane, j, half = idx % 32, idx // 32 % nt8, idx // (32 * nt8)
-        k, n = 8 * half + lane % 4, 8 * j + lane // 4
-        h0, l0 = _split(W[k, n])
-        h1, l1 = _split(W[k + 4, n])
-        self.f32(frag, 4 * total)[:] = np.stack([h0, h1, l0, l1], axis=1).ravel()
+        assert variant == ()
+        self._weights(False, d, grid, block, weights, frag)
 
-    def _weights(self, d, frag, passes):
-        """The weights (window rows and the bias x D) as the fragments hold them."""
-        kw, stages, nt8 = self._sizes(d)
-        total = stages * 2 * nt8 * 32
+    def conv_patch_delta_weights(self, d, variant, grid, block, shared, weights, frag):
+        assert variant == ()
+        self._weights(True, d, grid, block, weights, frag)
+
+    def _fragment_b(self, geo, frag, passes):
+        """B as the fragments hold it (hi + lo, or hi alone for one TF32 product)."""
+        total, k, n = _lanes(geo)
         f = self.f32(frag, 4 * total).reshape(total, 4).astype(np.float64)
-        idx = np.arange(total)
-        lane, j, half = idx % 32, idx // 32 % nt8, idx // (32 * nt8)
-        k, n = 8 * half + lane % 4, 8 * j + lane // 4
-        W = np.zeros((16 * stages + 8, 8 * nt8))
-        W[k, n] = f[:, 0] + (f[:, 2] if passes == 3 else 0)
-        W[k + 4, n] = f[:, 1] + (f[:, 3] if passes == 3 else 0)
-        return W[:kw + 1, :d["D"]]
+        B = np.zeros((16 * geo.stages + 8, geo.fragment_columns))
+        B[k, n] = f[:, 0] + (f[:, 2] if passes == 3 else 0)
+        B[k + 4, n] = f[:, 1] + (f[:, 3] if passes == 3 else 0)
+        return B[:, :geo.on]
 
-    # conv_patch(src, lda, frag, M, out, ldo, epi) with variant (rows, cases, wm, bn, stages,
-    # passes)
-    def conv_patch(self, d, variant, grid, block, shared, src, lda, frag, M, out, ldo, epi):
-        rows, cases, wm, bn, _, passes = variant
-        shape, v = _shape(d), PatchVariant(rows, cases, wm, bn)
-        assert grid == v.grid(shape, M) and block[0] == v.threads(shape) <= 1024
-        assert shared == v.smem(shape) and passes in (1, 3) and (cases == 1 or rows == d["H"])
-        kw = d["FV"] * d["FH"] * d["PD"]
-        Bm = self._weights(d, frag, passes)
-        prior = d["PH"] * d["PW"] * d["PD"]
-        x = self.f32(src, (M - 1) * lda + prior)
-        x = np.stack([x[m * lda:m * lda + prior] for m in range(M)])
+    def _product(self, delta, d, variant, grid, block, shared, src, lda, frag, M, out, ldo,
+                 prior, epi):
+        rows, cases, wm, wn, bn, _, passes = variant
+        geo, v = _geometry(d, delta), PatchVariant(rows, cases, wm, wn, bn)
+        assert grid == v.grid(geo, M) and block[0] == v.threads(geo) <= 1024
+        assert shared == v.smem(geo) and passes in (1, 3) and (cases == 1 or rows == geo.oh)
+        B = self._fragment_b(geo, frag, passes)
+        size = geo.ih * geo.iw * geo.ic
+        x = self.f32(src, (M - 1) * lda + size)
+        x = np.stack([x[m * lda:m * lda + size] for m in range(M)])
         x = (round_tf32(x) if passes == 1 else x).astype(np.float64)
-        x = x.reshape(M, d["PH"], d["PW"], d["PD"])
-        rin, cin = (d["H"] - 1) * d["SV"] + d["FV"], (d["W"] - 1) * d["SH"] + d["FH"]
-        pad = np.zeros((M, rin + d["PH"], cin + d["PW"], d["PD"]))
-        pad[:, d["PV"]:d["PV"] + d["PH"], d["PZ"]:d["PZ"] + d["PW"]] = x
-        acc = np.broadcast_to(Bm[kw], (M, d["H"], d["W"], d["D"])).copy()
-        for fr in range(d["FV"]):
-            for fc in range(d["FH"]):
-                win = pad[:, fr:fr + (d["H"] - 1) * d["SV"] + 1:d["SV"],
-                          fc:fc + (d["W"] - 1) * d["SH"] + 1:d["SH"]]
-                k0 = (fr * d["FH"] + fc) * d["PD"]
-                acc += win @ Bm[k0:k0 + d["PD"]]
-        hw = d["H"] * d["W"] * d["D"]
-        res = (np.tanh(acc) if epi == launches.EPI_TANH else acc).reshape(M, -1)
-        o = self.f32(out, (M - 1) * ldo + hw)
-        for m in range(M):
-            o[m * ldo:m * ldo + hw] = res[m].astype(np.float32)
+        pad = np.zeros((M, geo.ih + 2 * geo.fv + geo.oh * geo.sv,
+                        geo.iw + 2 * geo.fh + geo.ow * geo.sh, geo.ic))
+        pad[:, geo.qv:geo.qv + geo.ih, geo.qz:geo.qz + geo.iw] = x.reshape(M, geo.ih, geo.iw, -1)
+        kw = geo.fv * geo.fh * geo.ic
+        acc = np.broadcast_to(B[kw] if geo.bias else 0.0, (M, geo.oh, geo.ow, geo.on)).copy()
+        for a in range(geo.fv):
+            for b in range(geo.fh):
+                win = pad[:, a:a + (geo.oh - 1) * geo.sv + 1:geo.sv,
+                          b:b + (geo.ow - 1) * geo.sh + 1:geo.sh]
+                k0 = (a * geo.fh + b) * geo.ic
+                acc += win @ B[k0:k0 + geo.ic]
+        self._store(acc.reshape(M, -1), out, ldo, prior, epi)
+
+    def _store(self, acc, out, ldo, prior, epi):
+        M, size = acc.shape
+        oidx = np.arange(M)[:, None] * ldo + np.arange(size)[None, :]
+        if epi == launches.EPI_TANH:
+            acc = np.tanh(acc)
+        elif epi == launches.EPI_DERIV:
+            p = self.gather(prior, np.float32, oidx).astype(np.float64)
+            acc = acc * (1 - p * p)
+        o = self.f32(out, int(oidx.max()) + 1)
+        o[oidx] = acc.astype(np.float32)
+
+    # conv_patch(src, lda, frag, M, out, ldo, prior, epi) with variant (rows, cases, wm, wn, bn,
+    # stages, passes); conv_patch_delta the same for the delta into the prior layer
+    def conv_patch(self, d, variant, grid, block, shared, *args):
+        self._product(False, d, variant, grid, block, shared, *args)
+
+    def conv_patch_delta(self, d, variant, grid, block, shared, *args):
+        self._product(True, d, variant, grid, block, shared, *args)
