@@ -30,18 +30,17 @@ CIFAR = ConvShape(16, 16, 24, 16, 16, 48, 5, 5, 2, 2, 1, 1, 64)
 def test_variants_take_whole_cases_or_bands_of_rows():
     """LeNet's 8 x 8 layer takes two cases (128 positions) or one a block, cifar-conv's 16 x 16
     layer bands of 8 or 4 rows; every block's columns are the layer's slices padded to 8, and
-    the shared memory is the patch (hi and lo of each value), three stages of fragments and
-    the window offsets."""
+    the shared memory is the patch, three stages of fragments and the window offsets."""
     lenet = conv_patch.patch_variants(Geometry.forward(LENET), OPTIN)
     assert [v.suffix for v in lenet] == ["r8_c2_w32x56_n56", "r8_c1_w32x56_n56"]
     geo = Geometry.forward(LENET)
     assert lenet[0].threads(geo) == 128 and lenet[0].grid(geo, 10000) == (5000, 1, 1)
-    assert lenet[0].smem(geo) == 4 * (2 * 2 * 12 * 12 * 20 + 3 * 2 * 7 * 32 * 4 + 16 * 32)
+    assert lenet[0].smem(geo) == 4 * (2 * 12 * 12 * 20 + 3 * 2 * 7 * 32 * 4 + 16 * 32)
     geo = Geometry.forward(CIFAR)
     cifar = conv_patch.patch_variants(geo, OPTIN)
     assert [v.suffix for v in cifar] == ["r8_c1_w32x48_n48", "r4_c1_w32x48_n48"]
-    # 24 slices: 28 values a position (an odd number of 4), 12 rows x 20 columns, hi and lo
-    assert cifar[0].smem(geo) == 4 * (2 * 12 * 20 * 28 + 3 * 2 * 6 * 32 * 4 + 16 * 38)
+    # 24 slices: 28 floats a position (an odd number of 16-byte units), 12 rows x 20 columns
+    assert cifar[0].smem(geo) == 4 * (12 * 20 * 28 + 3 * 2 * 6 * 32 * 4 + 16 * 38)
     assert cifar[1].grid(geo, 5000) == (20000, 1, 1)
     # wider layers: blocks of 64 columns in two warps of 32
     wide = Geometry.forward(dataclasses.replace(LENET, D=100, LDW=128))
