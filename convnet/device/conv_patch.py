@@ -111,11 +111,11 @@ class PatchVariant:
         return (_ceil(M, self.cases) * _ceil(geo.oh, self.rows), _ceil(geo.on, self.bn), 1)
 
     def smem(self, geo):
-        """Bytes of dynamic shared memory: the patch (each value as hi and lo), the weight
-        fragments' stages and the window offsets of every k (conv_patch_body)."""
+        """Bytes of dynamic shared memory: the patch, the weight fragments' stages and the
+        window offsets of every k (conv_patch_body)."""
         prior_rows = (self.rows - 1) * geo.sv + geo.fv
-        patch = _ceil(self.cases * prior_rows * geo.patch_columns * geo.column_floats, 2) * 2
-        return 8 * patch + 16 * STAGES * 2 * (self.bn // 8) * 32 + 4 * 16 * geo.stages
+        patch = _ceil(self.cases * prior_rows * geo.patch_columns * geo.column_floats, 4) * 4
+        return 4 * (patch + STAGES * 2 * (self.bn // 8) * 32 * 4 + 16 * geo.stages)
 
     @property
     def suffix(self):

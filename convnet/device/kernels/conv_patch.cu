@@ -102,49 +102,26 @@ __device__ __forceinline__ void conv_patch_weights_body(const float* __restrict_
 }
 
 // The patch of a block: CASES cases x PR map rows (from row r0, which may be above the map:
-// padding) x PC columns x CS values, zero outside the map, past its slices and past M; each value
-// split once into (hi, lo) for the products that read it (lo is 0 for one TF32 product). Its
-// items of 4 values are read 16 bytes at a time where the rows allow it, CHUNK a thread before
-// any is split, so that their loads are in flight together.
-template <bool DELTA, int CASES, int PR, int NT, int PASSES>
-__device__ __forceinline__ void split_patch(float2* P, const float* __restrict__ src, int lda,
-                                            int case0, int M, int r0, bool vec)
+// padding) x PC columns x CS floats, zero outside the map, past its slices and past M. Copied
+// 16 bytes at a time where the rows allow it.
+template <bool DELTA, int CASES, int PR, int NT>
+__device__ __forceinline__ void copy_patch(float* P, const float* __restrict__ src, int lda,
+                                           int case0, int M, int r0, bool vec)
 {
     using G = Geom<DELTA>;
-    constexpr int Q = G::CS / 4, ITEMS = CASES * PR * G::PC * Q, CHUNK = 8;
-    for (int first = 0; first < ITEMS; first += CHUNK * NT) {
-        float4 v[CHUNK];
+    constexpr int Q = G::CS / 4, ITEMS = CASES * PR * G::PC * Q;
+    for (int e = threadIdx.x; e < ITEMS; e += NT) {
+        const int q = e % Q, col = e / Q % G::PC, row = e / Q / G::PC % PR;
+        const int c = e / Q / G::PC / PR, m = case0 + c;
+        const int r = r0 + row, x = col - G::QZ;
+        float* dst = P + ((c * PR + row) * G::PC + col) * G::CS + 4 * q;
+        const bool inside = m < M && r >= 0 && r < G::IH && x >= 0 && x < G::IW;
+        const float* s = src + (i64)min(m, M - 1) * lda + (i64)(r * G::IW + x) * G::IC + 4 * q;
+        if (vec)
+            cp_async16(dst, s, inside && 4 * q < G::IC ? 16 : 0);
+        else
 #pragma unroll
-        for (int i = 0; i < CHUNK; ++i) {
-            const int e = first + threadIdx.x + i * NT;
-            const int q = e % Q, col = e / Q % G::PC, row = e / Q / G::PC % PR;
-            const int m = case0 + e / Q / G::PC / PR, r = r0 + row, x = col - G::QZ;
-            const bool inside = e < ITEMS && m < M && r >= 0 && r < G::IH && x >= 0 && x < G::IW;
-            const float* s = src + (i64)m * lda + (i64)(r * G::IW + x) * G::IC + 4 * q;
-            v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (vec && inside && 4 * q < G::IC) {
-                v[i] = __ldg((const float4*)s);
-            } else if (inside) {
-                float* f = &v[i].x;
-#pragma unroll
-                for (int c = 0; c < 4; ++c)
-                    if (4 * q + c < G::IC) f[c] = __ldg(s + c);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < CHUNK; ++i) {
-            const int e = first + threadIdx.x + i * NT;
-            if (e >= ITEMS) continue;
-            unsigned h[4], l[4] = {0u, 0u, 0u, 0u};
-            const float* f = &v[i].x;
-#pragma unroll
-            for (int c = 0; c < 4; ++c) tf32_operand<PASSES>(f[c], h[c], l[c]);
-            float4* to = (float4*)(P + 4 * e);               // item e's values: 4 e ... 4 e + 3
-            to[0] = make_float4(__uint_as_float(h[0]), __uint_as_float(l[0]),
-                                __uint_as_float(h[1]), __uint_as_float(l[1]));
-            to[1] = make_float4(__uint_as_float(h[2]), __uint_as_float(l[2]),
-                                __uint_as_float(h[3]), __uint_as_float(l[3]));
-        }
+            for (int i = 0; i < 4; ++i) cp_async4(dst + i, s + i, inside && 4 * q + i < G::IC);
     }
 }
 
@@ -152,7 +129,7 @@ __device__ __forceinline__ void split_patch(float2* P, const float* __restrict__
 // rb: the patch offsets of this lane's rows (g and g + 8 of each m16 tile); koff: offset(k);
 // B: the stage's fragments of the warp's first column.
 template <bool DELTA, int MT, int NT8, int BNT8, int PASSES>
-__device__ __forceinline__ void patch_stage(float (&acc)[MT][NT8][4], const float2* P,
+__device__ __forceinline__ void patch_stage(float (&acc)[MT][NT8][4], const float* P,
                                             const int (&rb)[MT][2], const int* koff,
                                             const float4* B, int stage, int lane)
 {
@@ -168,17 +145,13 @@ __device__ __forceinline__ void patch_stage(float (&acc)[MT][NT8][4], const floa
         unsigned ah[MT][4], al[MT][4], bh[NT8][2], bl[NT8][2];
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
-            float2 v[4] = {P[rb[i][0] + oa], P[rb[i][1] + oa], P[rb[i][0] + ob], P[rb[i][1] + ob]};
-            if (tail) {         // the bias input 1 (hi 1, lo 0), zeros past it
-                const float2 one = make_float2(1.f, 0.f), zero = make_float2(0.f, 0.f);
-                if (ka >= G::KW) v[0] = v[1] = ka == G::KW && !DELTA ? one : zero;
-                if (kb >= G::KW) v[2] = v[3] = kb == G::KW && !DELTA ? one : zero;
+            float v[4] = {P[rb[i][0] + oa], P[rb[i][1] + oa], P[rb[i][0] + ob], P[rb[i][1] + ob]};
+            if (tail) {
+                if (ka >= G::KW) v[0] = v[1] = ka == G::KW && !DELTA ? 1.f : 0.f;
+                if (kb >= G::KW) v[2] = v[3] = kb == G::KW && !DELTA ? 1.f : 0.f;
             }
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                ah[i][e] = __float_as_uint(v[e].x);
-                al[i][e] = __float_as_uint(v[e].y);
-            }
+            for (int e = 0; e < 4; ++e) tf32_operand<PASSES>(v[e], ah[i][e], al[i][e]);
         }
 #pragma unroll
         for (int j = 0; j < NT8; ++j) {
@@ -209,13 +182,13 @@ __device__ __forceinline__ void conv_patch_body(const float* __restrict__ src, i
     constexpr int BM = CASES * ROWS * G::OW, WARPS_M = (BM + WM - 1) / WM;
     constexpr int NT = 32 * WARPS_M * (BN / WN), MT = WM / 16, NT8 = WN / 8, BNT8 = BN / 8;
     constexpr int BANDS = (G::OH + ROWS - 1) / ROWS, PR = (ROWS - 1) * G::SV + CT_FV;
-    constexpr int PATCH = (CASES * PR * G::PC * G::CS + 1) & ~1;      // (hi, lo) pairs
+    constexpr int PATCH = (CASES * PR * G::PC * G::CS + 3) & ~3;
     constexpr int STAGE = 2 * BNT8 * 32;                 // float4 of a block's stage
     static_assert(WM % 16 == 0 && BN % WN == 0 && WN % 8 == 0 && (CASES == 1 || ROWS == G::OH),
                   "block shape");
     extern __shared__ __align__(16) float smem[];
-    float2* P = (float2*)smem;
-    float4* Bs = (float4*)(P + PATCH);
+    float* P = smem;
+    float4* Bs = (float4*)(smem + PATCH);
     int* koff = (int*)(Bs + STAGES * STAGE);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
@@ -223,8 +196,7 @@ __device__ __forceinline__ void conv_patch_body(const float* __restrict__ src, i
     const int case0 = blockIdx.x / BANDS * CASES, band = blockIdx.x % BANDS;
     const int j0 = blockIdx.y * BNT8;                    // the block's first column fragment
     const bool vec = G::IC % 4 == 0 && lda % 4 == 0 && ((size_t)src & 15) == 0;
-    split_patch<DELTA, CASES, PR, NT, PASSES>(P, src, lda, case0, M, band * ROWS * G::SV - G::QV,
-                                              vec);
+    copy_patch<DELTA, CASES, PR, NT>(P, src, lda, case0, M, band * ROWS * G::SV - G::QV, vec);
     for (int k = threadIdx.x; k < G::NS * 16; k += NT) koff[k] = k < G::KW ? G::window_offset(k) : 0;
 
     int rb[MT][2];                                       // rows past the block read row 0
