@@ -5,6 +5,8 @@ model; and on a GPU the same bits as the gather products of its family (split TF
 TF32 product), MAX BATCH all and 256."""
 
 import dataclasses
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -178,3 +180,37 @@ def test_patch_variants_give_the_gather_products_bits(spec, precision, monkeypat
             assert np.array_equal(a, b), key
     if precision == "FLOAT32":
         assert abs(first[0] - crit_ref) <= 1e-6 * crit_ref and _rel(first[1], grad_ref) <= 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found")
+@pytest.mark.parametrize("shape", [LENET, CIFAR, dataclasses.replace(CIFAR, D=64, PD=32, FV=3,
+                                                                      FH=3, PV=1, PZ=1)],
+                         ids=["lenet", "cifar", "wide"])
+def test_patch_kernels_compile(shape, tmp_path):
+    """conv_patch.cu as the runtime builds it for real layer shapes, the split TF32 and the one
+    TF32 product variants of the activation and the delta: without warnings, every function
+    there, LeNet's without register spills."""
+    from convnet.device import runtime
+    from convnet.device.conv_patch import ConvPatch, has_delta_variants
+    names = []
+    for passes in (3, 1):
+        delta = conv_patch.patch_variants(Geometry.delta(shape), OPTIN) \
+            if has_delta_variants(shape, True) else []
+        patch = ConvPatch(None, shape, {v.suffix: v for v in conv_patch.patch_variants(
+            Geometry.forward(shape), OPTIN)}, {v.suffix: v for v in delta}, passes)
+        kernels = patch.kernels()
+        src = tmp_path / f"conv_patch_{passes}.cu"
+        src.write_text(runtime.specialized_source(conv_patch.SOURCE, [ln for _, ln, _ in kernels]))
+        defines = [f"-D{k}={v}" for k, v in shape.defines().items()]
+        res = subprocess.run(["nvcc", "-arch=sm_90", "-O3", "-cubin", "-Werror", "all-warnings",
+                              "-Xptxas", "-v", *defines, str(src), "-o", str(tmp_path / "x.cubin")],
+                             capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        spills = [ln for ln in res.stderr.splitlines() if "spill stores" in ln]
+        assert len(spills) == len(kernels)
+        if shape == LENET:      # (cifar-conv's activation spills 8 bytes at 128 registers)
+            assert all(" 0 bytes spill" in ln for ln in spills), spills
+        names += [name for name, _, _ in kernels]
+        assert all(name in res.stderr for name, _, _ in kernels)
+    assert any("delta" in n for n in names) == has_delta_variants(shape, True)

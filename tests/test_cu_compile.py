@@ -58,6 +58,7 @@ def test_kernel_file_compiles(path, tmp_path):
               "conv_small.cu": [f"conv_small_{n}" for n in kernel_args.CONV_SMALL_WIDTHS]
               + ["conv_grad_pooled"],
               "conv_tiled.cu": ["conv_fwd_c2_m8_n8_b4", "conv_bwd_c3"],
+              "conv_patch.cu": ["conv_patch_weights", "conv_patch_r8_c2_w32x56_n56"],
               "pool.cu": ["pool_forward", "pool_backward", "pool_backward_tiles"],
               "output.cu": ["softmax_ll", "ll_sum"],
               "weights.cu": ["weights_scatter", "grad_flatten", "grad_finish", "line_point",

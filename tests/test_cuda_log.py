@@ -111,7 +111,7 @@ def test_product_lines_name_the_steps_on_the_tensor_cores():
                      "on the tensor cores",
                      "Tensor cores (split TF32: float32 accuracy, sums in stages of 16 terms): "
                      "weight gradients of Layer 3 CONV, Layer 5 FC, Output; activations of "
-                     "Layer 5 FC; deltas backpropagated from Layer 5 FC"]
+                     "Layer 3 CONV, Layer 5 FC; deltas backpropagated from Layer 5 FC"]
     none = plan_kernels(arch, DeviceOptions(tensor_cores=False), 227 * 1024)
     assert product_lines(SimpleNamespace(kernels=none)) == [
         "Products of FC, LOCAL and CONV layers: float32 fused multiply-adds"]

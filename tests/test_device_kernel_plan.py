@@ -30,18 +30,19 @@ def _families(plan):
 
 def test_lenet_steps():
     """LeNet on a Hopper: the first layer pools as it goes and takes its gradient from the pooled
-    deltas; the second is tiled with its pooling in the forward epilogue, its weight gradient on
-    the tensor cores."""
+    deltas; the second's activation and weight gradient are on the tensor cores (its activation
+    with the patch variants as candidates, its pooling a launch of its own), its delta tiled."""
     plan = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER)
     assert _families(plan) == [
         (kp.CONV_SMALL_POOL, None, kp.CONV_GRAD_POOLED),
         (kp.WITH_PRIOR, kp.CONV_GRAD_POOLED, None),
         (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN_SPLIT),
-        (kp.WITH_PRIOR, kp.POOL_BACKWARD_TILES, None),
+        (kp.POOL_FORWARD, kp.POOL_BACKWARD_TILES, None),
         (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN_SPLIT),
         (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN_SPLIT)]
     steps = plan.steps()
-    assert steps[2].forward_variants and not steps[2].gradient_variants
+    assert plan.tiled[2].patch and not steps[2].forward_variants and steps[2].delta_variants
+    assert not steps[2].gradient_variants
     assert not steps[0].forward_variants           # conv_small's activation
     # reading every activation (fused=False): each layer on its own
     assert [plan.forward_family(i, fused=False) for i in range(4)] == [
@@ -67,21 +68,22 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     of LeNet and the CIFAR-sized net, not the output layer; a first conv_small layer's only for
     a wide window: the strided net's 7 x 7 x 3), and those with tiled variants whose inputs come
     in runs of four through a window of under 16 taps from at least 16 slices (the strided net's
-    3 x 3 second layer, not a 5 x 5 one); the deltas from fully connected layers of over 128
+    3 x 3 second layer), and those with patch variants from at least 16 slices (LeNet's and the
+    CIFAR-sized net's 5 x 5 layers); the deltas from fully connected layers of over 128
     neurons (LeNet's 500, not the CIFAR-sized net's 96) and from other layers whose depth gives
     runs of four (the CIFAR-sized net's 48 and the strided net's 64, not LeNet's 50).
     tensor_cores=True: every one of them, and the tiled variants (and the pooling in their
     epilogue) are not built; False: none."""
     lenet = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER)
     assert lenet.split_gradients == {2, 4, 5}
-    assert lenet.split_forward == lenet.split_delta == {4}
-    assert not lenet.tiled[2].grad and lenet.conv_pool == {3}
+    assert lenet.split_forward == {2, 4} and lenet.split_delta == {4}
+    assert not lenet.tiled[2].grad and not lenet.conv_pool and lenet.tiled[2].patch
     cifar = kp.plan_kernels(Architecture.from_lines(*CIFAR_SIZED), DeviceOptions(), HOPPER)
     assert cifar.split_gradients == {0, 4, 5}       # its padded 5 x 5 layer on conv_grad
     assert cifar.gradient_family(2) == kp.CONV_GRAD and cifar.grad_slots(2, 5000)[1] == 64
-    assert cifar.split_forward == {4} and cifar.split_delta == {2}
-    assert 2 in cifar.tiled and cifar.tiled[2].grad and cifar.tiled[2].fwd
-    assert not cifar.tiled[2].bwd
+    assert cifar.split_forward == {2, 4} and cifar.split_delta == {2}
+    assert 2 in cifar.tiled and cifar.tiled[2].grad and not cifar.tiled[2].fwd
+    assert not cifar.tiled[2].bwd and cifar.tiled[2].patch and cifar.tiled[2].patch_delta
     strided = kp.plan_kernels(Architecture.from_lines(*STRIDED_3X3), DeviceOptions(), HOPPER)
     assert strided.split_forward == {0, 1, 2} and strided.split_delta == {1}   # 7 x 7 x 3 first
     assert strided.split_gradients == {0, 1, 2, 3}
@@ -108,7 +110,8 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     assert 1 not in strided.tiled or not strided.tiled[1].fwd
     every = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=True), HOPPER)
     assert every.split_gradients == every.split_forward == every.split_delta == {2, 4, 5}
-    assert not every.tiled and not every.conv_pool
+    assert not any(v.float32 for v in every.tiled.values()) and not every.conv_pool
+    assert every.tiled[2].patch and not every.tiled[2].patch_delta      # 50 slices: no delta
     assert every.gradient_family(0) == kp.CONV_GRAD_POOLED
     none = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=False), HOPPER)
     assert not (none.split_gradients or none.split_forward or none.split_delta)
@@ -231,7 +234,7 @@ def test_tf32_precision_takes_the_tensor_cores_wider():
     deltas of over 16 columns, except where tiled variants serve a window of 16 taps or more
     without runs of four (LeNet's 5 x 5 second layer keeps its tiled delta, from 50 slices, but
     its activation, from 20, takes the tensor cores; a 3 x 3 layer with tiled variants gives them
-    up). FLOAT32 plans are never tf32."""
+    up, keeping only the patch variants). FLOAT32 plans are never tf32."""
     lenet = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER, "TF32")
     assert lenet.tf32 and not kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER).tf32
     assert lenet.split_gradients == {2, 4, 5}
@@ -240,7 +243,9 @@ def test_tf32_precision_takes_the_tensor_cores_wider():
     assert not lenet.conv_pool and lenet.gradient_family(0) == kp.CONV_GRAD_POOLED
     strided = Architecture.from_lines(*STRIDED_3X3)
     tf32 = kp.plan_kernels(strided, DeviceOptions(), HOPPER, "TF32")
-    assert tf32.split_forward == {0, 1, 2} and tf32.split_delta == {1, 2} and not tf32.tiled
+    assert tf32.split_forward == {0, 1, 2} and tf32.split_delta == {1, 2}
+    # no float32 tiled variants; the patch variants of the activation (one TF32 product)
+    assert set(tf32.tiled) == {1} and tf32.tiled[1].patch and not tf32.tiled[1].float32
     assert tf32.split_gradients == {0, 1, 2, 3}
     off = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=False), HOPPER, "TF32")
     assert not (off.split_gradients or off.split_forward or off.split_delta)

@@ -203,19 +203,17 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
             tiled=None, pool=None, split=False, tf32=False, direct=None, pairs=False, patch=None):
     """A gather product out = epi(A B) for M rows (cases), the groups of a layer's table.
     tiled: for a convolutional layer's activation (b_ld > 0) or delta backpropagation (b_ld 0),
-    its conv_tiled_launch.ConvTiled, whose variants are candidates beside the gather tiles (same
-    bits).
+    its conv_tiled_launch.ConvTiled, whose variants are candidates beside the gather tiles.
     pool: (pooling layer, its activation, its winners) of the max pooling after a convolutional
     layer whose tiled variants compute it in their epilogue (tiled.pool); the gather tiles are
     then followed by pool_forward, and each candidate is timed with its pooling.
     split: on the tensor cores (the split TF32 variants alone: no tiled or dense ones); with
     tf32, their one-product TF32 twins (CUDA PRECISION = TF32); pairs: the table gives runs of
     two floats but not of four (tensor_rules.pairs_only). direct: a conv_small layer's
-    activation, direct() its launch of conv_small.cu's kernel (same bits): the first candidate.
-    patch: with split, a convolutional layer's conv_patch.ConvPatch, whose variants are
-    candidates of its activation and its delta beside the gather tiles (same bits)."""
-    G = groups.n_groups
-    N = groups.n_cols
+    activation, direct() its launch of conv_small.cu's kernel: the first candidate. patch: with
+    split, a convolutional layer's conv_patch.ConvPatch, whose variants are candidates too.
+    Every candidate gives the same bits."""
+    G, N = groups.n_groups, groups.n_cols
     variants = {} if tiled is None else tiled.fwd if b_ld > 0 else tiled.bwd
     patch_variants = {} if patch is None else patch.variants(delta=b_ld == 0)
 
@@ -258,13 +256,17 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     if pool is not None:
         site = (site[0] + " pooled",) + site[1:]
     dense = dense_allowed(groups, src=src, lda=lda, B=B, b_ld=b_ld)
-    if split:
-        candidates = tuning.nn_split_candidates(M, N, dense, pairs=pairs)
-        candidates = tuning.tf32_tiles(candidates) if tf32 else candidates
-        candidates = tuning.patch_candidates(candidates, patch_variants)
-    else:
-        candidates = tuning.nn_candidates(M, N, variants, dense, direct=direct is not None)
+    candidates = (_split_candidates(M, N, dense, pairs, tf32, patch_variants) if split else
+                  tuning.nn_candidates(M, N, variants, dense, direct=direct is not None))
     tuner.run(site + (M,), candidates, work, launch)
+
+
+def _split_candidates(M, N, dense, pairs, tf32, patch_variants):
+    """A product's candidates on the tensor cores: the gather tiles (their one-TF32-product
+    twins with tf32), then a convolutional layer's patch variants."""
+    candidates = tuning.nn_split_candidates(M, N, dense, pairs=pairs)
+    candidates = tuning.tf32_tiles(candidates) if tf32 else candidates
+    return tuning.patch_candidates(candidates, patch_variants)
 
 
 def dense_allowed(groups, *, src, lda, B, b_ld):

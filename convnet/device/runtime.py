@@ -22,8 +22,8 @@ KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 # built when a backend is made (the files its net needs) or on a function's first launch
 EAGER_FILES = ("gemm.cu", "gemm_async.cu", "gemm_split.cu", "gemm_tf32.cu", "conv_small.cu",
                "pool.cu", "output.cu", "weights.cu", "minibatch.cu")
-# built for one layer shape at a time, when first launched (conv_tiled.py)
-SPECIALIZED_FILES = ("conv_tiled.cu",)
+# built for one layer shape at a time (conv_tiled.py, conv_patch.py)
+SPECIALIZED_FILES = ("conv_tiled.cu", "conv_patch.cu")
 KERNEL_FILES = EAGER_FILES + SPECIALIZED_FILES
 
 NULL = np.uintp(0)

@@ -9,6 +9,7 @@ granted about its launch (grid, block, shared memory).
     conv_small_reference.py  conv_small.cu: conv_small, conv_small_pool (generic, fixed, values),
                              conv_grad_pooled
     conv_tiled_reference.py  conv_tiled.cu: conv_fwd, conv_fwd_pool, conv_bwd, conv_grad
+    conv_patch_reference.py  conv_patch.cu: conv_patch(_delta)_weights, conv_patch(_delta)
     output_reference.py      output.cu: softmax_ll, ll_sum, grad_finish
     weights_reference.py     weights.cu: weights_scatter, line_point, the vector operations
     minibatch_reference.py   minibatch.cu: minibatch_gather(_shifted), minibatch_update, minibatch_advance

@@ -146,9 +146,9 @@ __device__ __forceinline__ void patch_stage(float (&acc)[MT][NT8][4], const floa
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
             float v[4] = {P[rb[i][0] + oa], P[rb[i][1] + oa], P[rb[i][0] + ob], P[rb[i][1] + ob]};
-            if (tail) {
-                if (ka >= G::KW) v[0] = v[1] = ka == G::KW && !DELTA ? 1.f : 0.f;
-                if (kb >= G::KW) v[2] = v[3] = kb == G::KW && !DELTA ? 1.f : 0.f;
+            if (tail) {         // the bias input (k_one, as the gather products read it)
+                if (ka >= G::KW) v[0] = v[1] = ka == G::KW && !DELTA ? k_one : 0.f;
+                if (kb >= G::KW) v[2] = v[3] = kb == G::KW && !DELTA ? k_one : 0.f;
             }
 #pragma unroll
             for (int e = 0; e < 4; ++e) tf32_operand<PASSES>(v[e], ah[i][e], al[i][e]);
