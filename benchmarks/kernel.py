@@ -37,6 +37,7 @@ FIRST_LAYER_VARIANTS = ("generic", *first_layer.FirstLayerPool.FIXED)
 # and the device options and CUDA PRECISION under which the plan gives it launch sites (if not
 # the defaults).
 _TILED = "tiled_"
+_PATCH = "patch_"
 FAMILIES = {
     "gemm_nn": dict(sites=("forward", "delta", "forward values", "forward pooled",
                             "forward values pooled"),
@@ -66,6 +67,12 @@ FAMILIES = {
                          precision="TF32"),
     "conv_grad": dict(sites=("gradient",), owns=lambda tile: tile.startswith(_TILED),
                       functions=("conv_grad_",), options=dict(tensor_cores=False)),
+    "conv_patch": dict(sites=("forward", "forward values", "delta"),
+                       owns=lambda tile: tile.startswith(_PATCH), functions=("conv_patch",),
+                       options=dict(tensor_cores=True)),
+    "conv_patch_tf32": dict(sites=("forward", "forward values", "delta"),
+                            owns=lambda tile: tile.startswith(_PATCH), functions=("conv_patch",),
+                            options=dict(tensor_cores=True), precision="TF32"),
     "conv_small_pool": dict(sites=("forward pooled", "forward pooled values"),
                             owns=lambda tile: tile.split("_v")[0] in FIRST_LAYER_VARIANTS,
                             functions=("conv_small_pool_",)),
@@ -111,6 +118,10 @@ SHAPES = {
     # gathered depths of 2 mod 4 (18 and 34 slices: runs of two, the pair variants; also emulated)
     "even": (["CONVOLUTIONAL LAYER 18 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 34 1 1 1 1 1 1",
               "FULLY CONNECTED LAYER 20"], 10, 10, 1, 4, 96),
+    # conv_patch.cu's activation and delta (48 slices: whole stages a tap) through padding, on
+    # a first layer of 8 slices (also emulated)
+    "patch": (["CONVOLUTIONAL LAYER 8 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1",
+               "FULLY CONNECTED LAYER 10"], 9, 9, 1, 4, 96),
     # two wide fully connected layers (the suite's wide-fc)
     "wide": (["FULLY CONNECTED LAYER 1024", "FULLY CONNECTED LAYER 256"], 28, 28, 1, 10, 256),
 }
@@ -118,7 +129,7 @@ SHAPES = {
 # Kernel parameters that a kernel writes, and their element type (a buffer that is only read
 # compares equal on both sides).
 OUTPUTS = {"out": np.float32, "part": np.float32, "pout": np.float32, "ids": np.int32,
-           "pids": np.int32}
+           "pids": np.int32, "frag": np.float32}
 TOLERANCE = 1e-5
 
 
@@ -204,7 +215,11 @@ def _params_of(name):
                            ("conv_grad_first_", kernel_args.CONV_GRAD_FIRST),
                            ("conv_small_avg_", kernel_args.CONV_SMALL_AVG),
                            ("conv_grad_", kernel_args.CONV_GRAD),
-                           ("conv_small_pool_", kernel_args.CONV_SMALL_POOL)):
+                           ("conv_small_pool_", kernel_args.CONV_SMALL_POOL),
+                           ("conv_patch_delta_weights_", kernel_args.CONV_PATCH_DELTA_WEIGHTS),
+                           ("conv_patch_weights_", kernel_args.CONV_PATCH_WEIGHTS),
+                           ("conv_patch_delta_", kernel_args.CONV_PATCH_DELTA),
+                           ("conv_patch_", kernel_args.CONV_PATCH)):
         if name.startswith(prefix):
             return params
     raise KeyError(name)

@@ -21,13 +21,14 @@ def test_families_are_listed(capsys):
 
 # the shape each family is checked on: "small" unless named here
 SHAPE = {"conv_small_avg": "avgsmall", "conv_grad_avg": "avgsmall",
-         "conv_grad_first": "firstsmall"}
+         "conv_grad_first": "firstsmall", "conv_patch": "patch", "conv_patch_tf32": "patch"}
 
 
 @pytest.mark.parametrize("family", ["gemm_nn", "gemm_nn_split", "gemm_nn_tf32", "conv_fwd",
                                     "conv_bwd", "gemm_tn", "gemm_tn_split", "gemm_tn_tf32",
                                     "conv_grad", "conv_small_pool", "conv_small_avg",
-                                    "conv_grad_avg", "conv_grad_first"])
+                                    "conv_grad_avg", "conv_grad_first", "conv_patch",
+                                    "conv_patch_tf32"])
 def test_every_variant_matches_its_reference(fake_runtime, family, capsys):  # noqa: F811
     bench = _bench()
     rows = bench.main([family, "--shapes", SHAPE.get(family, "small"), "--no-timing"])
