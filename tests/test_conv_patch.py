@@ -16,7 +16,7 @@ from convnet.device import conv_patch, device_available, tuning
 from convnet.device import backend as dbe
 from convnet.device.conv_patch import Geometry
 from convnet.device.conv_tiled import ConvShape
-from convnet.device.kernel_plan import plan_kernels
+from convnet.device.kernel_plan import plan_kernels, static_bytes
 from convnet.device.options import DeviceOptions
 from convnet.params import DeviceParams
 
@@ -77,6 +77,10 @@ def test_the_plan_puts_convolutional_activations_on_the_patch_variants():
     assert 2 in plan.split_forward and set(plan.tiled[2].patch) == {
         "patch_r8_c2_w32x56_n56", "patch_r8_c1_w32x56_n56"}
     assert not plan.tiled[2].fwd and 3 not in plan.conv_pool
+    # the weights' fragments are device bytes of the plan: 32 stages x 2 x 7 column fragments
+    fragments = 32 * 2 * 7 * 32 * 16
+    assert plan.patch_bytes() == Geometry.forward(plan.tiled[2].shape).fragment_bytes == fragments
+    assert plan.batch_plan(100, 100, DeviceParams()).static_bytes == static_bytes(arch) + fragments
     assert all(not v.patch for i, v in plan.tiled.items() if i != 2)
     off = plan_kernels(arch, DeviceOptions(tensor_cores=False), shared_optin=OPTIN)
     assert all(not v.patch for v in off.tiled.values())

@@ -119,7 +119,7 @@ class DeviceBackend:
             for patch in self.conv_patch.values():
                 patch.allocate()
             self.gradient_stream = GradientStream(self.rt)
-        self.static_bytes = static_bytes(arch)
+        self.static_bytes = static_bytes(arch) + self.kernels.patch_bytes()
         self.weight_uploads = 0
         self.last_allocation = None     # lines for CUDA.LOG section 3, from the last evaluator
 

@@ -283,6 +283,12 @@ class KernelPlan:
         return "gemm_tf32.cu" if self.tf32 else "gemm_split.cu"
 
     # ------------------------------------------------------------ launch splits and bytes
+    def patch_bytes(self):
+        """The device bytes of the weights split into fragments for conv_patch.cu's variants."""
+        return sum(Geometry.forward(v.shape).fragment_bytes * bool(v.patch)
+                   + Geometry.delta(v.shape).fragment_bytes * bool(v.patch_delta)
+                   for v in self.tiled.values())
+
     def grad_plan(self, index):
         layer = self.arch.all_layers[index]
         return GradPlan.of(layer, self.layouts[index].rows)
@@ -476,7 +482,7 @@ class BatchPlan:
         splits = _gradient_splits(plan, n_cases, batch_cases, params)
         buffers = _batch_buffers(plan, batch_cases, splits)
         return cls(n_cases, batches, splits, buffers, data_bytes(plan.arch, n_cases),
-                   static_bytes(plan.arch))
+                   static_bytes(plan.arch) + plan.patch_bytes())
 
 
 def _gradient_splits(plan, n_cases, batch_cases, params):
