@@ -162,7 +162,7 @@ PATCH_SPECS = [
 def test_patch_variants_give_the_gather_products_bits(spec, precision, monkeypatch):
     """Every patch variant forced at every activation and delta that has some gives the bits of
     the gather products of its family (split TF32; one TF32 product), MAX BATCH all and 256."""
-    from test_device_backend import _backend, _same_bits_problem
+    from test_device_backend import _backend, _same_bits_problem, evaluations
     arch, x, c, w, crit_ref, grad_ref = _same_bits_problem(*spec)
     params = DeviceParams(precision=precision)
     variants, _ = _names(_backend(arch, params, EVERY))
@@ -171,11 +171,7 @@ def test_patch_variants_give_the_gather_products_bits(spec, precision, monkeypat
     for tile in [None] + variants:
         _force_patch(monkeypatch, tile)
         for p in (params, dataclasses.replace(params, max_batch=256)):
-            be = _backend(arch, p, EVERY)
-            ev = be.evaluator(x, c, 0.01)
-            crit, grad = ev.gradient(w)
-            runs[tile, p.max_batch] = (crit, grad, ev.criterion(w), ev.outputs(w),
-                                       be.activations(w, x[:60]))
+            runs[tile, p.max_batch] = evaluations(arch, x, c, w, p, EVERY)
     first = runs[None, None]
     for key, run in runs.items():
         assert run[0] == first[0] and np.array_equal(run[1], first[1]), key

@@ -394,6 +394,15 @@ LENET_SHAPES = (["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2
                  "FULLY CONNECTED LAYER 30"], 28, 28, 1, 10)
 
 
+def evaluations(arch, x, c, w, params, options):
+    """What the same-bits tests compare: criterion and gradient of one evaluation, then a
+    criterion, the outputs and the activations of the first 60 cases."""
+    be = _backend(arch, params, options)
+    ev = be.evaluator(x, c, 0.01)
+    crit, grad = ev.gradient(w)
+    return crit, grad, ev.criterion(w), ev.outputs(w), be.activations(w, x[:60])
+
+
 def _same_bits_problem(lines, rows, cols, bands, ncls, n=701):
     """An architecture, n random cases, weights, and the float64 model's criterion and gradient."""
     arch = Architecture.from_lines(lines, rows, cols, bands, ncls)
@@ -812,11 +821,7 @@ def test_tiled_convolution_gives_the_same_bits(monkeypatch):
             monkeypatch.setattr(tuning, "grad_candidates",
                                 lambda grad, t=tile: [t] if t in grad else list(grad)[:1])
             for params in (DeviceParams(), DeviceParams(max_batch=256)):
-                be = _backend(arch, params, FLOAT32)
-                ev = be.evaluator(x, c, 0.01)
-                crit, grad = ev.gradient(w)
-                runs[tile, params.max_batch] = (crit, grad, ev.criterion(w), ev.outputs(w),
-                                           be.activations(w, x[:60]))
+                runs[tile, params.max_batch] = evaluations(arch, x, c, w, params, FLOAT32)
         first = runs[None, None]
         # the one-stage conv_grad net (TILED_ARCHS[5]) sums 600 taps over 256 positions for each
         # case: on an H100 its float32 gradient is 1.7e-5 from the float64 model's
