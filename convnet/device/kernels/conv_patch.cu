@@ -1,11 +1,11 @@
-// A convolutional layer's activation on the tensor cores (split TF32, or one TF32 product),
-// compiled for the layer's shape (the CT_* constants of conv_tiled.cu; conv_patch.py lists the
-// variants and appends their instantiations). A candidate beside the gather products of
-// gemm_split.cu (gemm_tf32.cu) wherever the kernel plan puts a layer's activation on the tensor
-// cores.
+// A convolutional layer's activation, and the delta backpropagated from it (Geom), on the tensor
+// cores (split TF32, or one TF32 product), compiled for the layer's shape (the CT_* constants of
+// conv_tiled.cu; conv_patch.py lists the variants and appends their instantiations). Candidates
+// beside the gather products of gemm_split.cu (gemm_tf32.cu) wherever the kernel plan puts such
+// a step on the tensor cores.
 //
 // The gather products copy every window input once for each output position whose window holds
-// it (25 times for a 5 x 5 window). Here a block copies its cases' rows of prior activations, the
+// it (25 times for a 5 x 5 window). Here a block copies its cases' rows of the input map, the
 // zero padding around them included, into shared memory once (a "patch"), and forms every
 // window from it: the window input k of output position m is patch[row_base(m) + offset(k)].
 // The weights are split into hi and lo once an evaluation, by conv_patch_weights, and laid out in
