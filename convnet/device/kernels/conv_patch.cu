@@ -159,15 +159,9 @@ __device__ __forceinline__ void patch_stage(float (&acc)[MT][NT8][4], const floa
             bh[j][0] = __float_as_uint(f.x), bh[j][1] = __float_as_uint(f.y);
             bl[j][0] = __float_as_uint(f.z), bl[j][1] = __float_as_uint(f.w);
         }
-        if (PASSES == 3) {
-            mma_fragments(sum, al, bh);
-            mma_fragments(sum, ah, bl);
-        }
-        mma_fragments(sum, ah, bh);
+        split_products<PASSES>(sum, ah, al, bh, bl);
     }
-    for_each_fragment_element<MT, NT8>(lane, [&](int i, int j, int e, int, int) {
-        acc[i][j][e] += sum[i][j][e];
-    });
+    add_fragments(acc, sum);
 }
 
 // A block: CASES cases x ROWS rows of output positions (blockIdx.x) x BN columns (blockIdx.y),

@@ -111,6 +111,36 @@ __device__ __forceinline__ void zero_fragments(float (&acc)[MT][NT8][4])
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 }
 
+// The products of 8 k of a stage in the order that fixes the family's bits: lo_a hi_b, hi_a
+// lo_b, then hi_a hi_b (PASSES 1: hi_a hi_b alone), each one pass over every fragment before
+// the next, so that a fragment's dependent products lie MT x NT8 products apart.
+template <int PASSES, int MT, int NT8>
+__device__ __forceinline__ void split_products(float (&sum)[MT][NT8][4],
+                                               const unsigned (&ah)[MT][4],
+                                               const unsigned (&al)[MT][4],
+                                               const unsigned (&bh)[NT8][2],
+                                               const unsigned (&bl)[NT8][2])
+{
+    if (PASSES == 3) {
+        mma_fragments(sum, al, bh);
+        mma_fragments(sum, ah, bl);
+    }
+    mma_fragments(sum, ah, bh);
+}
+
+// acc += a stage's sum, in float32, element by element
+template <int MT, int NT8>
+__device__ __forceinline__ void add_fragments(float (&acc)[MT][NT8][4],
+                                              const float (&sum)[MT][NT8][4])
+{
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += sum[i][j][e];
+}
+
 // gemm_nn's outputs from the fragments of a warp whose first output is (m_first, n_first).
 template <int MT, int NT8>
 __device__ __forceinline__ void store_nn_fragments(const float (&acc)[MT][NT8][4], int lane,
@@ -180,17 +210,9 @@ __device__ __forceinline__ void split_tf32_stage(float (&acc)[WM / 16][WN / 8][4
             tf32_operand<PASSES>(q[0], dh[j][0], dl[j][0]);
             tf32_operand<PASSES>(q[4 * LDD], dh[j][1], dl[j][1]);
         }
-        // one pass over every fragment before the next, so that a fragment's dependent products
-        // lie MT x NT8 products apart (each fragment still takes them in the same order)
-        if (PASSES == 3) {
-            mma_fragments(sum, al, dh);
-            mma_fragments(sum, ah, dl);
-        }
-        mma_fragments(sum, ah, dh);
+        split_products<PASSES>(sum, ah, al, dh, dl);
     }
-    for_each_fragment_element<MT, NT8>(lane, [&](int i, int j, int e, int, int) {
-        acc[i][j][e] += sum[i][j][e];
-    });
+    add_fragments(acc, sum);
 }
 
 // A copy stage's SUBS stages of 16 k (or cases), none past the `left` it holds: the same sums.
