@@ -37,7 +37,7 @@ from .conv_tiled_launch import ConvTiled
 from .evaluator import DeviceEvaluator, UploadSplit
 from .handback import HandBack
 from .hostcopy import copy_into
-from .kernel_plan import plan_kernels, static_bytes
+from .kernel_plan import plan_kernels
 from .first_layer import FirstGradient, FirstLayerPool
 from .launches import (LINE_BLOCK, line_parts, line_point, vec_finish,
                        weights_scatter)
@@ -119,7 +119,7 @@ class DeviceBackend:
             for patch in self.conv_patch.values():
                 patch.allocate()
             self.gradient_stream = GradientStream(self.rt)
-        self.static_bytes = static_bytes(arch) + self.kernels.patch_bytes()
+        self.static_bytes = self.kernels.own_bytes()
         self.weight_uploads = 0
         self.last_allocation = None     # lines for CUDA.LOG section 3, from the last evaluator
 

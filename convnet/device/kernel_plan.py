@@ -289,6 +289,10 @@ class KernelPlan:
                    + Geometry.delta(v.shape).fragment_bytes * bool(v.patch_delta)
                    for v in self.tiled.values())
 
+    def own_bytes(self):
+        """The backend's own device buffers: static_bytes and the weights' fragments."""
+        return static_bytes(self.arch) + self.patch_bytes()
+
     def grad_plan(self, index):
         layer = self.arch.all_layers[index]
         return GradPlan.of(layer, self.layouts[index].rows)
@@ -482,7 +486,7 @@ class BatchPlan:
         splits = _gradient_splits(plan, n_cases, batch_cases, params)
         buffers = _batch_buffers(plan, batch_cases, splits)
         return cls(n_cases, batches, splits, buffers, data_bytes(plan.arch, n_cases),
-                   static_bytes(plan.arch) + plan.patch_bytes())
+                   plan.own_bytes())
 
 
 def _gradient_splits(plan, n_cases, batch_cases, params):
