@@ -5,11 +5,9 @@ variants multiply the rounded inputs)."""
 
 import numpy as np
 
-from .. import launches
 from ..conv_patch import Geometry, PatchVariant
 from ..conv_tiled import ConvShape
-from .gemm_reference import round_tf32
-from .host_memory import ReferenceBase
+from .gemm_reference import GemmReference, round_tf32
 
 
 def _geometry(d, delta):
@@ -33,7 +31,7 @@ def _lanes(geo):
     return total, 8 * half + lane % 4, 8 * j + lane // 4
 
 
-class ConvPatchReference(ReferenceBase):
+class ConvPatchReference(GemmReference):
     """The numpy reference of conv_patch.cu (see the module docstring)."""
 
     def _b_matrix(self, d, geo, weights):
@@ -100,18 +98,8 @@ class ConvPatchReference(ReferenceBase):
                           b:b + (geo.ow - 1) * geo.sh + 1:geo.sh]
                 k0 = (a * geo.fh + b) * geo.ic
                 acc += win @ B[k0:k0 + geo.ic]
-        self._store(acc.reshape(M, -1), out, ldo, prior, epi)
-
-    def _store(self, acc, out, ldo, prior, epi):
-        M, size = acc.shape
-        oidx = np.arange(M)[:, None] * ldo + np.arange(size)[None, :]
-        if epi == launches.EPI_TANH:
-            acc = np.tanh(acc)
-        elif epi == launches.EPI_DERIV:
-            p = self.gather(prior, np.float32, oidx).astype(np.float64)
-            acc = acc * (1 - p * p)
-        o = self.f32(out, int(oidx.max()) + 1)
-        o[oidx] = acc.astype(np.float32)
+        oidx = np.arange(M)[:, None] * ldo + np.arange(acc[0].size)[None, :]
+        self.store_epilogue(acc.reshape(M, -1), oidx, out, prior, epi)
 
     # conv_patch(src, lda, frag, M, out, ldo, prior, epi) with variant (rows, cases, wm, wn, bn,
     # stages, passes); conv_patch_delta the same for the delta into the prior layer

@@ -56,13 +56,18 @@ class GemmReference(ReferenceBase):
             else:
                 C = np.zeros((M, N))
             oidx = m[:, None] * ldo + o_add + n[None, :]
-            if epi == launches.EPI_TANH:
-                C = np.tanh(C)
-            elif epi == launches.EPI_DERIV:
-                p = self.gather(prior, np.float32, oidx).astype(np.float64)
-                C = C * (1 - p * p)
-            o = self.mem.view(out, np.float32, int(oidx.max()) + 1)
-            o[oidx] = C.astype(np.float32)
+            self.store_epilogue(C, oidx, out, prior, epi)
+
+    def store_epilogue(self, C, oidx, out, prior, epi):
+        """out[oidx] = epi(C) as float32: C, tanh(C), or C times the prior layer's tanh
+        derivative 1 - p^2 at the same places (the NN products' epilogue, nn_epilogue)."""
+        if epi == launches.EPI_TANH:
+            C = np.tanh(C)
+        elif epi == launches.EPI_DERIV:
+            p = self.gather(prior, np.float32, oidx).astype(np.float64)
+            C = C * (1 - p * p)
+        o = self.mem.view(out, np.float32, int(oidx.max()) + 1)
+        o[oidx] = C.astype(np.float32)
 
     def check_dense(self, tab, d, src, lda, B, b_ld):
         """What gemm_nn's dense variants take for granted: one group, its A columns a0, a0 + 1,

@@ -13,7 +13,7 @@ from .output_reference import OutputReference
 from .weights_reference import WeightsReference
 
 
-class ReferenceKernels(GemmReference, ConvSmallReference, ConvTiledReference, ConvPatchReference,
+class ReferenceKernels(ConvPatchReference, GemmReference, ConvSmallReference, ConvTiledReference,
                        OutputReference, WeightsReference, MiniBatchReference):
     """The references of every kernel family, over one HostMemory."""
 
