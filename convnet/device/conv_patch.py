@@ -27,6 +27,11 @@ WARP_ROWS = 32                  # positions of a warp (two m16 tiles)
 MAX_COLUMNS = 56                # columns of a block whose warps take them all
 WIDE_BLOCK, WIDE_WARP = 64, 32  # past MAX_COLUMNS: blocks of 64 columns, warps of 32
 DELTA_SLICES = 16               # the delta's: this layer's slices a multiple of this
+# windows of fewer taps reuse each input too little to pay for the patch: at 3 x 3 the
+# runs-of-four gathers led at every site of the suite (avgpool-deep's activation 1.06 against
+# 1.24 ms, its delta 0.94 against 1.22, strided-rgb's 0.38 against 0.50), at 5 x 5 the patch at
+# every one (NOTES.md, "Windows from a patch")
+MIN_TAPS = 16
 MAX_THREADS = 1024
 
 
@@ -126,7 +131,10 @@ class PatchVariant:
 
 
 def patch_variants(geo, smem_limit=SMEM_BYTES):
-    """The variants that fit a product's geometry and a device's shared memory."""
+    """The variants that fit a product's geometry and a device's shared memory (none for a
+    window of under MIN_TAPS taps)."""
+    if geo.fv * geo.fh < MIN_TAPS:
+        return []
     bn = geo.fragment_columns if geo.on <= MAX_COLUMNS else WIDE_BLOCK
     wn = bn if geo.on <= MAX_COLUMNS else WIDE_WARP
     out = {}
