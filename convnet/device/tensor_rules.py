@@ -63,8 +63,8 @@ def split_tf32_forward_pays(layer, tiled):
     5 x 5 the tiled kernels, which reuse each input across the taps, stayed ahead) and the prior
     layer has at least TILED_MIN_PRIOR slices; yes
     otherwise (a fully connected layer's on the split variants for dense rows where its launch
-    allows them). Where conv_patch.cu's variants fit the layer (tiled.patch), which form its
-    windows from a patch of prior rows copied once, yes whatever its window, where the prior
+    allows them). Where conv_patch.cu's variants fit the layer (tiled.patch: windows of 16 taps
+    or more), which form its windows from a patch of prior rows copied once, yes where the prior
     layer has at least TILED_MIN_PRIOR slices (cifar-conv's 5 x 5 layer on 24 slices: 1.72 ->
     1.36 ms; vgg-mnist's 3 x 3 on 12 stays tiled, 0.37 against 0.45: NOTES.md, "Windows from a
     patch")."""
