@@ -53,6 +53,23 @@ def test_variants_take_whole_cases_or_bands_of_rows():
         CIFAR, FV=3, FH=5, PV=1)), OPTIN) == []
 
 
+def test_variants_with_the_pooling_hold_whole_windows():
+    """With max pooling of 2 x 2 windows after the activation, a band's rows are a multiple of
+    2 (20 columns: 6 and 2 rows instead of 6 and 3), and the shared memory holds at least the
+    block's activations staged for the pooling (rows of BN + 4 floats; LeNet's fit in the patch
+    and the stages)."""
+    geo = Geometry.forward(dataclasses.replace(CIFAR, PH=20, PW=20, H=20, W=20))
+    assert [v.rows for v in conv_patch.patch_variants(geo, OPTIN)] == [6, 3]
+    pooled = conv_patch.patch_variants(geo, OPTIN, (2, 2))
+    assert [v.rows for v in pooled] == [6, 2]
+    v = pooled[0]
+    assert v.smem(geo, True) == max(v.smem(geo), 4 * 120 * (48 + 4))
+    lenet = Geometry.forward(LENET)
+    v = conv_patch.patch_variants(lenet, OPTIN, (2, 2))[0]
+    assert v.smem(lenet, True) == v.smem(lenet) > 4 * 128 * 60     # the tile fits in the rest
+    assert conv_patch.pools_whole(lenet, (2, 2)) and not conv_patch.pools_whole(lenet, (3, 3))
+
+
 def test_the_delta_takes_the_window_turned_around():
     """The delta into cifar-conv's 16 x 16 x 24 layer: this layer's deltas (48 slices) as the
     input map, zero rows and columns of 5 - 1 - 2 around it, 24 columns, no bias; only for
@@ -70,16 +87,18 @@ def test_the_delta_takes_the_window_turned_around():
 
 def test_the_plan_puts_convolutional_activations_on_the_patch_variants():
     """By the rule, LeNet's second layer (5 x 5 on 20 slices, 50 deep) takes the tensor cores
-    for its activation with the patch variants as candidates (no float32 tiled ones, and its
-    pooling is a launch of its own); its first layer (20 slices deep, one band) and every
-    layer with the tensor cores off take none."""
+    for its activation with the patch variants as candidates (no float32 tiled ones), its max
+    pooling in their epilogue (a launch of its own without pool_epilogue); its first layer (20
+    slices deep, one band) and every layer with the tensor cores off take none."""
     arch = Architecture.from_lines(["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                                     "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
                                     "FULLY CONNECTED LAYER 30"], 28, 28, 1, 10)
     plan = plan_kernels(arch, shared_optin=OPTIN)
     assert 2 in plan.split_forward and set(plan.tiled[2].patch) == {
         "patch_r8_c2_w32x56_n56", "patch_r8_c1_w32x56_n56"}
-    assert not plan.tiled[2].fwd and 3 not in plan.conv_pool
+    assert not plan.tiled[2].fwd and 3 in plan.conv_pool and plan.pools_in_epilogue(2)
+    apart = plan_kernels(arch, DeviceOptions(pool_epilogue=False), shared_optin=OPTIN)
+    assert apart.tiled[2].patch and 3 not in apart.conv_pool
     # the weights' fragments are device bytes of the plan: 32 stages x 2 x 7 column fragments
     fragments = 32 * 2 * 7 * 32 * 16
     assert plan.patch_bytes() == Geometry.forward(plan.tiled[2].shape).fragment_bytes == fragments
@@ -105,6 +124,9 @@ EMULATED_SPECS = [
       "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1", "FULLY CONNECTED LAYER 4"], 10, 10, 1, 3),
     (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 70 2 2 0 1 1 2",
       "FULLY CONNECTED LAYER 3"], 9, 11, 2, 3),
+    # the max pooling after the activation in the patch variants' epilogue (bands of 2 rows)
+    (["CONVOLUTIONAL LAYER 16 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 20 2 2 2 2 1 1",
+      "POOLED MAX LAYER 2 2 2 2", "FULLY CONNECTED LAYER 5"], 8, 34, 2, 3),
 ]
 
 
@@ -142,15 +164,21 @@ def test_emulated_patch_variants(fake_runtime, monkeypatch, spec):  # noqa: F811
             kind = "conv_patch_delta_" if delta else "conv_patch_"
             if any(tile in p.variants(delta) for p in be.conv_patch.values()):
                 assert any(n.startswith(kind) and "_weights_" not in n for n in names), tile
+        pooled = any(p.pool for p in be.conv_patch.values())
+        assert pooled == (spec is EMULATED_SPECS[-1])
+        assert any(n.startswith("conv_patch_pool_") for n in names) == pooled
+        assert not (pooled and "pool_forward" in names)      # no launch of its own
 
 
-# padded (cifar-conv's shape, smaller), strided, odd prior depths and a layer wider than a block
+# padded (cifar-conv's shape: its pooling over bands of rows), strided, odd prior depths and a
+# layer wider than a block
 PATCH_SPECS = [
     (["CONVOLUTIONAL LAYER 20 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
       "CONVOLUTIONAL LAYER 50 2 2 0 0 1 1", "POOLED MAX LAYER 2 2 2 2",
       "FULLY CONNECTED LAYER 30"], 28, 28, 1, 10),
     (["CONVOLUTIONAL LAYER 24 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
-      "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1", "FULLY CONNECTED LAYER 20"], 16, 16, 3, 10),
+      "CONVOLUTIONAL LAYER 48 2 2 2 2 1 1", "POOLED MAX LAYER 2 2 2 2",
+      "FULLY CONNECTED LAYER 20"], 32, 32, 3, 10),
     (["CONVOLUTIONAL LAYER 6 1 1 1 1 1 1", "CONVOLUTIONAL LAYER 41 2 2 1 0 2 1",
       "CONVOLUTIONAL LAYER 70 2 2 0 1 1 2", "FULLY CONNECTED LAYER 9"], 15, 13, 3, 3),
     (["CONVOLUTIONAL LAYER 32 1 1 1 1 1 1", "POOLED AVERAGE LAYER 2 2 2 2",
@@ -191,7 +219,7 @@ def test_patch_variants_give_the_gather_products_bits(spec, precision, monkeypat
                          ids=["lenet", "cifar", "wide"])
 def test_patch_kernels_compile(shape, tmp_path):
     """conv_patch.cu as the runtime builds it for real layer shapes, the split TF32 and the one
-    TF32 product variants of the activation and the delta: without warnings, every function
+    TF32 product variants of the activation (and with 2 x 2 max pooling) and the delta: without warnings, every function
     there, LeNet's without register spills."""
     from convnet.device import runtime
     from convnet.device.conv_patch import ConvPatch, has_delta_variants
@@ -200,7 +228,7 @@ def test_patch_kernels_compile(shape, tmp_path):
         delta = conv_patch.patch_variants(Geometry.delta(shape), OPTIN) \
             if has_delta_variants(shape, True) else []
         patch = ConvPatch(None, shape, {v.suffix: v for v in conv_patch.patch_variants(
-            Geometry.forward(shape), OPTIN)}, {v.suffix: v for v in delta}, passes)
+            Geometry.forward(shape), OPTIN, (2, 2))}, {v.suffix: v for v in delta}, passes, (2, 2))
         kernels = patch.kernels()
         src = tmp_path / f"conv_patch_{passes}.cu"
         src.write_text(runtime.specialized_source(conv_patch.SOURCE, [ln for _, ln, _ in kernels]))

@@ -31,13 +31,13 @@ def _families(plan):
 def test_lenet_steps():
     """LeNet on a Hopper: the first layer pools as it goes and takes its gradient from the pooled
     deltas; the second's activation and weight gradient are on the tensor cores (its activation
-    with the patch variants as candidates, its pooling a launch of its own), its delta tiled."""
+    with the patch variants as candidates, its pooling in their epilogue), its delta tiled."""
     plan = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER)
     assert _families(plan) == [
         (kp.CONV_SMALL_POOL, None, kp.CONV_GRAD_POOLED),
         (kp.WITH_PRIOR, kp.CONV_GRAD_POOLED, None),
         (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN_SPLIT),
-        (kp.POOL_FORWARD, kp.POOL_BACKWARD_TILES, None),
+        (kp.WITH_PRIOR, kp.POOL_BACKWARD_TILES, None),
         (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN_SPLIT),
         (kp.GEMM_NN, kp.GEMM_NN, kp.GEMM_TN_SPLIT)]
     steps = plan.steps()
@@ -72,12 +72,12 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     CIFAR-sized net's 5 x 5 layers); the deltas from fully connected layers of over 128
     neurons (LeNet's 500, not the CIFAR-sized net's 96) and from other layers whose depth gives
     runs of four (the CIFAR-sized net's 48 and the strided net's 64, not LeNet's 50).
-    tensor_cores=True: every one of them, and the tiled variants (and the pooling in their
-    epilogue) are not built; False: none."""
+    tensor_cores=True: every one of them, and the tiled variants are not built (the pooling
+    after LeNet's second layer then goes into its patch variants' epilogue); False: none."""
     lenet = kp.plan_kernels(_lenet(), DeviceOptions(), HOPPER)
     assert lenet.split_gradients == {2, 4, 5}
     assert lenet.split_forward == {2, 4} and lenet.split_delta == {4}
-    assert not lenet.tiled[2].grad and not lenet.conv_pool and lenet.tiled[2].patch
+    assert not lenet.tiled[2].grad and lenet.conv_pool == {3} and lenet.tiled[2].patch
     cifar = kp.plan_kernels(Architecture.from_lines(*CIFAR_SIZED), DeviceOptions(), HOPPER)
     assert cifar.split_gradients == {0, 4, 5}       # its padded 5 x 5 layer on conv_grad
     assert cifar.gradient_family(2) == kp.CONV_GRAD and cifar.grad_slots(2, 5000)[1] == 64
@@ -110,7 +110,7 @@ def test_tensor_cores_take_the_steps_the_rule_picks():
     assert 1 not in strided.tiled or not strided.tiled[1].fwd
     every = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=True), HOPPER)
     assert every.split_gradients == every.split_forward == every.split_delta == {2, 4, 5}
-    assert not any(v.float32 for v in every.tiled.values()) and not every.conv_pool
+    assert not any(v.float32 for v in every.tiled.values()) and every.conv_pool == {3}
     assert every.tiled[2].patch and not every.tiled[2].patch_delta      # 50 slices: no delta
     assert every.gradient_family(0) == kp.CONV_GRAD_POOLED
     none = kp.plan_kernels(_lenet(), DeviceOptions(tensor_cores=False), HOPPER)
@@ -240,7 +240,7 @@ def test_tf32_precision_takes_the_tensor_cores_wider():
     assert lenet.split_gradients == {2, 4, 5}
     assert lenet.split_forward == {2, 4} and lenet.split_delta == {4}
     assert not lenet.tiled[2].fwd and lenet.tiled[2].bwd and not lenet.tiled[2].grad
-    assert not lenet.conv_pool and lenet.gradient_family(0) == kp.CONV_GRAD_POOLED
+    assert lenet.conv_pool == {3} and lenet.gradient_family(0) == kp.CONV_GRAD_POOLED
     strided = Architecture.from_lines(*STRIDED_3X3)
     tf32 = kp.plan_kernels(strided, DeviceOptions(), HOPPER, "TF32")
     assert tf32.split_forward == {0, 1, 2} and tf32.split_delta == {1, 2} and not tf32.tiled

@@ -102,7 +102,8 @@ class DeviceBackend:
         self.conv_tiled = {index: ConvTiled(self.rt, variants)
                            for index, variants in self.kernels.tiled.items() if variants.float32}
         passes = 1 if self.kernels.tf32 else 3
-        self.conv_patch = {index: ConvPatch(self.rt, v.shape, v.patch, v.patch_delta, passes)
+        self.conv_patch = {index: ConvPatch(self.rt, v.shape, v.patch, v.patch_delta, passes,
+                                            v.pool if index + 1 in self.kernels.conv_pool else None)
                            for index, v in self.kernels.tiled.items()
                            if v.patch or v.patch_delta}
         self.first_pool = (FirstLayerPool(self.rt, arch.layers[0], arch.layers[1],

@@ -5,14 +5,15 @@ activation's input map is the prior layer's activations; the delta backpropagate
 prior layer (strides of 1, this layer's slices a multiple of 16) takes this layer's deltas, with
 the window turned around. The variants give the gather products' bits (the same family: split
 TF32, or one TF32 product), so they are candidates beside them wherever the kernel plan puts a
-step on the tensor cores. The module of a layer shape is built with the rest of the net's
-kernels."""
+step on the tensor cores. Where a max pooling whose windows tile the layer follows (the plan's
+conv_pool), each activation variant has a twin that takes it in its epilogue. The module of a
+layer shape is built with the rest of the net's kernels."""
 
 from dataclasses import dataclass
 
 from .conv_tiled import SMEM_BYTES
 from .kernel_args import (CONV_PATCH, CONV_PATCH_DELTA, CONV_PATCH_DELTA_WEIGHTS,
-                          CONV_PATCH_WEIGHTS)
+                          CONV_PATCH_POOL, CONV_PATCH_WEIGHTS)
 
 # the kernel parameters of the weights' split and of the products, by delta
 _PARAMS = {False: (CONV_PATCH_WEIGHTS, CONV_PATCH), True: (CONV_PATCH_DELTA_WEIGHTS, CONV_PATCH_DELTA)}
@@ -115,37 +116,49 @@ class PatchVariant:
     def grid(self, geo, M):
         return (_ceil(M, self.cases) * _ceil(geo.oh, self.rows), _ceil(geo.on, self.bn), 1)
 
-    def smem(self, geo):
+    def smem(self, geo, pooled=False):
         """Bytes of dynamic shared memory: the patch, the weight fragments' stages and the
-        window offsets of every k (conv_patch_body)."""
+        window offsets of every k (conv_patch_body); pooled: at least the block's activations
+        staged for the pooling (rows of BN + 4 floats)."""
         prior_rows = (self.rows - 1) * geo.sv + geo.fv
         patch = _ceil(self.cases * prior_rows * geo.patch_columns * geo.column_floats, 4) * 4
-        return 4 * (patch + STAGES * 2 * (self.bn // 8) * 32 * 4 + 16 * geo.stages)
+        floats = patch + STAGES * 2 * (self.bn // 8) * 32 * 4 + 16 * geo.stages
+        return 4 * max(floats, self.positions(geo) * (self.bn + 4) if pooled else 0)
 
     @property
     def suffix(self):
         return f"r{self.rows}_c{self.cases}_w{self.wm}x{self.wn}_n{self.bn}"
 
-    def fits(self, geo, smem_limit):
-        return self.smem(geo) <= smem_limit and self.threads(geo) <= MAX_THREADS
+    def fits(self, geo, smem_limit, pool=None):
+        return (self.smem(geo, pool is not None) <= smem_limit
+                and self.threads(geo) <= MAX_THREADS
+                and (pool is None or self.rows % pool[0] == 0))
 
 
-def patch_variants(geo, smem_limit=SMEM_BYTES):
+def patch_variants(geo, smem_limit=SMEM_BYTES, pool=None):
     """The variants that fit a product's geometry and a device's shared memory (none for a
-    window of under MIN_TAPS taps)."""
+    window of under MIN_TAPS taps); pool: the (rows, columns) of the max-pooling windows after
+    the activation, which each variant's bands then hold whole, for its pooled twin."""
     if geo.fv * geo.fh < MIN_TAPS:
         return []
     bn = geo.fragment_columns if geo.on <= MAX_COLUMNS else WIDE_BLOCK
     wn = bn if geo.on <= MAX_COLUMNS else WIDE_WARP
+    step = pool[0] if pool else 1
     out = {}
     for target in BLOCK_POSITIONS:
         per_case = geo.oh * geo.ow
         cases, rows = ((max(1, target // per_case), geo.oh) if per_case <= target
-                       else (1, max(1, target // geo.ow)))
+                       else (1, max(step, target // geo.ow // step * step)))
         v = PatchVariant(rows, cases, WARP_ROWS, wn, bn)
-        if v.fits(geo, smem_limit):
+        if v.fits(geo, smem_limit, pool):
             out.setdefault(v.suffix, v)
     return list(out.values())
+
+
+def pools_whole(geo, pool):
+    """Whether max pooling of (rows, columns) windows after an activation of this geometry can
+    be taken in the patch variants' epilogue: its windows tile the layer."""
+    return pool is not None and geo.oh % pool[0] == 0 and geo.ow % pool[1] == 0
 
 
 def has_delta_variants(shape, has_delta):
@@ -160,12 +173,13 @@ class ConvPatch:
     (`forward`, `delta`: name -> PatchVariant) and the launches. passes: 3 (split TF32) or 1
     (one TF32 product)."""
 
-    def __init__(self, rt, shape, forward, delta, passes):
+    def __init__(self, rt, shape, forward, delta, passes, pool=None):
         self.rt = rt
         self.shape = shape
         self.forward_variants = dict(forward)
         self.delta_variants = dict(delta)
         self.passes = passes
+        self.pool = pool if forward else None
         self.geometry = {False: Geometry.forward(shape), True: Geometry.delta(shape)}
         self._fragments = {}
         self._built = False
@@ -173,9 +187,20 @@ class ConvPatch:
     def variants(self, delta):
         return self.delta_variants if delta else self.forward_variants
 
-    def function(self, tile, delta=False):
+    def function(self, tile, delta=False, pooled=False):
         kind = "conv_patch_delta" if delta else "conv_patch"
+        if pooled:
+            kind = f"conv_patch_pool_w{self.pool[0]}x{self.pool[1]}"
         return f"{kind}_{self.shape.tag}_p{self.passes}_{self.variants(delta)[tile].suffix}"
+
+    def _pooled_kernels(self):
+        if self.pool is None:
+            return []
+        return [(self.function(tile, pooled=True),
+                 f"CONV_PATCH_POOL({self.function(tile, pooled=True)}, {v.rows}, {v.cases}, "
+                 f"{v.wm}, {v.wn}, {v.bn}, {STAGES}, {self.passes}, {self.pool[0]}, "
+                 f"{self.pool[1]})", CONV_PATCH_POOL)
+                for tile, v in self.forward_variants.items()]
 
     def weights_function(self, delta=False):
         return f"conv_patch_{'delta_' if delta else ''}weights_{self.shape.tag}"
@@ -193,7 +218,7 @@ class ConvPatch:
                 name = self.function(tile, delta)
                 out.append((name, f"{products.family.upper()}({name}, {v.rows}, {v.cases}, "
                                   f"{v.wm}, {v.wn}, {v.bn}, {STAGES}, {self.passes})", products))
-        return out
+        return out + self._pooled_kernels()
 
     def build_request(self):
         """(kernel file, defines, kernels): what Runtime.specialize builds for this layer."""
@@ -213,19 +238,41 @@ class ConvPatch:
                 for tile, v in self.variants(delta).items():
                     if v.smem(geo) > SMEM_BYTES:
                         self.rt.allow_shared(self.function(tile, delta), v.smem(geo))
+            for tile, v in self.forward_variants.items() if self.pool else ():
+                geo = self.geometry[False]
+                if v.smem(geo, True) > SMEM_BYTES:
+                    self.rt.allow_shared(self.function(tile, pooled=True), v.smem(geo, True))
             self._built = True
+
+    def _split_weights(self, delta, weights):
+        """The weights split into the products' B fragments (the device buffer)."""
+        geo, frag = self.geometry[delta], self._fragments[delta]
+        n = geo.fragment_bytes // 16
+        split, _ = _PARAMS[delta]
+        self.rt.launch(self.weights_function(delta), (_ceil(n, 256), 1, 1), (256, 1, 1),
+                       *split.pack(weights=weights, frag=frag))
+        return frag
 
     def launch(self, tile, *, delta, src, lda, weights, M, out, ldo, prior, epi):
         """out = epi(the product) for M cases with variant `tile`: the activation (weights: the
         forward layout) or, with delta, the delta into the prior layer (the backward layout);
         the weights are split into fragments first."""
         self._build()
-        geo, v, frag = self.geometry[delta], self.variants(delta)[tile], self._fragments[delta]
-        n = geo.fragment_bytes // 16
-        split, products = _PARAMS[delta]
-        self.rt.launch(self.weights_function(delta), (_ceil(n, 256), 1, 1), (256, 1, 1),
-                       *split.pack(weights=weights, frag=frag))
+        geo, v = self.geometry[delta], self.variants(delta)[tile]
+        frag = self._split_weights(delta, weights)
         self.rt.launch(self.function(tile, delta), v.grid(geo, M), (v.threads(geo), 1, 1),
-                       *products.pack(src=src, lda=lda, frag=frag, M=M, out=out, ldo=ldo,
-                                      prior=prior, epi=epi),
+                       *_PARAMS[delta][1].pack(src=src, lda=lda, frag=frag, M=M, out=out,
+                                               ldo=ldo, prior=prior, epi=epi),
                        shared=v.smem(geo))
+
+    def forward_pool(self, tile, *, src, lda, weights, M, pout, ldp, pids):
+        """The max-pooling layer after this one (pout, pids: its activation and winners, ldp a
+        case; pids NULL: no winners) for M cases, with forward variant `tile` and the pooling
+        in its epilogue."""
+        self._build()
+        geo, v = self.geometry[False], self.forward_variants[tile]
+        frag = self._split_weights(False, weights)
+        self.rt.launch(self.function(tile, pooled=True), v.grid(geo, M), (v.threads(geo), 1, 1),
+                       *CONV_PATCH_POOL.pack(src=src, lda=lda, frag=frag, M=M, pout=pout,
+                                             ldp=ldp, pids=pids),
+                       shared=v.smem(geo, True))

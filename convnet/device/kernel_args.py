@@ -82,6 +82,10 @@ CONV_PATCH_DELTA_WEIGHTS = KernelParams("conv_patch_delta_weights", "conv_patch.
 _CONV_PATCH_ARGS = dict(src=PTR, lda=INT, frag=PTR, M=INT, out=PTR, ldo=INT, prior=PTR, epi=INT)
 CONV_PATCH = KernelParams("conv_patch", "conv_patch.cu", **_CONV_PATCH_ARGS)
 CONV_PATCH_DELTA = KernelParams("conv_patch_delta", "conv_patch.cu", **_CONV_PATCH_ARGS)
+# the activation with the max pooling after it in its epilogue: the pooled layer's activation and
+# winners (ldp a case)
+CONV_PATCH_POOL = KernelParams("conv_patch_pool", "conv_patch.cu", src=PTR, lda=INT, frag=PTR,
+                               M=INT, pout=PTR, ldp=INT, pids=PTR)
 _CONV_SMALL_POOL_ARGS = dict(**_CONV_SHAPE, pool_height=INT, pool_width=INT, pool_width_v=INT,
                              pool_width_h=INT, out=PTR, ids=PTR, total=INT)
 CONV_SMALL_POOL = KernelParams("conv_small_pool", "conv_small.cu", **_CONV_SMALL_POOL_ARGS)

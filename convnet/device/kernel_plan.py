@@ -68,7 +68,8 @@ class TiledVariants:
     """conv_tiled.cu's variants of one convolutional layer, by candidate name: forward
     (activation; also with the pooling window `pool` in its epilogue when given), delta
     backpropagation and weight gradient; and conv_patch.cu's on the tensor cores, of its
-    activation (patch) and of the delta into the prior layer (patch_delta)."""
+    activation (patch; with `pool`, their bands hold whole windows and each has a twin with
+    the pooling in its epilogue) and of the delta into the prior layer (patch_delta)."""
     shape: ConvShape
     pool: Optional[Tuple[int, int]]
     fwd: Dict[str, object]
@@ -138,13 +139,13 @@ def tiled_variants(layer, ldw, shared_optin, pool=None, forward=True):
         {f"tiled_{v.suffix}": v for v in forward_variants(shape, shared_optin)} if forward else {},
         {f"tiled_{v.suffix}": v for v in delta_variants(shape, layer.index > 0, shared_optin)},
         {f"tiled_{v.suffix}": v for v in grad_variants(shape, shared_optin)},
-        _patch_names(Geometry.forward(shape), shared_optin) if forward else {},
+        _patch_names(Geometry.forward(shape), shared_optin, pool) if forward else {},
         _patch_names(Geometry.delta(shape), shared_optin)
         if has_delta_variants(shape, layer.index > 0) else {})
 
 
-def _patch_names(geometry, shared_optin):
-    return {f"patch_{v.suffix}": v for v in patch_variants(geometry, shared_optin)}
+def _patch_names(geometry, shared_optin, pool=None):
+    return {f"patch_{v.suffix}": v for v in patch_variants(geometry, shared_optin, pool)}
 
 
 def _tiled_layers(arch, layouts, options, shared_optin, conv_small, pool_tiles):
@@ -356,7 +357,7 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES, precisi
                                            patch_delta=v.patch_delta if i in split_delta else {},
                                            bwd={} if i in split_delta else v.bwd))
                                for i, v in tiled.items()) if v.any}
-    conv_pool = {i + 1 for i, v in tiled.items() if v.fwd and v.pool}
+    conv_pool = {i + 1 for i, v in tiled.items() if (v.fwd or v.patch) and v.pool}
     labels = tuple(f"Layer {i + 1} {layer.kind}" for i, layer in enumerate(arch.layers)) \
         + ("Output",)
     return KernelPlan(arch, layouts, conv_small, pool_tiles, tiled, frozenset(conv_pool),

@@ -205,8 +205,8 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     tiled: for a convolutional layer's activation (b_ld > 0) or delta backpropagation (b_ld 0),
     its conv_tiled_launch.ConvTiled, whose variants are candidates beside the gather tiles.
     pool: (pooling layer, its activation, its winners) of the max pooling after a convolutional
-    layer whose tiled variants compute it in their epilogue (tiled.pool); the gather tiles are
-    then followed by pool_forward, and each candidate is timed with its pooling.
+    layer whose tiled or patch variants compute it in their epilogue (tiled.pool); the gather
+    tiles are then followed by pool_forward, and each candidate is timed with its pooling.
     split: on the tensor cores (the split TF32 variants alone: no tiled or dense ones); with
     tf32, their one-product TF32 twins (CUDA PRECISION = TF32); pairs: the table gives runs of
     two floats but not of four (tensor_rules.pairs_only). direct: a conv_small layer's
@@ -218,16 +218,16 @@ def gemm_nn(rt, tuner, site, *, src, lda, tables, desc, groups, B, b_ld, M, out,
     patch_variants = {} if patch is None else patch.variants(delta=b_ld == 0)
 
     def launch(tile):
-        if pool is not None:
-            pool_lp, pout, pids = pool
-            if tile in variants:
-                tiled.forward_pool(tile, src=src, lda=lda, weights=B, M=M, pout=pout,
-                                   ldp=pool_lp.nhid, pids=pids)
-                return
+        if pool is None:
+            return product(tile)
+        pool_lp, pout, pids = pool
+        fused = tiled if tile in variants else patch if tile in patch_variants else None
+        if fused is None:
             product(tile)
             pool_forward(rt, pool_lp, out, pout, pids, M)
-            return
-        product(tile)
+        else:
+            fused.forward_pool(tile, src=src, lda=lda, weights=B, M=M, pout=pout,
+                               ldp=pool_lp.nhid, pids=pids)
 
     def product(tile):
         if tile == tuning.DIRECT:

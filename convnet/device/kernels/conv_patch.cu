@@ -164,13 +164,78 @@ __device__ __forceinline__ void patch_stage(float (&acc)[MT][NT8][4], const floa
     add_fragments(acc, sum);
 }
 
+// The outputs, a row (position) at a time: rows g and g + 8 of each m16 tile.
+template <bool DELTA, int ROWS, int CASES, int WM, int NT8, int BM>
+__device__ __forceinline__ void patch_store(const float (&acc)[WM / 16][NT8][4], int case0,
+                                            int band, int jw, int wm0, int lane, int M,
+                                            float* __restrict__ out, int ldo,
+                                            const float* __restrict__ prior, int epi)
+{
+    using G = Geom<DELTA>;
+    constexpr int MT = WM / 16;
+    const int g = lane >> 2;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int m = wm0 + i * 16 + g + 8 * h;
+            const int c = m / (ROWS * G::OW), r = band * ROWS + m / G::OW % ROWS, x = m % G::OW;
+            if (m >= BM || case0 + c >= M || r >= G::OH) continue;
+            const i64 row = (i64)(case0 + c) * ldo + (r * G::OW + x) * G::ON;
+#pragma unroll
+            for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int n = 8 * (jw + j) + 2 * (lane & 3) + e;
+                    if (n < G::ON) out[row + n] = nn_epilogue(acc[i][j][2 * h + e], epi, prior, row + n);
+                }
+        }
+}
+
+// The max pooling after the activation (PWV x PWH windows that tile the layer; pool.cu's
+// pool_forward, bit for bit): the block's activations, staged in shared memory as a BM x TS tile
+// (T), give each window's first maximum in row-then-column order and, where pids is not null,
+// its winner as row * W + column of this layer. A block holds whole windows (ROWS a multiple of
+// PWV); only the pooled layer is written (ldp floats and ints a case).
+template <int ROWS, int CASES, int BN, int PWV, int PWH, int NT>
+__device__ __forceinline__ void patch_pool_store(const float* T, int TS, int case0, int band,
+                                                 int j0, int M, float* __restrict__ pout,
+                                                 int ldp, int* __restrict__ pids)
+{
+    using G = Geom<false>;
+    constexpr int QW = G::OW / PWH, QR = ROWS / PWV;             // pooled columns, rows a band
+    constexpr int NWIN = PWV * PWH, ITEMS = CASES * QR * QW * BN;
+    for (int u = threadIdx.x; u < ITEMS; u += NT) {
+        const int nl = u % BN, q = u / BN, pc = q % QW, pr = q / QW % QR, c = q / (QW * QR);
+        const int n = 8 * j0 + nl, row0 = band * ROWS + pr * PWV;
+        if (n >= G::ON || case0 + c >= M || row0 >= G::OH) continue;
+        const int m0 = (c * ROWS + pr * PWV) * G::OW + pc * PWH;     // the window's first position
+        float best = T[m0 * TS + nl];
+        int win = 0;
+#pragma unroll
+        for (int w = 1; w < NWIN; ++w) {
+            const float v = T[(m0 + (w / PWH) * G::OW + w % PWH) * TS + nl];
+            if (v > best) {
+                best = v;
+                win = w;
+            }
+        }
+        const i64 o = (i64)(case0 + c) * ldp + ((row0 / PWV) * QW + pc) * G::ON + n;
+        pout[o] = best;
+        if (pids != nullptr) pids[o] = (row0 + win / PWH) * G::OW + pc * PWH + win % PWH;
+    }
+}
+
 // A block: CASES cases x ROWS rows of output positions (blockIdx.x) x BN columns (blockIdx.y),
-// warps of WM positions x WN columns, STAGES stages of B fragments in flight.
-template <bool DELTA, int ROWS, int CASES, int WM, int WN, int BN, int STAGES, int PASSES>
+// warps of WM positions x WN columns, STAGES stages of B fragments in flight; PWV x PWH > 0: the
+// max pooling after it in the epilogue (patch_pool_store: out, ldo are the pooled layer's).
+template <bool DELTA, int ROWS, int CASES, int WM, int WN, int BN, int STAGES, int PASSES,
+          int PWV = 0, int PWH = 0>
 __device__ __forceinline__ void conv_patch_body(const float* __restrict__ src, int lda,
                                                 const float4* __restrict__ frag, int M,
                                                 float* __restrict__ out, int ldo,
-                                                const float* __restrict__ prior, int epi)
+                                                const float* __restrict__ prior, int epi,
+                                                int* __restrict__ pids = nullptr)
 {
     using G = Geom<DELTA>;
     constexpr int BM = CASES * ROWS * G::OW, WARPS_M = (BM + WM - 1) / WM;
@@ -222,23 +287,32 @@ __device__ __forceinline__ void conv_patch_body(const float* __restrict__ src, i
                                                    stage++, lane);
     });
 
-    // the outputs, a row (position) at a time: rows g and g + 8 of each m16 tile
+    if constexpr (PWV > 0) {
+        static_assert(!DELTA && ROWS % PWV == 0 && G::OH % PWV == 0 && G::OW % PWH == 0,
+                      "pooling windows tile the block");
+        constexpr int TS = BN + 4;                       // the staged tile's row
+        __syncthreads();                                 // the patch and the stages are done
 #pragma unroll
-    for (int i = 0; i < MT; ++i)
+        for (int i = 0; i < MT; ++i)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int m = wm0 + i * 16 + g + 8 * h;
-            const int c = m / (ROWS * G::OW), r = band * ROWS + m / G::OW % ROWS, x = m % G::OW;
-            if (m >= BM || case0 + c >= M || r >= G::OH) continue;
-            const i64 row = (i64)(case0 + c) * ldo + (r * G::OW + x) * G::ON;
+            for (int h = 0; h < 2; ++h) {
+                const int m = wm0 + i * 16 + g + 8 * h;
+                if (m >= BM) continue;
 #pragma unroll
-            for (int j = 0; j < NT8; ++j)
+                for (int j = 0; j < NT8; ++j)
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int n = 8 * (j0 + wj + j) + 2 * (lane & 3) + e;
-                    if (n < G::ON) out[row + n] = nn_epilogue(acc[i][j][2 * h + e], epi, prior, row + n);
-                }
-        }
+                    for (int e = 0; e < 2; ++e) {
+                        const int nl = 8 * (wj + j) + 2 * (lane & 3) + e;
+                        smem[m * TS + nl] = nn_epilogue(acc[i][j][2 * h + e], epi, prior, 0);
+                    }
+            }
+        __syncthreads();
+        patch_pool_store<ROWS, CASES, BN, PWV, PWH, NT>(smem, TS, case0, band, j0, M, out, ldo,
+                                                        pids);
+    } else {
+        patch_store<DELTA, ROWS, CASES, WM, NT8, BM>(acc, case0, band, j0 + wj, wm0, lane, M,
+                                                     out, ldo, prior, epi);
+    }
 }
 
 #define CONV_PATCH_WEIGHTS_OF(NAME, DELTA)                                                      \
@@ -257,6 +331,19 @@ __device__ __forceinline__ void conv_patch_body(const float* __restrict__ src, i
                                                                         ldo, prior, epi);        \
     }
 
+// The activation followed by the max pooling (PWV x PWH windows) in its epilogue: pout, pids
+// (ldp a case) get the pooled layer's activation and winners (pids null: none), this layer's
+// own activation is not written.
+#define CONV_PATCH_POOL(NAME, ROWS, CASES, WM, WN, BN, STAGES, PASSES, PWV, PWH)                \
+    extern "C" __global__ void __launch_bounds__(                                                \
+        32 * ((CASES * ROWS * Geom<false>::OW + WM - 1) / WM) * (BN / WN))                       \
+        NAME(const float* __restrict__ src, int lda, const float4* __restrict__ frag, int M,     \
+             float* __restrict__ pout, int ldp, int* __restrict__ pids)                          \
+    {                                                                                            \
+        conv_patch_body<false, ROWS, CASES, WM, WN, BN, STAGES, PASSES, PWV, PWH>(               \
+            src, lda, frag, M, pout, ldp, nullptr, EPI_TANH, pids);                              \
+    }
+
 // the activation's, and the delta's into the prior layer
 #define CONV_PATCH_WEIGHTS(NAME) CONV_PATCH_WEIGHTS_OF(NAME, false)
 #define CONV_PATCH_DELTA_WEIGHTS(NAME) CONV_PATCH_WEIGHTS_OF(NAME, true)
@@ -268,4 +355,5 @@ __device__ __forceinline__ void conv_patch_body(const float* __restrict__ src, i
 #ifndef SPECIALIZED     // the runtime defines it when it appends the variants conv_patch.py lists
 CONV_PATCH_WEIGHTS(conv_patch_weights)
 CONV_PATCH(conv_patch_r8_c2_w32x56_n56, 8, 2, 32, 56, 56, 3, 3)
+CONV_PATCH_POOL(conv_patch_pool_r8_c2_w32x56_n56, 8, 2, 32, 56, 56, 3, 3, 2, 2)
 #endif

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..conv_patch import Geometry, PatchVariant
 from ..conv_tiled import ConvShape
+from .. import launches
 from .gemm_reference import GemmReference, round_tf32
 
 
@@ -77,11 +78,12 @@ class ConvPatchReference(GemmReference):
         return B[:, :geo.on]
 
     def _product(self, delta, d, variant, grid, block, shared, src, lda, frag, M, out, ldo,
-                 prior, epi):
+                 prior, epi, pooled=False):
         rows, cases, wm, wn, bn, _, passes = variant
         geo, v = _geometry(d, delta), PatchVariant(rows, cases, wm, wn, bn)
         assert grid == v.grid(geo, M) and block[0] == v.threads(geo) <= 1024
-        assert shared == v.smem(geo) and passes in (1, 3) and (cases == 1 or rows == geo.oh)
+        assert shared == v.smem(geo, pooled) and passes in (1, 3)
+        assert cases == 1 or rows == geo.oh
         B = self._fragment_b(geo, frag, passes)
         size = geo.ih * geo.iw * geo.ic
         x = self.f32(src, (M - 1) * lda + size)
@@ -108,3 +110,18 @@ class ConvPatchReference(GemmReference):
 
     def conv_patch_delta(self, d, variant, grid, block, shared, *args):
         self._product(True, d, variant, grid, block, shared, *args)
+
+    # conv_patch_pool(src, lda, frag, M, pout, ldp, pids), variant (rows, cases, wm, wn, bn,
+    # stages, passes, wv, wh): conv_patch's activation, then pool_forward's max pooling of wv x wh
+    # windows that tile the layer; only the pooled values and winners are written
+    def conv_patch_pool(self, d, variant, grid, block, shared, src, lda, frag, M, pout, ldp,
+                        pids):
+        *variant, wv, wh = variant
+        H, W, D = d["H"], d["W"], d["D"]
+        assert H % wv == 0 and W % wh == 0 and variant[0] % wv == 0
+        assert ldp == (H // wv) * (W // wh) * D
+        conv = self.mem.alloc(4 * M * H * W * D)
+        self._product(False, d, tuple(variant), grid, block, shared, src, lda, frag, M,
+                      int(conv), H * W * D, 0, launches.EPI_TANH, pooled=True)
+        self.pool_forward((1, M, 1), (ldp, 1, 1), int(conv), H, W, D, H // wv, W // wh, wv, wh,
+                          wv, wh, 1, pout, pids, M)
