@@ -67,7 +67,9 @@ def test_variants_with_the_pooling_hold_whole_windows():
     lenet = Geometry.forward(LENET)
     v = conv_patch.patch_variants(lenet, OPTIN, (2, 2))[0]
     assert v.smem(lenet, True) == v.smem(lenet) > 4 * 128 * 60     # the tile fits in the rest
-    assert conv_patch.pools_whole(lenet, (2, 2)) and not conv_patch.pools_whole(lenet, (3, 3))
+    assert conv_patch.pools_in_epilogue(lenet, (2, 2))
+    assert not conv_patch.pools_in_epilogue(lenet, (3, 3)) and not conv_patch.pools_in_epilogue(
+        Geometry.forward(dataclasses.replace(LENET, D=64)), (2, 2))   # two column blocks
 
 
 def test_the_delta_takes_the_window_turned_around():
@@ -219,8 +221,8 @@ def test_patch_variants_give_the_gather_products_bits(spec, precision, monkeypat
                          ids=["lenet", "cifar", "wide"])
 def test_patch_kernels_compile(shape, tmp_path):
     """conv_patch.cu as the runtime builds it for real layer shapes, the split TF32 and the one
-    TF32 product variants of the activation (and with 2 x 2 max pooling) and the delta: without warnings, every function
-    there, LeNet's without register spills."""
+    TF32 product variants of the activation (also with 2 x 2 max pooling) and the delta: without
+    warnings, every function there, LeNet's without register spills."""
     from convnet.device import runtime
     from convnet.device.conv_patch import ConvPatch, has_delta_variants
     names = []

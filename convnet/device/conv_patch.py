@@ -155,10 +155,13 @@ def patch_variants(geo, smem_limit=SMEM_BYTES, pool=None):
     return list(out.values())
 
 
-def pools_whole(geo, pool):
-    """Whether max pooling of (rows, columns) windows after an activation of this geometry can
-    be taken in the patch variants' epilogue: its windows tile the layer."""
-    return pool is not None and geo.oh % pool[0] == 0 and geo.ow % pool[1] == 0
+def pools_in_epilogue(geo, pool):
+    """Whether max pooling of (rows, columns) windows after an activation of this geometry is
+    taken in the patch variants' epilogue: its windows tile the layer, and a block takes every
+    column (the layers of at most MAX_COLUMNS slices, the shapes the GPU tests check the pooled
+    twins on; wider layers' pooling stays a launch of its own)."""
+    return (pool is not None and geo.oh % pool[0] == 0 and geo.ow % pool[1] == 0
+            and geo.on <= MAX_COLUMNS)
 
 
 def has_delta_variants(shape, has_delta):

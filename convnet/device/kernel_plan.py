@@ -15,7 +15,7 @@ from :class:`BatchPlan`.
 from dataclasses import dataclass, field, replace
 from typing import Dict, FrozenSet, Optional, Tuple
 
-from .conv_patch import Geometry, has_delta_variants, patch_variants
+from .conv_patch import Geometry, has_delta_variants, patch_variants, pools_in_epilogue
 from .conv_tiled import (SMEM_BYTES, ConvShape, delta_variants, forward_variants, grad_subs,
                          grad_variants)
 from .first_layer import first_layer_plan
@@ -139,9 +139,15 @@ def tiled_variants(layer, ldw, shared_optin, pool=None, forward=True):
         {f"tiled_{v.suffix}": v for v in forward_variants(shape, shared_optin)} if forward else {},
         {f"tiled_{v.suffix}": v for v in delta_variants(shape, layer.index > 0, shared_optin)},
         {f"tiled_{v.suffix}": v for v in grad_variants(shape, shared_optin)},
-        _patch_names(Geometry.forward(shape), shared_optin, pool) if forward else {},
+        _patch_names(Geometry.forward(shape), shared_optin, _patch_pool(shape, pool))
+        if forward else {},
         _patch_names(Geometry.delta(shape), shared_optin)
         if has_delta_variants(shape, layer.index > 0) else {})
+
+
+def _patch_pool(shape, pool):
+    """The pooling window the patch variants of a layer take in their epilogue, or None."""
+    return pool if pools_in_epilogue(Geometry.forward(shape), pool) else None
 
 
 def _patch_names(geometry, shared_optin, pool=None):
@@ -357,7 +363,8 @@ def plan_kernels(arch, options=DeviceOptions(), shared_optin=SMEM_BYTES, precisi
                                            patch_delta=v.patch_delta if i in split_delta else {},
                                            bwd={} if i in split_delta else v.bwd))
                                for i, v in tiled.items()) if v.any}
-    conv_pool = {i + 1 for i, v in tiled.items() if (v.fwd or v.patch) and v.pool}
+    conv_pool = {i + 1 for i, v in tiled.items()
+                 if v.pool and (v.fwd or v.patch and _patch_pool(v.shape, v.pool))}
     labels = tuple(f"Layer {i + 1} {layer.kind}" for i, layer in enumerate(arch.layers)) \
         + ("Output",)
     return KernelPlan(arch, layouts, conv_small, pool_tiles, tiled, frozenset(conv_pool),
