@@ -70,6 +70,10 @@ def test_variants_with_the_pooling_hold_whole_windows():
     assert conv_patch.pools_in_epilogue(lenet, (2, 2))
     assert not conv_patch.pools_in_epilogue(lenet, (3, 3)) and not conv_patch.pools_in_epilogue(
         Geometry.forward(dataclasses.replace(LENET, D=64)), (2, 2))   # two column blocks
+    assert not conv_patch.pools_in_epilogue(Geometry.forward(dataclasses.replace(
+        LENET, PH=13, PW=13, H=9, W=9)), (2, 2))                        # 9 x 9: not tiled
+    assert conv_patch.pools_in_epilogue(Geometry.forward(dataclasses.replace(
+        LENET, PH=16, PW=16, H=12, W=12)), (2, 2))
 
 
 def test_the_delta_takes_the_window_turned_around():

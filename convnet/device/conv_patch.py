@@ -157,10 +157,10 @@ def patch_variants(geo, smem_limit=SMEM_BYTES, pool=None):
 
 def pools_in_epilogue(geo, pool):
     """Whether max pooling of (rows, columns) windows after an activation of this geometry is
-    taken in the patch variants' epilogue: its windows tile the layer, and a block takes every
-    column (the layers of at most MAX_COLUMNS slices, the shapes the GPU tests check the pooled
-    twins on; wider layers' pooling stays a launch of its own)."""
-    return (pool is not None and geo.oh % pool[0] == 0 and geo.ow % pool[1] == 0
+    taken in the patch variants' epilogue: 2 x 2 windows that tile the layer, where a block takes
+    every column (the layers of at most MAX_COLUMNS slices): the shapes the GPU tests check the
+    pooled twins on. Any other pooling stays a launch of its own."""
+    return (pool == (2, 2) and geo.oh % pool[0] == 0 and geo.ow % pool[1] == 0
             and geo.on <= MAX_COLUMNS)
 
 
