@@ -11,7 +11,7 @@ layer shape is built with the rest of the net's kernels."""
 
 from dataclasses import dataclass
 
-from .conv_tiled import SMEM_BYTES
+from .conv_tiled import SMEM_BYTES, _ceil
 from .kernel_args import (CONV_PATCH, CONV_PATCH_DELTA, CONV_PATCH_DELTA_WEIGHTS,
                           CONV_PATCH_POOL, CONV_PATCH_WEIGHTS)
 
@@ -34,10 +34,6 @@ DELTA_SLICES = 16               # the delta's: this layer's slices a multiple of
 # every one (NOTES.md, "Windows from a patch")
 MIN_TAPS = 16
 MAX_THREADS = 1024
-
-
-def _ceil(a, b):
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -241,8 +237,8 @@ class ConvPatch:
                 for tile, v in self.variants(delta).items():
                     if v.smem(geo) > SMEM_BYTES:
                         self.rt.allow_shared(self.function(tile, delta), v.smem(geo))
+            geo = self.geometry[False]
             for tile, v in self.forward_variants.items() if self.pool else ():
-                geo = self.geometry[False]
                 if v.smem(geo, True) > SMEM_BYTES:
                     self.rt.allow_shared(self.function(tile, pooled=True), v.smem(geo, True))
             self._built = True

@@ -192,6 +192,29 @@ __device__ __forceinline__ void patch_store(const float (&acc)[WM / 16][NT8][4],
         }
 }
 
+// The warp's activations (epi taken) into the block's BM x TS tile T: position m's row, the
+// block's column nl at T[m * TS + nl].
+template <int WM, int NT8, int BM>
+__device__ __forceinline__ void stage_activations(const float (&acc)[WM / 16][NT8][4], float* T,
+                                                  int TS, int wm0, int wj, int lane, int epi)
+{
+    const int g = lane >> 2;
+#pragma unroll
+    for (int i = 0; i < WM / 16; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int m = wm0 + i * 16 + g + 8 * h;
+            if (m >= BM) continue;
+#pragma unroll
+            for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int nl = 8 * (wj + j) + 2 * (lane & 3) + e;
+                    T[m * TS + nl] = nn_epilogue(acc[i][j][2 * h + e], epi, nullptr, 0);
+                }
+        }
+}
+
 // The max pooling after the activation (PWV x PWH windows that tile the layer; pool.cu's
 // pool_forward, bit for bit): the block's activations, staged in shared memory as a BM x TS tile
 // (T), give each window's first maximum in row-then-column order and, where pids is not null,
@@ -292,20 +315,7 @@ __device__ __forceinline__ void conv_patch_body(const float* __restrict__ src, i
                       "pooling windows tile the block");
         constexpr int TS = BN + 4;                       // the staged tile's row
         __syncthreads();                                 // the patch and the stages are done
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int m = wm0 + i * 16 + g + 8 * h;
-                if (m >= BM) continue;
-#pragma unroll
-                for (int j = 0; j < NT8; ++j)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int nl = 8 * (wj + j) + 2 * (lane & 3) + e;
-                        smem[m * TS + nl] = nn_epilogue(acc[i][j][2 * h + e], epi, prior, 0);
-                    }
-            }
+        stage_activations<WM, NT8, BM>(acc, smem, TS, wm0, wj, lane, epi);
         __syncthreads();
         patch_pool_store<ROWS, CASES, BN, PWV, PWH, NT>(smem, TS, case0, band, j0, M, out, ldo,
                                                         pids);

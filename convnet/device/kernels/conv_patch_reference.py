@@ -117,11 +117,7 @@ class ConvPatchReference(GemmReference):
     def conv_patch_pool(self, d, variant, grid, block, shared, src, lda, frag, M, pout, ldp,
                         pids):
         *variant, wv, wh = variant
-        H, W, D = d["H"], d["W"], d["D"]
-        assert H % wv == 0 and W % wh == 0 and variant[0] % wv == 0
-        assert ldp == (H // wv) * (W // wh) * D
-        conv = self.mem.alloc(4 * M * H * W * D)
-        self._product(False, d, tuple(variant), grid, block, shared, src, lda, frag, M,
-                      int(conv), H * W * D, 0, launches.EPI_TANH, pooled=True)
-        self.pool_forward((1, M, 1), (ldp, 1, 1), int(conv), H, W, D, H // wv, W // wh, wv, wh,
-                          wv, wh, 1, pout, pids, M)
+        assert variant[0] % wv == 0                     # bands of whole windows
+        self.pooled_activation(d, wv, wh, M, pout, ldp, pids, lambda out, ldo: self._product(
+            False, d, tuple(variant), grid, block, shared, src, lda, frag, M, out, ldo, 0,
+            launches.EPI_TANH, pooled=True))

@@ -54,12 +54,8 @@ class ConvTiledReference(PoolReference):
     # written
     def conv_fwd_pool(self, d, variant, grid, block, shared, src, lda, Wf, M, pout, ldp, pids):
         *variant, wv, wh = variant
-        H, W, D = d["H"], d["W"], d["D"]
-        assert H % wv == 0 and W % wh == 0 and ldp == (H // wv) * (W // wh) * D
-        conv = self.mem.alloc(4 * M * H * W * D)
-        self.conv_fwd(d, variant, grid, block, shared, src, lda, Wf, M, int(conv), H * W * D)
-        self.pool_forward((1, M, 1), (ldp, 1, 1), int(conv), H, W, D, H // wv, W // wh, wv, wh,
-                          wv, wh, 1, pout, pids, M)
+        self.pooled_activation(d, wv, wh, M, pout, ldp, pids, lambda out, ldo: self.conv_fwd(
+            d, variant, grid, block, shared, src, lda, Wf, M, out, ldo))
 
     def conv_bwd(self, d, variant, grid, block, shared, delta, ldd, Wb, M, out, ldo, prior, epi):
         cases, pad, tps, minb, parts, ahead = variant

@@ -15,6 +15,17 @@ class PoolReference(ReferenceBase):
         assert vec == 1 or vec == 4 and PD % 4 == 0
         assert grid[0] * block[0] * vec >= n and 1 <= grid[1] <= nb
 
+    def pooled_activation(self, d, wv, wh, M, pout, ldp, pids, product):
+        """A convolutional layer's activation (product(out, ldo) writes it for the layer shape
+        `d`), then pool_forward's max pooling of wv x wh windows that tile it: only the pooled
+        values and winners written, as the kernels that pool in their epilogue do."""
+        H, W, D = d["H"], d["W"], d["D"]
+        assert H % wv == 0 and W % wh == 0 and ldp == (H // wv) * (W // wh) * D
+        conv = self.mem.alloc(4 * M * H * W * D)
+        product(int(conv), H * W * D)
+        self.pool_forward((1, M, 1), (ldp, 1, 1), int(conv), H, W, D, H // wv, W // wh, wv, wh,
+                          wv, wh, 1, pout, pids, M)
+
     def pool_forward_x4(self, *args):
         self.pool_forward(*args, vec=4)
 
